@@ -1,0 +1,49 @@
+"""Apply the Alembic migrations of the three databases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from alembic import command
+from alembic.config import Config
+
+from db.settings import DatabaseSettings
+
+Database = Literal["resolver", "product", "control"]
+DATABASES: tuple[Database, ...] = ("control", "resolver", "product")
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """Turn a libpq URL into one SQLAlchemy opens with psycopg 3."""
+    for scheme in ("postgresql://", "postgres://"):
+        if dsn.startswith(scheme):
+            return "postgresql+psycopg://" + dsn[len(scheme) :]
+    return dsn
+
+
+def alembic_config(database: Database, dsn: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS / database))
+    config.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
+    return config
+
+
+def dsn_for(database: Database, settings: DatabaseSettings) -> str:
+    return {
+        "resolver": settings.resolver_dsn,
+        "product": settings.product_dsn,
+        "control": settings.control_dsn,
+    }[database]
+
+
+def upgrade_all(
+    settings: DatabaseSettings | None = None, echo: Callable[[str], None] = lambda _: None
+) -> None:
+    """Bring every database to the newest revision; safe to run again."""
+    settings = settings or DatabaseSettings()
+    for database in DATABASES:
+        echo(f"migrating {database}")
+        command.upgrade(alembic_config(database, dsn_for(database, settings)), "head")

@@ -1,0 +1,166 @@
+"""The stream writer: cursor lock, contiguous positions and outbox rows.
+
+A stream is ``(tenant_id, catalog_id, history_epoch)``. Its committed cursor is the
+``position`` column of its ``stream_cursor`` row, never a SEQUENCE, ``max(position)``
+or a timestamp: a sequence hands out numbers to transactions that later roll back
+and leaves holes, and ``max()`` lets two concurrent writers pick the same number.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from schemas.codec import EventCodec
+from schemas.events import AggregateRef, Envelope, Payload, StreamKey
+
+NOTIFY_CHANNEL = "gapless_outbox"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamId:
+    tenant_id: str
+    catalog_id: str
+    history_epoch: int
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.catalog_id}@{self.history_epoch}"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEvent:
+    """An accepted change waiting for its position; the writer fills in the rest."""
+
+    aggregate: AggregateRef
+    payload: Payload
+    dependencies: tuple[AggregateRef, ...] = ()
+    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    occurred_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def lock_cursor(conn: psycopg.Connection, stream: StreamId) -> int:
+    """Lock the stream's cursor row and return the committed cursor.
+
+    The row lock serializes every writer of this stream from here until its COMMIT
+    or ROLLBACK. Because a writer holds it while it allocates positions and until it
+    commits, position order equals commit order: a reader that sees position p
+    committed has already seen every position below p. A writer that rolls back
+    releases the lock without having moved the cursor, so no position is lost. The
+    price is that a slow transaction delays later writers of the same stream (never
+    writers of other streams); the benchmark reports that contention.
+
+    Take this lock before touching exported state, so that the facts a transaction
+    reads are not changed under it by a writer that commits first with a later
+    position.
+    """
+    key = (stream.tenant_id, stream.catalog_id, stream.history_epoch)
+    row = conn.execute(
+        "SELECT position FROM stream_cursor"
+        " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE",
+        key,
+    ).fetchone()
+    if row is None:
+        # First use of the stream. Concurrent first writers both insert; one wins and
+        # the other's ON CONFLICT DO NOTHING waits for it, then both lock the row.
+        conn.execute(
+            "INSERT INTO stream_cursor (tenant_id, catalog_id, history_epoch)"
+            " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            key,
+        )
+        row = conn.execute(
+            "SELECT position FROM stream_cursor"
+            " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE",
+            key,
+        ).fetchone()
+        assert row is not None
+    return int(row[0])
+
+
+class StreamWriter:
+    """Collects the events of one locked stream and writes them at commit."""
+
+    def __init__(
+        self, conn: psycopg.Connection, stream: StreamId, cursor: int, codec: EventCodec
+    ) -> None:
+        self.stream = stream
+        self._conn = conn
+        self._cursor = cursor
+        self._codec = codec
+        self._pending: list[PendingEvent] = []
+        self._key = codec.encode_key(
+            StreamKey(tenant_id=stream.tenant_id, catalog_id=stream.catalog_id)
+        )
+
+    @property
+    def cursor(self) -> int:
+        """The committed cursor read under the lock (positions not yet allocated)."""
+        return self._cursor
+
+    def append(self, event: PendingEvent) -> None:
+        self._pending.append(event)
+
+    def flush(self) -> list[Envelope]:
+        """Allocate positions, write the outbox rows and move the cursor.
+
+        Steps, all inside the caller's transaction (nothing is visible until COMMIT):
+        1. number the pending events ``cursor+1 … cursor+n`` in append order;
+        2. encode each envelope once; the relay ships these exact bytes;
+        3. insert the outbox rows;
+        4. move the cursor to ``cursor+n``;
+        5. NOTIFY the relay (delivered only if the transaction commits).
+        A crash anywhere before COMMIT leaves nothing: the cursor, outbox rows and
+        facts roll back together and the next writer reuses the same positions.
+        """
+        if not self._pending:
+            return []
+        s = self.stream
+        envelopes: list[Envelope] = []
+        rows = []
+        for offset, event in enumerate(self._pending, start=1):
+            envelope = Envelope(
+                tenant_id=s.tenant_id,
+                catalog_id=s.catalog_id,
+                history_epoch=s.history_epoch,
+                position=self._cursor + offset,
+                event_id=event.event_id,
+                aggregate=event.aggregate,
+                dependencies=event.dependencies,
+                occurred_at=event.occurred_at,
+                payload=event.payload,
+            )
+            envelopes.append(envelope)
+            headers = {name: value.decode() for name, value in self._codec.headers(envelope)}
+            rows.append(
+                (
+                    s.tenant_id,
+                    s.catalog_id,
+                    s.history_epoch,
+                    envelope.position,
+                    envelope.event_id,
+                    envelope.event_type,
+                    self._key,
+                    self._codec.encode_value(envelope),
+                    Jsonb(headers),
+                )
+            )
+        with self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
+                " event_id, event_type, key, value, headers)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows,
+            )
+        new_cursor = self._cursor + len(self._pending)
+        self._conn.execute(
+            "UPDATE stream_cursor SET position = %s, updated_at = now()"
+            " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s",
+            (new_cursor, s.tenant_id, s.catalog_id, s.history_epoch),
+        )
+        self._conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(s)))
+        self._cursor = new_cursor
+        self._pending.clear()
+        return envelopes

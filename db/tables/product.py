@@ -1,0 +1,165 @@
+"""Product database tables: projections, inbox, parking, durable progress, quarantine."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+# Durable contiguous progress per consumer and stream: every position <= ``position``
+# has a terminal outcome in the inbox. ``generation`` is the projection generation this
+# consumer serves, so a cutover can swap generation and cursor in one UPDATE.
+stream_progress = Table(
+    "stream_progress",
+    metadata,
+    Column("consumer", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False, server_default=text("0")),
+    Column("generation", Integer, nullable=False, server_default=text("1")),
+    # Running counts of what this consumer did in the stream, for status and the demo.
+    Column("applied_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("duplicate_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("parked_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("released_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("ignored_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("consumer", "tenant_id", "catalog_id", "history_epoch"),
+    CheckConstraint("position >= 0", name="stream_progress_position_nonnegative"),
+)
+
+OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "parked")
+TERMINAL_OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch")
+
+# One row per event id ever received: the dedupe key and the event's outcome.
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("event_id", Uuid, nullable=False, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("received_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("decided_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(
+        "outcome IN ('applied', 'ignored_stale', 'ignored_old_epoch', 'parked')",
+        name="inbox_outcome_known",
+    ),
+)
+Index(
+    "inbox_stream_position_idx",
+    inbox.c.tenant_id,
+    inbox.c.catalog_id,
+    inbox.c.history_epoch,
+    inbox.c.position,
+)
+
+# Events waiting for a dependency. The encoded message is kept so the event can be
+# applied later, in the transaction that applies its dependency.
+parked_event = Table(
+    "parked_event",
+    metadata,
+    Column("event_id", Uuid, nullable=False, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("value", LargeBinary, nullable=False),
+    Column("parked_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# What each parked event waits for: aggregate (type, id) at ``revision`` or later.
+parked_dependency = Table(
+    "parked_dependency",
+    metadata,
+    Column("event_id", Uuid, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("aggregate_type", Text, nullable=False),
+    Column("aggregate_id", Text, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    PrimaryKeyConstraint("event_id", "aggregate_type", "aggregate_id"),
+)
+Index(
+    "parked_dependency_target_idx",
+    parked_dependency.c.tenant_id,
+    parked_dependency.c.catalog_id,
+    parked_dependency.c.aggregate_type,
+    parked_dependency.c.aggregate_id,
+)
+
+# The catalog-item projection. ``generation`` lets a shadow rebuild load a new
+# generation beside the serving one and cut over atomically.
+product_item = Table(
+    "product_item",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("item_id", Text, nullable=False),
+    Column("class_id", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("parent_item_id", Text),
+    Column("attributes", JSONB, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "item_id"),
+)
+
+QUARANTINE_STATUSES = ("open", "retried", "skipped")
+
+# Messages that could not be decoded or applied: kept whole, with where they came from
+# and why, until an operator retries or skips them.
+quarantine = Table(
+    "quarantine",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("consumer", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary),
+    Column("event_id", Uuid),
+    Column("tenant_id", Text),
+    Column("catalog_id", Text),
+    Column("history_epoch", BigInteger),
+    Column("position", BigInteger),
+    Column("error_code", Text, nullable=False),
+    Column("error_detail", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'open'")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("resolved_at", DateTime(timezone=True)),
+    Column("resolution", Text),
+    CheckConstraint("status IN ('open', 'retried', 'skipped')", name="quarantine_status_known"),
+)
+Index(
+    "quarantine_message_idx",
+    quarantine.c.consumer,
+    quarantine.c.topic,
+    quarantine.c.partition,
+    quarantine.c.offset,
+    unique=True,
+)

@@ -1,0 +1,99 @@
+"""Resolver database tables: stream cursors, the outbox and accepted catalog state."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+# One row per stream (tenant, catalog, history epoch). ``position`` is the committed
+# cursor: the last position handed out. Writers lock this row FOR UPDATE, so positions
+# are allocated in commit order and a rollback hands none out.
+stream_cursor = Table(
+    "stream_cursor",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "catalog_id", "history_epoch"),
+    CheckConstraint("position >= 0", name="stream_cursor_position_nonnegative"),
+)
+
+# Encoded messages, written once by the writer in the same transaction as the facts.
+# The relay and the retained-events API ship ``key``/``value``/``headers`` as stored.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("event_id", Uuid, nullable=False, unique=True),
+    Column("event_type", Text, nullable=False),
+    Column("key", LargeBinary, nullable=False),
+    Column("value", LargeBinary, nullable=False),
+    Column("headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("committed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("published_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("tenant_id", "catalog_id", "history_epoch", "position"),
+    ForeignKeyConstraint(
+        ["tenant_id", "catalog_id", "history_epoch"],
+        [stream_cursor.c.tenant_id, stream_cursor.c.catalog_id, stream_cursor.c.history_epoch],
+        name="outbox_stream_fk",
+    ),
+    CheckConstraint("position >= 1", name="outbox_position_positive"),
+)
+Index(
+    "outbox_unpublished_idx",
+    outbox.c.tenant_id,
+    outbox.c.catalog_id,
+    outbox.c.history_epoch,
+    outbox.c.position,
+    postgresql_where=outbox.c.published_at.is_(None),
+)
+
+ITEM_STATUSES = ("active", "split", "retired")
+
+# The first accepted aggregate. ``parent_item_id`` makes an item depend on another
+# item of the same catalog (a variant on its product), so events carry dependencies.
+catalog_item = Table(
+    "catalog_item",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("item_id", Text, nullable=False),
+    Column("class_id", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("parent_item_id", Text),
+    Column("attributes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("revision", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "catalog_id", "item_id"),
+    ForeignKeyConstraint(
+        ["tenant_id", "catalog_id", "parent_item_id"],
+        ["catalog_item.tenant_id", "catalog_item.catalog_id", "catalog_item.item_id"],
+        name="catalog_item_parent_fk",
+    ),
+    CheckConstraint("status IN ('active', 'split', 'retired')", name="catalog_item_status_known"),
+    CheckConstraint("revision >= 1", name="catalog_item_revision_positive"),
+)

@@ -1,0 +1,120 @@
+"""The Unit of Work: one resolver transaction around accepted facts and their events.
+
+Repositories get a ``Transaction`` that can run statements but has no commit: only the
+Unit of Work commits, after writing the outbox rows of every event it collected, so an
+accepted change can never commit without its events (INV-06).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.stream_writer import StreamId, StreamWriter, lock_cursor
+from schemas.codec import EventCodec
+from schemas.events import Envelope
+
+
+class Transaction:
+    """Statements inside the Unit of Work's transaction; deliberately no commit."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, query: str, params: Sequence[Any] | None = None) -> psycopg.Cursor[Any]:
+        return self._conn.execute(query, params)
+
+    def executemany(self, query: str, params: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(query, params)
+
+
+class UnitOfWork:
+    """Use as ``with UnitOfWork(...) as uow: …; uow.commit()``.
+
+    Leaving the block without ``commit()`` (or with an exception) rolls back, which
+    releases every cursor lock and consumes no position.
+    """
+
+    def __init__(self, pool: ConnectionPool, epochs: EpochSource, codec: EventCodec) -> None:
+        self._pool = pool
+        self._epochs = epochs
+        self._codec = codec
+        self._conn: psycopg.Connection | None = None
+        self._writers: dict[tuple[str, str], StreamWriter] = {}
+        self._committed = False
+        self.envelopes: list[Envelope] = []
+
+    def __enter__(self) -> Self:
+        self._conn = self._pool.getconn()
+        self._committed = False
+        self._writers.clear()
+        self.envelopes = []
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if not self._committed:
+                conn.rollback()
+        finally:
+            self._pool.putconn(conn)
+
+    @property
+    def tx(self) -> Transaction:
+        return Transaction(self._require())
+
+    def _require(self) -> psycopg.Connection:
+        if self._conn is None:
+            raise RuntimeError("UnitOfWork used outside its with-block")
+        return self._conn
+
+    def stream(self, tenant_id: str, catalog_id: str) -> StreamWriter:
+        """The writer of this tenant/catalog's current stream, locking its cursor.
+
+        The first call for a stream takes the cursor lock; call it before reading or
+        changing the facts the events describe. A transaction touching several
+        streams must request them in sorted order, so two such transactions cannot
+        deadlock on each other's cursor rows.
+        """
+        key = (tenant_id, catalog_id)
+        writer = self._writers.get(key)
+        if writer is None:
+            epoch = self._epochs.epoch_for_write(tenant_id, catalog_id)
+            stream = StreamId(tenant_id, catalog_id, epoch)
+            conn = self._require()
+            writer = StreamWriter(conn, stream, lock_cursor(conn, stream), self._codec)
+            self._writers[key] = writer
+        return writer
+
+    def commit(self) -> list[Envelope]:
+        """Write every stream's outbox rows, then COMMIT.
+
+        1. each stream writer allocates positions and inserts its outbox rows;
+        2. COMMIT makes facts, outbox rows and cursors visible together.
+        A crash before step 2 completes leaves nothing behind.
+        """
+        conn = self._require()
+        envelopes: list[Envelope] = []
+        for writer in self._writers.values():
+            envelopes.extend(writer.flush())
+        conn.commit()
+        self._committed = True
+        self.envelopes = envelopes
+        return envelopes
+
+    def rollback(self) -> None:
+        self._require().rollback()
+        self._writers.clear()

@@ -1,0 +1,168 @@
+"""The ``gapless`` command: local services, processes, demo and benchmark."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from infra.config import ConfigurationError, load, use_local_services
+from infra.local import ServiceError
+
+
+def _echo(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _fail(exc: Exception) -> None:
+    click.secho(f"error: {exc}", fg="red", err=True)
+    sys.exit(2)
+
+
+def _guarded(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except (ServiceError, ConfigurationError) as exc:
+        _fail(exc)
+
+
+def _logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
+        '"msg":"%(message)s"}',
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """gapless: a replay-safe catalog event pipeline on PostgreSQL and Kafka.
+
+    Configuration comes from GAPLESS_* environment variables (see the README);
+    commands that manage local services fill in the local ones themselves.
+    """
+
+
+@main.command()
+def up() -> None:
+    """Start local PostgreSQL, Kafka and S3 (idempotent), migrate, create topics."""
+
+    def run() -> None:
+        from infra.local import up as start
+
+        start(_echo)
+        use_local_services()
+        _prepare()
+        _echo("services up")
+
+    _guarded(run)
+
+
+def _prepare() -> None:
+    from db.migrate import upgrade_all
+    from db.settings import DatabaseSettings
+    from infra.topics import ensure_topics
+    from schemas.topics import KafkaSettings
+
+    upgrade_all(load(DatabaseSettings), _echo)
+    ensure_topics(load(KafkaSettings), _echo)
+
+
+@main.command()
+def down() -> None:
+    """Stop the local services that `gapless up` started (and only those)."""
+
+    def run() -> None:
+        from infra.local import down as stop
+
+        stop(_echo)
+
+    _guarded(run)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(as_json: bool) -> None:
+    """Report the local services."""
+    from dataclasses import asdict
+
+    from infra.local import status as service_status
+
+    services = _guarded(service_status)
+    if as_json:
+        click.echo(json.dumps({"services": [asdict(s) for s in services]}))
+        return
+    for s in services:
+        mark = click.style("up  ", fg="green") if s.running else click.style("down", fg="red")
+        click.echo(f"{mark} {s.name:<9} {s.address:<24} {s.detail}")
+
+
+@main.command()
+@click.option("--local/--no-local", default=True, help="Fill unset variables for local services.")
+def migrate(local: bool) -> None:
+    """Apply database migrations and create Kafka topics."""
+
+    def run() -> None:
+        if local:
+            use_local_services()
+        _prepare()
+
+    _guarded(run)
+
+
+@main.command()
+def relay() -> None:
+    """Run the outbox relay until SIGTERM (a deployable process)."""
+    from producers.relay.service import run as run_relay
+    from producers.relay.settings import RelaySettings
+
+    _logging()
+    settings = _guarded(lambda: load(RelaySettings))
+    run_relay(settings)
+
+
+@main.command()
+def agents() -> None:
+    """Run the product agents (a Faust worker) until SIGTERM (a deployable process)."""
+    import faust
+
+    from processors.app import create_app
+    from processors.settings import AgentSettings
+
+    settings = _guarded(lambda: load(AgentSettings))
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel="INFO", web_port=settings.agents_web_port)
+    worker.execute_from_commandline()
+
+
+@main.command()
+@click.option("--events", default=20_000, show_default=True, help="Accepted changes to write.")
+@click.option("--tenants", default=3, show_default=True, help="Tenants (each with 2 catalogs).")
+@click.option("--writers", default=8, show_default=True, help="Concurrent writer threads.")
+@click.option("--keep-running", is_flag=True, help="Leave services running afterwards.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def demo(events: int, tenants: int, writers: int, keep_running: bool, as_json: bool) -> None:
+    """Run the whole pipeline on a realistic workload and check the projection."""
+    from infra.demo import run_demo
+
+    ok = _guarded(lambda: run_demo(events, tenants, writers, keep_running, as_json, _echo))
+    sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.option("--seconds", default=5.0, show_default=True, help="Duration of each phase.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench(seconds: float, as_json: bool) -> None:
+    """Measure writer, relay, applier and end-to-end figures against baselines."""
+    from infra.bench.run import run_bench
+
+    _guarded(lambda: run_bench(seconds, as_json, _echo))
+
+
+if __name__ == "__main__":
+    main()

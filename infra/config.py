@@ -1,0 +1,41 @@
+"""Loading settings at start-up, failing with the name of the bad variable."""
+
+from __future__ import annotations
+
+import os
+from typing import TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
+
+from db.settings import ENV_PREFIX
+from infra.local import local_environment
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class ConfigurationError(Exception):
+    """A ``GAPLESS_*`` variable is missing or invalid; the message names it."""
+
+
+def load(settings_class: type[S]) -> S:
+    try:
+        return settings_class()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = ".".join(str(part) for part in error["loc"])
+            variable = f"{ENV_PREFIX}{field}".upper()
+            problems.append(f"{variable}: {error['msg']} (got {error.get('input')!r})")
+        raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
+
+
+def use_local_services() -> dict[str, str]:
+    """Point this process (and its children) at the services ``gapless up`` runs.
+
+    Variables already set win, so the same commands run against external services.
+    """
+    env = local_environment()
+    for name, value in env.items():
+        os.environ.setdefault(name, value)
+    return {name: os.environ[name] for name in env}

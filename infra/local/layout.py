@@ -1,0 +1,92 @@
+"""Where the local services keep their state, and which ports they listen on.
+
+Everything lives under one directory, `.local/` next to `pyproject.toml` unless
+`GAPLESS_LOCAL_DIR` points elsewhere, so `rm -rf .local` resets the machine.
+Ports default to values unlikely to collide with a system-wide PostgreSQL or
+Kafka and can be moved with `GAPLESS_LOCAL_*_PORT`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.local.errors import ServiceError
+
+HOST = "127.0.0.1"
+
+# infra/local/layout.py -> infra/ ; the Kafka pom and log4j2 config ship beside it.
+INFRA_DIR = Path(__file__).resolve().parent.parent
+
+
+def _port(variable: str, default: int) -> int:
+    raw = os.environ.get(variable)
+    if raw is None or raw == "":
+        return default
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ServiceError(
+            f"{variable}={raw!r} is not a port number", f"set {variable} to 1-65535"
+        ) from None
+    if not 0 < port < 65536:
+        raise ServiceError(f"{variable}={port} is out of range", f"set {variable} to 1-65535")
+    return port
+
+
+def _repo_root() -> Path:
+    """The nearest ancestor of this module that holds `pyproject.toml`."""
+    for candidate in INFRA_DIR.parents:
+        if (candidate / "pyproject.toml").is_file():
+            return candidate
+    raise ServiceError(
+        f"no pyproject.toml above {INFRA_DIR}; cannot place the local state directory",
+        "set GAPLESS_LOCAL_DIR to a directory for local service data",
+    )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths and ports shared by the three launchers."""
+
+    local: Path
+    pg_port: int
+    kafka_port: int
+    kafka_controller_port: int
+    s3_port: int
+
+    @property
+    def logs(self) -> Path:
+        return self.local / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.local / "pids"
+
+    @property
+    def bin(self) -> Path:
+        return self.local / "bin"
+
+    def pid_file(self, service: str) -> Path:
+        return self.pids / f"{service}.pid"
+
+    def log_file(self, service: str) -> Path:
+        return self.logs / f"{service}.log"
+
+    def ensure_dirs(self) -> None:
+        for directory in (self.local, self.logs, self.pids, self.bin):
+            directory.mkdir(parents=True, exist_ok=True)
+
+
+def current_layout() -> Layout:
+    """The layout for this process, read from the environment each call."""
+    override = os.environ.get("GAPLESS_LOCAL_DIR")
+    local = Path(override).expanduser().resolve() if override else _repo_root() / ".local"
+    return Layout(
+        local=local,
+        pg_port=_port("GAPLESS_LOCAL_PG_PORT", 55432),
+        kafka_port=_port("GAPLESS_LOCAL_KAFKA_PORT", 59092),
+        kafka_controller_port=_port("GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT", 59093),
+        s3_port=_port("GAPLESS_LOCAL_S3_PORT", 59000),
+    )

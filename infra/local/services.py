@@ -1,0 +1,96 @@
+"""Start, stop and report the local services as one unit.
+
+Each launcher is idempotent on its own, so a second `up` leaves running services
+alone and only re-checks readiness, databases and buckets. `down` stops only
+what gapless started (recorded in `.local/pids/`), in reverse order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Callable, Iterator
+
+from infra.local import kafka, postgres, s3
+from infra.local.errors import ServiceError
+from infra.local.layout import Layout, current_layout
+from infra.local.status import ServiceStatus
+
+Echo = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def _exclusive(layout: Layout) -> Iterator[None]:
+    """Hold `.local/lock` for the duration of an `up` or `down`.
+
+    Serializes whole `up`/`down` runs across processes (a developer's terminal
+    and a test session, say), so two runs never both see a service as stopped
+    and start it twice, or format Kafka storage concurrently. The lock is an
+    flock, so the kernel releases it if the holder dies.
+    """
+    layout.ensure_dirs()
+    with (layout.local / "lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def up(echo: Echo) -> None:
+    """Start PostgreSQL, Kafka and versitygw unless running; wait until each is ready.
+
+    Raises ServiceError (with a hint) when a prerequisite is missing, a port is
+    taken, or a service does not become ready in time.
+    """
+    layout = current_layout()
+    with _exclusive(layout):
+        postgres.start(layout, echo)
+        kafka.start(layout, echo)
+        s3.start(layout, echo)
+
+
+def down(echo: Echo) -> None:
+    """Stop the services gapless started, in reverse order.
+
+    Every service is attempted even if an earlier one fails; the first failure is
+    raised afterwards.
+    """
+    layout = current_layout()
+    failures: list[ServiceError] = []
+    with _exclusive(layout):
+        for stop in (s3.stop, kafka.stop, postgres.stop):
+            try:
+                stop(layout, echo)
+            except ServiceError as exc:
+                echo(str(exc))
+                failures.append(exc)
+    if failures:
+        raise failures[0]
+
+
+def status() -> list[ServiceStatus]:
+    """One ServiceStatus per service, in start order. Never starts anything."""
+    layout = current_layout()
+    return [postgres.status(layout), kafka.status(layout), s3.status(layout)]
+
+
+def local_environment() -> dict[str, str]:
+    """The GAPLESS_* variables that point the pipeline at these local services.
+
+    Reading the S3 keys creates them on first use (so this matches what `up`
+    will hand the gateway); nothing is started.
+    """
+    layout = current_layout()
+    creds = s3.credentials(layout)
+    return {
+        "GAPLESS_RESOLVER_DSN": postgres.dsn(layout, "resolver"),
+        "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
+        "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
+        "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),
+        "GAPLESS_S3_ENDPOINT": s3.endpoint(layout),
+        "GAPLESS_S3_ACCESS_KEY": creds.access_key,
+        "GAPLESS_S3_SECRET_KEY": creds.secret_key,
+        "GAPLESS_EVIDENCE_BUCKET": s3.BUCKETS[0],
+        "GAPLESS_EXPORTS_BUCKET": s3.BUCKETS[1],
+    }

@@ -1,0 +1,94 @@
+"""The applier agent: batches from ``catalog.events.v1`` into the product database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+import psycopg
+from prometheus_client import Counter
+
+from db.epochs import EpochSource
+from processors.applier.batch import Applier, BatchResult
+from processors.applier.exceptions import EpochHold
+from processors.applier.messages import RawMessage
+from processors.settings import AgentSettings
+from schemas.codec import CODEC
+
+log = logging.getLogger(__name__)
+
+EVENTS = Counter("gapless_applier_events_total", "Events by outcome", ["outcome"])
+
+
+def register(app: Any, settings: AgentSettings) -> None:
+    topic = app.topic(
+        settings.events_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    applier = Applier(
+        settings.product_dsn,
+        EpochSource(settings.control_dsn),
+        CODEC,
+        consumer=settings.agents_consumer,
+    )
+
+    @app.agent(topic, name="apply-events")  # type: ignore[untyped-decorator]
+    async def apply_events(stream: Any) -> None:
+        """Apply each batch, and acknowledge it only after its transaction committed.
+
+        ``noack_take`` leaves acknowledgement to us. If the process dies between the
+        commit and the acks, the batch is delivered again and the inbox absorbs it.
+        """
+        async for events in stream.noack_take(
+            settings.agents_batch_size, within=settings.agents_batch_within_seconds
+        ):
+            messages = [
+                RawMessage(
+                    e.message.topic,
+                    e.message.partition,
+                    e.message.offset,
+                    e.message.key,
+                    e.message.value,
+                )
+                for e in events
+            ]
+            result = await apply_until_committed(applier, messages, settings)
+            count(result)
+            for event in events:
+                await stream.ack(event)
+
+
+async def apply_until_committed(
+    applier: Applier, messages: list[RawMessage], settings: AgentSettings
+) -> BatchResult:
+    """Retry transient failures (lost connection, epoch hold) with jittered backoff.
+
+    Never returns without a commit: the caller acknowledges on return. Cancellation
+    (shutdown) propagates without acknowledging anything.
+    """
+    delay = 0.1
+    while True:
+        try:
+            return await asyncio.to_thread(applier.apply, messages)
+        except (psycopg.OperationalError, psycopg.InterfaceError, EpochHold) as exc:
+            log.warning("batch not applied, retrying in %.1fs: %s", delay, exc)
+        except Exception:
+            # A bug, not bad data (bad data is quarantined inside apply). Keep the
+            # messages unacknowledged and retry rather than crash the worker.
+            log.exception("unexpected error applying a batch; retrying in %.1fs", delay)
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, settings.agents_retry_max_seconds)
+
+
+def count(result: BatchResult) -> None:
+    EVENTS.labels("applied").inc(result.applied)
+    EVENTS.labels("duplicate").inc(result.duplicates)
+    EVENTS.labels("parked").inc(result.parked)
+    EVENTS.labels("released").inc(result.released)
+    EVENTS.labels("ignored").inc(result.ignored)
+    EVENTS.labels("quarantined").inc(result.quarantined)

@@ -1,0 +1,37 @@
+"""The Faust application of the product agents (composition root)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+from processors.settings import AgentSettings
+
+
+def create_app(settings: AgentSettings) -> Any:
+    """Build the Faust app and register the agents.
+
+    Kafka offsets are only a delivery hint here: the agents keep durable progress in
+    the product database, and commit offsets only for messages already committed
+    there. Faust's own tables and stores are not used.
+    """
+    from processors.agents import events as events_agent
+    from processors.agents import health
+
+    app = faust.App(
+        settings.agents_app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="memory://",
+        autodiscover=False,
+        topic_replication_factor=1,
+        topic_partitions=settings.events_partitions,
+        consumer_auto_offset_reset="earliest",
+        web_port=settings.agents_web_port,
+        web_host="127.0.0.1",
+        web_in_thread=False,
+        broker_commit_interval=1.0,
+    )
+    events_agent.register(app, settings)
+    health.register(app)
+    return app

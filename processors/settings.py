@@ -1,0 +1,27 @@
+"""Product-agent settings from ``GAPLESS_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from db.settings import DatabaseSettings
+from schemas.topics import KafkaSettings
+
+
+class AgentSettings(DatabaseSettings, KafkaSettings):
+    model_config = SettingsConfigDict(env_prefix="GAPLESS_", extra="ignore")
+
+    agents_app_id: str = Field(
+        default="gapless-product", description="GAPLESS_AGENTS_APP_ID: the consumer group."
+    )
+    agents_consumer: str = Field(
+        default="product-applier",
+        description="GAPLESS_AGENTS_CONSUMER: the name durable progress is recorded under.",
+    )
+    agents_batch_size: int = Field(default=500, ge=1, le=10_000)
+    agents_batch_within_seconds: float = Field(default=0.05, gt=0)
+    agents_web_port: int = Field(
+        default=6066, ge=1, le=65535, description="GAPLESS_AGENTS_WEB_PORT: health/metrics."
+    )
+    agents_retry_max_seconds: float = Field(default=5.0, gt=0)

@@ -1,0 +1,29 @@
+"""Relay settings from ``GAPLESS_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from db.settings import DatabaseSettings
+from schemas.topics import KafkaSettings
+
+
+class RelaySettings(DatabaseSettings, KafkaSettings):
+    model_config = SettingsConfigDict(env_prefix="GAPLESS_", extra="ignore")
+
+    relay_batch_size: int = Field(
+        default=500, ge=1, le=100_000, description="GAPLESS_RELAY_BATCH_SIZE"
+    )
+    relay_poll_seconds: float = Field(
+        default=1.0, gt=0, description="GAPLESS_RELAY_POLL_SECONDS: poll even without NOTIFY."
+    )
+    relay_delivery_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="GAPLESS_RELAY_DELIVERY_TIMEOUT_SECONDS"
+    )
+    relay_http_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="GAPLESS_RELAY_HTTP_PORT: /healthz and /metrics; 0 disables.",
+    )

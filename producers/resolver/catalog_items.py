@@ -1,0 +1,101 @@
+"""Accepted catalog-item changes: the domain rules and the events they produce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from db.repositories import catalog_items as items
+from db.stream_writer import PendingEvent
+from db.unit_of_work import UnitOfWork
+from producers.resolver.exceptions import ItemNotFound, ParentNotActive
+from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted
+
+AGGREGATE = "catalog_item"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemChange:
+    tenant_id: str
+    catalog_id: str
+    item_id: str
+    class_id: str
+    title: str
+    parent_item_id: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+def record_item(uow: UnitOfWork, change: ItemChange) -> int:
+    """Accept a new revision of an item; returns the revision.
+
+    1. lock the stream's cursor (before reading any exported state);
+    2. if the item has a parent, share-lock it and require it active; the event then
+       depends on the parent's current revision;
+    3. write the item with ``revision + 1`` and queue its event.
+    The Unit of Work's commit writes the outbox row; nothing is visible before it.
+    """
+    writer = uow.stream(change.tenant_id, change.catalog_id)
+    dependencies: tuple[AggregateRef, ...] = ()
+    if change.parent_item_id is not None:
+        parent = items.get_for_share(
+            uow.tx, change.tenant_id, change.catalog_id, change.parent_item_id
+        )
+        if parent is None or parent.status != "active":
+            raise ParentNotActive(
+                f"item {change.parent_item_id!r} is not an active item of "
+                f"{change.tenant_id}/{change.catalog_id}"
+            )
+        dependencies = (AggregateRef(type=AGGREGATE, id=parent.item_id, revision=parent.revision),)
+    revision = items.save(
+        uow.tx,
+        change.tenant_id,
+        change.catalog_id,
+        change.item_id,
+        change.class_id,
+        "active",
+        change.title,
+        change.parent_item_id,
+        change.attributes,
+    )
+    writer.append(
+        PendingEvent(
+            aggregate=AggregateRef(type=AGGREGATE, id=change.item_id, revision=revision),
+            dependencies=dependencies,
+            payload=CatalogItemUpserted(
+                class_id=change.class_id,
+                status="active",
+                title=change.title,
+                parent_item_id=change.parent_item_id,
+                attributes=dict(change.attributes),
+            ),
+        )
+    )
+    return revision
+
+
+def retire_item(uow: UnitOfWork, tenant_id: str, catalog_id: str, item_id: str, reason: str) -> int:
+    """Retire an item (it is never deleted); returns the new revision."""
+    writer = uow.stream(tenant_id, catalog_id)
+    current = items.get_for_share(uow.tx, tenant_id, catalog_id, item_id)
+    if current is None:
+        raise ItemNotFound(f"no item {item_id!r} in {tenant_id}/{catalog_id}")
+    revision = items.save(
+        uow.tx,
+        tenant_id,
+        catalog_id,
+        item_id,
+        current.class_id,
+        "retired",
+        current.title,
+        current.parent_item_id,
+        current.attributes,
+    )
+    writer.append(
+        PendingEvent(
+            aggregate=AggregateRef(type=AGGREGATE, id=item_id, revision=revision),
+            # A retirement only states the change, so the consumer needs the item's
+            # previous revision applied first: the event depends on it.
+            dependencies=(AggregateRef(type=AGGREGATE, id=item_id, revision=revision - 1),),
+            payload=CatalogItemRetired(reason=reason),
+        )
+    )
+    return revision

@@ -1,0 +1,292 @@
+"""Events to bytes and back: Avro single-object encoding with fastavro.
+
+Every message is ``C3 01`` + the writer schema's 8-byte CRC-64-AVRO fingerprint
+(little-endian) + the schemaless Avro body, so it names its writer schema without
+a registry. Decoding looks the fingerprint up among the current and every released
+schema and resolves the body to the current schema, which is why
+``schemas.compat`` insists each change stays readable.
+
+Schemas are parsed once, when the codec is built: parsing is orders of magnitude
+slower than encoding. Unions of records are written with the branch named as a
+``(fullname, record)`` tuple, which spares fastavro trying each branch in turn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from fastavro import schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
+
+from schemas.events import (
+    AggregateRef,
+    CatalogItemRetired,
+    CatalogItemUpserted,
+    Envelope,
+    Payload,
+    StreamKey,
+)
+from schemas.exceptions import CodecError, CodecErrorCode
+
+AvroSchema = dict[str, Any] | list[Any] | str
+"""A schema as fastavro represents it: JSON-shaped Python values."""
+
+AVRO_DIR = Path(__file__).parent / "avro"
+"""Current schemas, one ``<fullname>.avsc`` file per named type."""
+RELEASES_SUBDIR = "released"
+"""Under an Avro directory: one ``v<N>`` directory per release, holding that release's files."""
+
+ENVELOPE = "gapless.catalog.Envelope"
+STREAM_KEY = "gapless.catalog.StreamKey"
+UPSERTED = "gapless.catalog.CatalogItemUpserted"
+RETIRED = "gapless.catalog.CatalogItemRetired"
+
+MAGIC = b"\xc3\x01"
+HEADER_LENGTH = len(MAGIC) + 8
+
+HEADER_EVENT_ID = "event_id"
+HEADER_HISTORY_EPOCH = "history_epoch"
+
+_RELEASE_DIR_NAME = re.compile(r"v(\d+)")
+
+
+def load_named_schema(fullname: str, directory: Path = AVRO_DIR) -> AvroSchema:
+    """Parse ``<directory>/<fullname>.avsc`` and the named types it uses from the same directory."""
+    schema: AvroSchema = load_schema(str(directory / f"{fullname}.avsc"))
+    return schema
+
+
+def release_dirs(avro_dir: Path = AVRO_DIR) -> list[tuple[str, Path]]:
+    """``(version, directory)`` of every release under ``avro_dir``, oldest first."""
+    root = avro_dir / RELEASES_SUBDIR
+    if not root.is_dir():
+        return []
+    found = [
+        (int(match.group(1)), path)
+        for path in root.iterdir()
+        if path.is_dir() and (match := _RELEASE_DIR_NAME.fullmatch(path.name))
+    ]
+    return [(path.name, path) for _, path in sorted(found)]
+
+
+def schema_fingerprint(schema: AvroSchema) -> bytes:
+    """The CRC-64-AVRO fingerprint of the schema's parsing canonical form, little-endian."""
+    # fastavro renders the fingerprint as hex of the little-endian bytes, the same
+    # byte order the single-object header uses.
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+class _SingleObjectFormat:
+    """Single-object framing for one record type and every released version of it."""
+
+    def __init__(self, fullname: str, avro_dir: Path) -> None:
+        self.fullname = fullname
+        self.schema = load_named_schema(fullname, avro_dir)
+        self.fingerprint = schema_fingerprint(self.schema)
+        self._header = MAGIC + self.fingerprint
+        self._writers: dict[bytes, AvroSchema] = {}
+        for _version, directory in release_dirs(avro_dir):
+            if (directory / f"{fullname}.avsc").is_file():
+                released = load_named_schema(fullname, directory)
+                self._writers[schema_fingerprint(released)] = released
+        self._writers[self.fingerprint] = self.schema
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        out = BytesIO()
+        out.write(self._header)
+        try:
+            schemaless_writer(out, self.schema, record)
+        except Exception as exc:
+            raise CodecError(
+                CodecErrorCode.UNENCODABLE, f"{self.fullname} cannot carry this value: {exc}"
+            ) from exc
+        return out.getvalue()
+
+    def decode(self, data: bytes) -> Any:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise CodecError(CodecErrorCode.BAD_MAGIC, f"expected bytes, got {type(data).__name__}")
+        if bytes(data[:2]) != MAGIC:
+            if len(data) < len(MAGIC) and MAGIC.startswith(data):
+                raise CodecError(CodecErrorCode.TRUNCATED, f"{len(data)}-byte message")
+            raise CodecError(
+                CodecErrorCode.BAD_MAGIC,
+                f"expected single-object marker c301, got {bytes(data[:2]).hex() or 'nothing'}",
+            )
+        if len(data) < HEADER_LENGTH:
+            raise CodecError(CodecErrorCode.TRUNCATED, f"{len(data)}-byte message")
+        writer_fingerprint = bytes(data[2:HEADER_LENGTH])
+        writer = self._writers.get(writer_fingerprint)
+        if writer is None:
+            raise CodecError(
+                CodecErrorCode.UNKNOWN_SCHEMA,
+                f"fingerprint {writer_fingerprint.hex()} is no known {self.fullname} schema",
+            )
+        # Resolution is needed only for older writers; the current one reads as is.
+        reader = None if writer is self.schema else self.schema
+        body = BytesIO(data)
+        body.seek(HEADER_LENGTH)
+        try:
+            record = schemaless_reader(body, writer, reader, return_record_name=True)
+        except Exception as exc:
+            raise CodecError(
+                CodecErrorCode.MALFORMED_BODY, f"{self.fullname} body does not decode: {exc!r}"
+            ) from exc
+        if body.tell() != len(data):
+            raise CodecError(
+                CodecErrorCode.MALFORMED_BODY,
+                f"{len(data) - body.tell()} bytes left after the {self.fullname} body",
+            )
+        return record
+
+
+def _upserted_record(payload: CatalogItemUpserted) -> tuple[str, dict[str, Any]]:
+    return (
+        UPSERTED,
+        {
+            "class_id": payload.class_id,
+            "status": payload.status,
+            "title": payload.title,
+            "parent_item_id": payload.parent_item_id,
+            "attributes": payload.attributes,
+        },
+    )
+
+
+def _retired_record(payload: CatalogItemRetired) -> tuple[str, dict[str, Any]]:
+    return (RETIRED, {"reason": payload.reason})
+
+
+def _upserted(record: dict[str, Any]) -> CatalogItemUpserted:
+    return CatalogItemUpserted(
+        class_id=record["class_id"],
+        status=record["status"],
+        title=record["title"],
+        parent_item_id=record["parent_item_id"],
+        attributes=record["attributes"],
+    )
+
+
+def _retired(record: dict[str, Any]) -> CatalogItemRetired:
+    return CatalogItemRetired(reason=record["reason"])
+
+
+_PAYLOAD_RECORDS: dict[type[Any], Callable[[Any], tuple[str, dict[str, Any]]]] = {
+    CatalogItemUpserted: _upserted_record,
+    CatalogItemRetired: _retired_record,
+}
+_PAYLOADS: dict[str, Callable[[dict[str, Any]], Payload]] = {
+    UPSERTED: _upserted,
+    RETIRED: _retired,
+}
+
+
+def _aggregate(record: dict[str, Any]) -> AggregateRef:
+    return AggregateRef(type=record["type"], id=record["id"], revision=record["revision"])
+
+
+def _aggregate_record(ref: AggregateRef) -> dict[str, Any]:
+    return {"type": ref.type, "id": ref.id, "revision": ref.revision}
+
+
+class EventCodec:
+    """Encodes envelopes (Kafka values) and stream keys (Kafka keys), and decodes them.
+
+    Build one per process and share it (``CODEC``); it holds no per-message state.
+    ``avro_dir`` is for tests that need another set of current and released schemas.
+    """
+
+    def __init__(self, avro_dir: Path = AVRO_DIR) -> None:
+        self._value = _SingleObjectFormat(ENVELOPE, avro_dir)
+        self._key = _SingleObjectFormat(STREAM_KEY, avro_dir)
+
+    @property
+    def value_schema(self) -> AvroSchema:
+        """The current, parsed Envelope schema."""
+        return self._value.schema
+
+    @property
+    def key_schema(self) -> AvroSchema:
+        """The current, parsed StreamKey schema."""
+        return self._key.schema
+
+    def encode_value(self, envelope: Envelope) -> bytes:
+        """The framed Avro bytes of ``envelope``; raises ``CodecError(UNENCODABLE)``."""
+        to_record = _PAYLOAD_RECORDS.get(type(envelope.payload))
+        if to_record is None:
+            raise CodecError(
+                CodecErrorCode.UNENCODABLE,
+                f"no schema for payload type {type(envelope.payload).__name__}",
+            )
+        return self._value.encode(
+            {
+                "tenant_id": envelope.tenant_id,
+                "catalog_id": envelope.catalog_id,
+                "history_epoch": envelope.history_epoch,
+                "position": envelope.position,
+                "event_id": envelope.event_id,
+                "event_type": envelope.event_type,
+                "aggregate": _aggregate_record(envelope.aggregate),
+                "dependencies": [_aggregate_record(ref) for ref in envelope.dependencies],
+                "occurred_at": envelope.occurred_at,
+                "payload": to_record(envelope.payload),
+            }
+        )
+
+    def decode_value(self, data: bytes) -> Envelope:
+        """The envelope framed in ``data``; any unreadable input raises ``CodecError``."""
+        record = self._value.decode(data)
+        try:
+            payload_name, payload_record = record["payload"]
+            payload = _PAYLOADS[payload_name](payload_record)
+            if record["event_type"] != payload.EVENT_TYPE:
+                raise CodecError(
+                    CodecErrorCode.MALFORMED_BODY,
+                    f"event_type {record['event_type']!r} disagrees with a "
+                    f"{payload.EVENT_TYPE} payload",
+                )
+            return Envelope(
+                tenant_id=record["tenant_id"],
+                catalog_id=record["catalog_id"],
+                history_epoch=record["history_epoch"],
+                position=record["position"],
+                event_id=record["event_id"],
+                aggregate=_aggregate(record["aggregate"]),
+                dependencies=tuple(_aggregate(ref) for ref in record["dependencies"]),
+                occurred_at=record["occurred_at"],
+                payload=payload,
+            )
+        except CodecError:
+            raise
+        except Exception as exc:
+            raise CodecError(
+                CodecErrorCode.MALFORMED_BODY, f"decoded envelope is not an event: {exc!r}"
+            ) from exc
+
+    def encode_key(self, key: StreamKey) -> bytes:
+        """The framed Avro bytes of a stream key."""
+        return self._key.encode({"tenant_id": key.tenant_id, "catalog_id": key.catalog_id})
+
+    def decode_key(self, data: bytes) -> StreamKey:
+        """The stream key framed in ``data``; any unreadable input raises ``CodecError``."""
+        record = self._key.decode(data)
+        try:
+            return StreamKey(tenant_id=record["tenant_id"], catalog_id=record["catalog_id"])
+        except Exception as exc:
+            raise CodecError(
+                CodecErrorCode.MALFORMED_BODY, f"decoded key is not a stream key: {exc!r}"
+            ) from exc
+
+    def headers(self, envelope: Envelope) -> list[tuple[str, bytes]]:
+        """Kafka headers: event_id and history_epoch as UTF-8 text."""
+        return [
+            (HEADER_EVENT_ID, str(envelope.event_id).encode()),
+            (HEADER_HISTORY_EPOCH, str(envelope.history_epoch).encode()),
+        ]
+
+
+CODEC = EventCodec()
+"""The process-wide codec over the packaged schemas."""
