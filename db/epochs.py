@@ -86,15 +86,21 @@ class EpochSource:
             self._cache[key] = (epoch, now)
             return epoch
 
-    def epochs(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
-        """Current epochs for a consumer's batch; pairs without an epoch are absent."""
+    def epochs(
+        self, pairs: Iterable[tuple[str, str]], refresh: bool = False
+    ) -> dict[tuple[str, str], int]:
+        """Current epochs for a consumer's batch; pairs without an epoch are absent.
+
+        ``refresh`` bypasses the cache, for a second look before treating an epoch
+        as unknown.
+        """
         wanted = set(pairs)
         now = time.monotonic()
         with self._lock:
             found = {
                 key: value[0]
                 for key in wanted
-                if (value := self._cache.get(key)) and now - value[1] < self._ttl
+                if not refresh and (value := self._cache.get(key)) and now - value[1] < self._ttl
             }
             missing = wanted - found.keys()
             if missing:

@@ -136,7 +136,7 @@ def agents() -> None:
 
     settings = _guarded(lambda: load(AgentSettings))
     app = create_app(settings)
-    worker = faust.Worker(app, loglevel="INFO", web_port=settings.agents_web_port)
+    worker = faust.Worker(app, loglevel="INFO")
     worker.execute_from_commandline()
 
 
@@ -145,12 +145,17 @@ def agents() -> None:
 @click.option("--tenants", default=3, show_default=True, help="Tenants (each with 2 catalogs).")
 @click.option("--writers", default=8, show_default=True, help="Concurrent writer threads.")
 @click.option("--keep-running", is_flag=True, help="Leave services running afterwards.")
+@click.option(
+    "--chaos/--no-chaos", default=True, show_default=True, help="Kill -9 relay and agents once."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def demo(events: int, tenants: int, writers: int, keep_running: bool, as_json: bool) -> None:
+def demo(
+    events: int, tenants: int, writers: int, keep_running: bool, chaos: bool, as_json: bool
+) -> None:
     """Run the whole pipeline on a realistic workload and check the projection."""
     from infra.demo import run_demo
 
-    ok = _guarded(lambda: run_demo(events, tenants, writers, keep_running, as_json, _echo))
+    ok = _guarded(lambda: run_demo(events, tenants, writers, keep_running, as_json, _echo, chaos))
     sys.exit(0 if ok else 1)
 
 

@@ -108,7 +108,7 @@ class _Resolver:
                 )
             else:
                 self.resolve(writer, branch, path)
-        elif not self._matches(writer, reader):
+        elif not self._matches(writer, reader, containers_only=True):
             self.problems.append(
                 f"{path}: writer type {_describe(writer)} cannot be read as {_describe(reader)}"
             )
@@ -117,8 +117,9 @@ class _Resolver:
 
     def _resolve_writer_union(self, writer: list[Any], reader: AvroSchema, path: str) -> None:
         # Each writer branch may occur in the data, so every one must stay readable.
-        for writer_branch in writer:
-            branch_path = f"{path}<{_label(_deref(writer_branch, self._writer_types))}>"
+        for branch in writer:
+            writer_branch = _deref(branch, self._writer_types)
+            branch_path = f"{path}<{_label(writer_branch)}>"
             if isinstance(reader, list):
                 reader_branch = self._first_match(writer_branch, reader)
                 if reader_branch is None:
@@ -181,8 +182,14 @@ class _Resolver:
                 return candidate
         return None
 
-    def _matches(self, writer: AvroSchema, reader: AvroSchema) -> bool:
-        """The Avro "schemas match" test that picks a union branch; records match by name."""
+    def _matches(
+        self, writer: AvroSchema, reader: AvroSchema, *, containers_only: bool = False
+    ) -> bool:
+        """The Avro "schemas match" test that picks a union branch; records match by name.
+
+        With ``containers_only`` arrays and maps match on their kind alone, so that
+        ``resolve`` reports a mismatch inside them at the item's own path.
+        """
         writer = _deref(writer, self._writer_types)
         reader = _deref(reader, self._reader_types)
         if isinstance(writer, list) or isinstance(reader, list):
@@ -194,6 +201,8 @@ class _Resolver:
             return False
         if not isinstance(writer, dict) or not isinstance(reader, dict):
             return True  # the same primitive
+        if containers_only and writer_kind in ("array", "map"):
+            return True
         if writer_kind == "array":
             return self._matches(writer["items"], reader["items"])
         if writer_kind == "map":

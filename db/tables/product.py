@@ -163,3 +163,20 @@ Index(
     quarantine.c.offset,
     unique=True,
 )
+
+
+# Where this consumer resumes reading each partition: every message below
+# ``next_offset`` has been handled (applied, parked, duplicate or quarantined) in a
+# committed product transaction. Kafka's own committed offsets are only a hint: a
+# rebalance can acknowledge messages the agent never saw, so on every assignment the
+# agent hands these offsets back to Kafka before it seeks.
+consumer_offset = Table(
+    "consumer_offset",
+    metadata,
+    Column("consumer", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("next_offset", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("consumer", "topic", "partition"),
+)

@@ -107,6 +107,13 @@ def _prepare_dirs(layout: Layout) -> None:
     error naming it.
     """
     pg, data, sockets = _pg_dir(layout), _data_dir(layout), _socket_dir(layout)
+    blocked = _untraversable_ancestor(layout.local) if _is_root() else None
+    if blocked is not None:
+        raise ServiceError(
+            f"the postgres user cannot reach {data}: {blocked} is not searchable by others",
+            f"run `chmod o+x {blocked}` or set GAPLESS_LOCAL_DIR to a directory "
+            "outside it (e.g. /var/tmp/gapless)",
+        )
     for directory in (pg, data, sockets):
         directory.mkdir(parents=True, exist_ok=True)
     log = layout.log_file(NAME)
@@ -121,13 +128,6 @@ def _prepare_dirs(layout: Layout) -> None:
     data.chmod(0o700)  # the postmaster refuses a group- or world-readable data dir
     for directory in (layout.local, layout.logs):
         directory.chmod(directory.stat().st_mode | stat.S_IXOTH)
-    blocked = _untraversable_ancestor(layout.local)
-    if blocked is not None:
-        raise ServiceError(
-            f"the postgres user cannot reach {data}: {blocked} is not searchable by others",
-            f"run `chmod o+x {blocked}` or set GAPLESS_LOCAL_DIR to a directory "
-            "outside it (e.g. /var/tmp/gapless)",
-        )
 
 
 def _initdb(layout: Layout, echo: Callable[[str], None]) -> None:

@@ -91,6 +91,6 @@ def local_environment() -> dict[str, str]:
         "GAPLESS_S3_ENDPOINT": s3.endpoint(layout),
         "GAPLESS_S3_ACCESS_KEY": creds.access_key,
         "GAPLESS_S3_SECRET_KEY": creds.secret_key,
-        "GAPLESS_EVIDENCE_BUCKET": s3.BUCKETS[0],
-        "GAPLESS_EXPORTS_BUCKET": s3.BUCKETS[1],
+        "GAPLESS_EVIDENCE_BUCKET": s3.EVIDENCE_BUCKET,
+        "GAPLESS_EXPORTS_BUCKET": s3.EXPORTS_BUCKET,
     }

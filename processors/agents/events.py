@@ -12,7 +12,6 @@ from prometheus_client import Counter
 
 from db.epochs import EpochSource
 from processors.applier.batch import Applier, BatchResult
-from processors.applier.exceptions import EpochHold
 from processors.applier.messages import RawMessage
 from processors.settings import AgentSettings
 from schemas.codec import CODEC
@@ -36,6 +35,23 @@ def register(app: Any, settings: AgentSettings) -> None:
         CODEC,
         consumer=settings.agents_consumer,
     )
+
+    @app.on_rebalance_complete.connect  # type: ignore[untyped-decorator]
+    async def resume_from_database(sender: Any = None, **_: Any) -> None:
+        """Hand Kafka the resume offsets kept in the product database.
+
+        Faust seeks to Kafka's committed offsets right after this signal. Those can be
+        ahead of what was applied: during a rebalance Faust acknowledges messages it
+        drops as stale, and a crash can leave acknowledgements of work that rolled
+        back. Committing the database's offsets first makes the seek land where the
+        product database says work stops; anything re-read is absorbed by the inbox.
+        """
+        stored = await asyncio.to_thread(applier.resume_offsets, settings.events_topic)
+        assigned = [tp for tp in app.consumer.assignment() if tp.topic == settings.events_topic]
+        rewind = {tp: stored[tp.partition] for tp in assigned if tp.partition in stored}
+        if rewind:
+            await app.consumer._commit(rewind)
+            log.info("resuming from product-database offsets %s", sorted(rewind.items()))
 
     @app.agent(topic, name="apply-events")  # type: ignore[untyped-decorator]
     async def apply_events(stream: Any) -> None:
@@ -66,7 +82,7 @@ def register(app: Any, settings: AgentSettings) -> None:
 async def apply_until_committed(
     applier: Applier, messages: list[RawMessage], settings: AgentSettings
 ) -> BatchResult:
-    """Retry transient failures (lost connection, epoch hold) with jittered backoff.
+    """Retry transient failures (a lost connection) with jittered backoff.
 
     Never returns without a commit: the caller acknowledges on return. Cancellation
     (shutdown) propagates without acknowledging anything.
@@ -75,7 +91,7 @@ async def apply_until_committed(
     while True:
         try:
             return await asyncio.to_thread(applier.apply, messages)
-        except (psycopg.OperationalError, psycopg.InterfaceError, EpochHold) as exc:
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("batch not applied, retrying in %.1fs: %s", delay, exc)
         except Exception:
             # A bug, not bad data (bad data is quarantined inside apply). Keep the

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import psycopg
 
 from db.epochs import EpochSource
-from processors.applier import inbox, parking, progress
-from processors.applier.exceptions import EpochHold
+from processors.applier import inbox, offsets, parking, progress
+from processors.applier.exceptions import EpochNotCurrent
 from processors.applier.messages import RawMessage
 from processors.applier.plan import (
     APPLIED,
@@ -98,14 +98,9 @@ class Applier:
                 decoded.append(_Decoded(message, self._codec.decode_value(message.value)))
             except CodecError as exc:
                 undecodable.append((message, exc))
-        current = self._epochs.epochs({(d.event.tenant_id, d.event.catalog_id) for d in decoded})
-        for d in decoded:
-            epoch = current.get((d.event.tenant_id, d.event.catalog_id))
-            if epoch is None or d.event.history_epoch > epoch:
-                raise EpochHold(
-                    f"event {d.event.event_id} has epoch {d.event.history_epoch}, current is "
-                    f"{epoch} for {d.event.tenant_id}/{d.event.catalog_id}"
-                )
+        current, unknown_epoch = self._check_epochs(decoded)
+        held = {id(d) for d in unknown_epoch}
+        decoded = [d for d in decoded if id(d) not in held]
         conn = self.connection()
         try:
             with conn.transaction():
@@ -113,6 +108,19 @@ class Applier:
                 for message, error in undecodable:
                     result.quarantined += quarantine(
                         conn, self.consumer, message, error.code, str(error)
+                    )
+                offsets.record(conn, self.consumer, messages)
+                for d in unknown_epoch:
+                    epoch = current.get((d.event.tenant_id, d.event.catalog_id))
+                    result.quarantined += quarantine(
+                        conn,
+                        self.consumer,
+                        d.message,
+                        EpochNotCurrent.code,
+                        f"history epoch {d.event.history_epoch} is not current for "
+                        f"{d.event.tenant_id}/{d.event.catalog_id} (control database says "
+                        f"{epoch}); retry after the epoch is issued",
+                        d.event,
                     )
         except (psycopg.OperationalError, psycopg.InterfaceError):
             raise  # connection trouble: retry the whole batch
@@ -123,6 +131,41 @@ class Applier:
             log.warning("batch of %d failed (%s); applying one by one", len(messages), exc)
             return self._apply_singly(messages)
         return result
+
+    def resume_offsets(self, topic: str) -> dict[int, int]:
+        """Where to resume each partition of ``topic``, from the product database.
+
+        Uses its own connection: it runs during a rebalance, possibly while a batch
+        transaction is open on the applier's connection.
+        """
+        with psycopg.connect(self._dsn) as conn:
+            return offsets.load(conn, self.consumer, topic)
+
+    def _check_epochs(
+        self, decoded: list[_Decoded]
+    ) -> tuple[dict[tuple[str, str], int], list[_Decoded]]:
+        """Current epochs, and the events whose epoch the control database does not know.
+
+        An epoch newer than the cached one gets a fresh look first (a fence may have
+        just issued it). If the control database still does not know it, the event is
+        held in quarantine: its stream's progress stops before it, while other streams
+        in the same partition keep flowing.
+        """
+        pairs = {(d.event.tenant_id, d.event.catalog_id) for d in decoded}
+        current = self._epochs.epochs(pairs)
+
+        def ahead(d: _Decoded, epochs: dict[tuple[str, str], int]) -> bool:
+            epoch = epochs.get((d.event.tenant_id, d.event.catalog_id))
+            return epoch is None or d.event.history_epoch > epoch
+
+        suspects = [d for d in decoded if ahead(d, current)]
+        if suspects:
+            fresh = self._epochs.epochs(
+                {(d.event.tenant_id, d.event.catalog_id) for d in suspects}, refresh=True
+            )
+            current.update(fresh)
+            suspects = [d for d in suspects if ahead(d, current)]
+        return current, suspects
 
     def _apply_singly(self, messages: Sequence[RawMessage]) -> BatchResult:
         total = BatchResult(received=len(messages))
@@ -143,6 +186,7 @@ class Applier:
             result.quarantined += quarantine(
                 conn, self.consumer, item.message, code, str(exc), item.event
             )
+            offsets.record(conn, self.consumer, [item.message])
         log.error("quarantined event %s: %s", item.event.event_id, exc)
         return result
 

@@ -7,12 +7,11 @@ class ApplierError(Exception):
     code = "APPLIER_ERROR"
 
 
-class EpochHold(ApplierError):
-    """An event names an epoch the control database does not (yet) call current.
+class EpochNotCurrent(ApplierError):
+    """An event names an epoch the control database does not know (or not yet).
 
-    Nothing of the batch is written and nothing is acknowledged; the agent retries
-    after a pause, so the event waits until the epoch is issued or the batch is
-    redelivered.
+    The event is quarantined under this code rather than blocking its partition:
+    its stream's progress stops before it until an operator retries it.
     """
 
     code = "EPOCH_NOT_CURRENT"

@@ -1,0 +1,107 @@
+"""The bench's figures as one flat JSON object or a table for people."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.bench.applier import ApplierFigures
+from infra.bench.latency import LatencyFigures
+from infra.bench.relay import RelayFigures
+from infra.bench.timing import Rate
+from infra.bench.writer import THREADS, WriterFigures
+
+
+def _ratio(ours: Rate, baseline: Rate) -> float:
+    return round(ours.per_second / baseline.per_second, 3) if baseline.per_second else 0.0
+
+
+def _eps(rate: Rate) -> float:
+    return round(rate.per_second, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    seconds: float
+    environment: dict[str, object]
+    writer: WriterFigures
+    relay: RelayFigures
+    applier: ApplierFigures
+    latency: LatencyFigures
+
+    def as_dict(self) -> dict[str, object]:
+        w, r, a, e = self.writer, self.relay, self.applier, self.latency
+        return {
+            "writer_ratio_b1": _ratio(w.gapless_b1, w.baseline_b1),
+            "writer_ratio_b100": _ratio(w.gapless_b100, w.baseline_b100),
+            "relay_ratio": _ratio(r.relay, r.bare),
+            "applier_ratio": _ratio(a.applier, a.bare),
+            "e2e_p50_ms": round(e.p50_ms, 2),
+            "e2e_p99_ms": round(e.p99_ms, 2),
+            "writer_threads": THREADS,
+            "writer_gapless_b1_eps": _eps(w.gapless_b1),
+            "writer_baseline_b1_eps": _eps(w.baseline_b1),
+            "writer_baseline_b1_no_notify_eps": _eps(w.baseline_b1_no_notify),
+            "writer_gapless_b100_eps": _eps(w.gapless_b100),
+            "writer_baseline_b100_eps": _eps(w.baseline_b100),
+            "writer_one_stream_b1_eps": _eps(w.one_stream_b1),
+            "writer_one_stream_b100_eps": _eps(w.one_stream_b100),
+            "relay_mps": _eps(r.relay),
+            "relay_bare_mps": _eps(r.bare),
+            "relay_messages": r.relay.count,
+            "relay_streams": r.streams,
+            "applier_eps": _eps(a.applier),
+            "applier_bare_eps": _eps(a.bare),
+            "e2e_offered_eps": e.offered_per_second,
+            "e2e_achieved_eps": round(e.achieved_per_second, 1),
+            "e2e_events": e.events,
+            "e2e_max_ms": round(e.max_ms, 2),
+            "e2e_relay_p50_ms": round(e.relay_p50_ms, 2),
+            "e2e_consume_apply_p50_ms": round(e.consume_apply_p50_ms, 2),
+            "seconds": self.seconds,
+            **self.environment,
+        }
+
+
+def render_table(figures: Figures) -> str:
+    d = figures.as_dict()
+    env = figures.environment
+    w, r, a, e = figures.writer, figures.relay, figures.applier, figures.latency
+
+    def row(name: str, ours: Rate, base: Rate | None, unit: str) -> str:
+        if base is None:
+            return f"  {name:<34} {ours.per_second:>11,.0f} {'':>11} {'':>6}  {unit}"
+        return (
+            f"  {name:<34} {ours.per_second:>11,.0f} {base.per_second:>11,.0f}"
+            f" {_ratio(ours, base):>6.2f}  {unit}"
+        )
+
+    head = f"  {'':<34} {'gapless':>11} {'baseline':>11} {'ratio':>6}"
+    lines = [
+        f"gapless bench: {figures.seconds:g} s per phase, {env['cores']} cores, PostgreSQL "
+        f"{env['postgres']} (synchronous_commit={env['synchronous_commit']}), "
+        f"round trip {env['pg_round_trip_us']} µs",
+        "",
+        f"(a) writer, {THREADS} threads on {THREADS} streams vs a sequence-numbered outbox",
+        head,
+        row("batch 1", w.gapless_b1, w.baseline_b1, "events/s"),
+        row("batch 100", w.gapless_b100, w.baseline_b100, "events/s"),
+        row("baseline batch 1 without NOTIFY", w.baseline_b1_no_notify, None, "events/s"),
+        row(f"{THREADS} writers on one stream, batch 1", w.one_stream_b1, None, "events/s"),
+        row(f"{THREADS} writers on one stream, batch 100", w.one_stream_b100, None, "events/s"),
+        "",
+        f"(b) relay, {r.relay.count:,} rows in {r.streams} streams vs a bare producer",
+        head,
+        row("Relay.run_once", r.relay, r.bare, "messages/s"),
+        "",
+        "(c) applier, batches of 500 vs a bare upsert of the same rows",
+        head,
+        row("Applier.apply", a.applier, a.bare, "events/s"),
+        "",
+        f"(d) end to end at {e.offered_per_second:.0f} events/s offered "
+        f"({e.achieved_per_second:.0f} achieved, {e.events:,} events)",
+        f"  writer COMMIT -> projection COMMIT  p50 {d['e2e_p50_ms']} ms, "
+        f"p99 {d['e2e_p99_ms']} ms, max {d['e2e_max_ms']} ms",
+        f"  of which COMMIT -> Kafka CreateTime p50 {d['e2e_relay_p50_ms']} ms, "
+        f"CreateTime -> applied p50 {d['e2e_consume_apply_p50_ms']} ms",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""``gapless bench``: each part of the pipeline against a baseline without its guarantees.
+
+Phases, in the order they run (each bounded by ``seconds``):
+a. writer: gapless Unit of Work vs a sequence-numbered outbox, 8 threads;
+b. relay: ``Relay.run_once`` vs a bare producer with the same bytes;
+c. applier: ``Applier.apply`` vs a bare batched upsert;
+d. end to end: writer COMMIT to projection COMMIT at a fixed offered load.
+Absolute figures depend on the machine; the ratios, taken within one run, are what
+to compare between changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from infra.bench.applier import measure_applier
+from infra.bench.latency import measure_latency
+from infra.bench.relay import measure_relay
+from infra.bench.report import Figures, render_table
+from infra.bench.sandbox import Sandbox, sandbox
+from infra.bench.writer import THREADS, measure_writer
+
+E2E_RATE = 200.0
+"""Offered load of phase (d), events per second: well below every phase's capacity."""
+
+
+def _environment(box: Sandbox) -> dict[str, object]:
+    """What the figures were measured on, and one round trip's cost."""
+    with psycopg.connect(box.databases.resolver_dsn, autocommit=True) as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        sync = conn.execute("SHOW synchronous_commit").fetchone()
+        trips = []
+        for _ in range(300):
+            start = time.perf_counter()
+            conn.execute("SELECT 1")
+            trips.append(time.perf_counter() - start)
+    return {
+        "cores": os.cpu_count(),
+        "postgres": version[0] if version else "?",
+        "synchronous_commit": sync[0] if sync else "?",
+        "pg_round_trip_us": round(statistics.median(trips) * 1e6, 1),
+    }
+
+
+def run_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> None:
+    """Prepare the local services, run every phase in a sandbox, print the figures."""
+    from infra.cli import _prepare
+    from infra.config import use_local_services
+
+    use_local_services()
+    _prepare()
+    with sandbox(echo) as box:
+        environment = _environment(box)
+        pool = ConnectionPool(
+            box.databases.resolver_dsn, min_size=THREADS, max_size=THREADS, open=True
+        )
+        epochs = EpochSource(box.databases.control_dsn)
+        try:
+            pool.wait()
+            writer = measure_writer(box, pool, epochs, seconds, echo)
+            relay = measure_relay(box, pool, epochs, seconds, echo)
+            applier = measure_applier(box, seconds, echo)
+            latency = measure_latency(box, pool, epochs, seconds, E2E_RATE, echo)
+        finally:
+            pool.close()
+            epochs.close()
+    figures = Figures(seconds, environment, writer, relay, applier, latency)
+    if as_json:
+        print(json.dumps(figures.as_dict()))
+    else:
+        print(render_table(figures))

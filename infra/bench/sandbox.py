@@ -1,0 +1,135 @@
+"""Databases and topics of their own for one benchmark run, removed afterwards.
+
+The bench runs on the same PostgreSQL cluster and Kafka broker as everything else
+(same durability settings, same machine), but in three databases and two topics
+created for the run. Sharing the real databases is not safe: the relay publishes
+every stream with unpublished rows it finds, so a bench relay would ship another
+process's rows to the bench topic and mark them published (and the demo's relay
+would take the bench's rows), and tests truncate the shared tables. Dropping the
+run's databases also removes every row the bench wrote, whatever phase failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import quote, urlencode
+
+import psycopg
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from db.migrate import upgrade_all
+from db.settings import DatabaseSettings
+from infra.config import load
+from schemas.topics import KafkaSettings
+
+Echo = Callable[[str], None]
+
+PARTITIONS = 6
+"""Partitions of each bench topic, as many as the events topic has by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    run_id: str
+    databases: DatabaseSettings
+    bootstrap: str
+    relay_topic: str
+    e2e_topic: str
+    consumer_group: str
+
+    def tenant(self, name: str) -> str:
+        """A tenant id that names the run, so its rows are recognisable anywhere."""
+        return f"bench-{self.run_id}-{name}"
+
+
+def with_dbname(dsn: str, dbname: str) -> str:
+    """The same connection as ``dsn`` (URL or key=value form) to another database, as a URL.
+
+    A URL because ``db.migrate`` hands it to SQLAlchemy.
+    """
+    params = {k: v for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    host = str(params.pop("host", ""))
+    port = params.pop("port", None)
+    user = params.pop("user", None)
+    password = params.pop("password", None)
+    params.pop("dbname", None)
+    auth = ""
+    if user is not None:
+        auth = quote(str(user), safe="")
+        if password is not None:
+            auth += ":" + quote(str(password), safe="")
+        auth += "@"
+    netloc = auth + (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+    query = f"?{urlencode({k: str(v) for k, v in params.items()})}" if params else ""
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}{query}"
+
+
+@contextlib.contextmanager
+def sandbox(echo: Echo) -> Iterator[Sandbox]:
+    """Create the run's databases (migrated) and topics; drop them on the way out."""
+    shared = load(DatabaseSettings)
+    kafka = load(KafkaSettings)
+    run_id = uuid.uuid4().hex[:8]
+    names = {db: f"gapless_bench_{run_id}_{db}" for db in ("resolver", "product", "control")}
+    databases = DatabaseSettings(
+        resolver_dsn=with_dbname(shared.resolver_dsn, names["resolver"]),
+        product_dsn=with_dbname(shared.product_dsn, names["product"]),
+        control_dsn=with_dbname(shared.control_dsn, names["control"]),
+    )
+    box = Sandbox(
+        run_id=run_id,
+        databases=databases,
+        bootstrap=kafka.kafka_bootstrap,
+        relay_topic=f"bench.{run_id}.relay",
+        e2e_topic=f"bench.{run_id}.e2e",
+        consumer_group=f"bench-{run_id}",
+    )
+    admin = AdminClient({"bootstrap.servers": box.bootstrap})
+    created: list[str] = []
+    topics: list[str] = []
+    try:
+        with psycopg.connect(shared.resolver_dsn, autocommit=True) as conn:
+            for name in names.values():
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                created.append(name)
+        echo(f"bench run {run_id}: databases {', '.join(created)}")
+        upgrade_all(databases)
+        new = [
+            NewTopic(t, num_partitions=PARTITIONS, replication_factor=1)
+            for t in (box.relay_topic, box.e2e_topic)
+        ]
+        for name, future in admin.create_topics(new).items():
+            future.result(timeout=30)
+            topics.append(name)
+        yield box
+    finally:
+        _drop(shared.resolver_dsn, created, echo)
+        _delete_topics(admin, topics, box.consumer_group, echo)
+
+
+def _drop(admin_dsn: str, names: list[str], echo: Echo) -> None:
+    if not names:
+        return
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for name in names:
+            # FORCE ends sessions a failed phase may have left open (PostgreSQL 13+).
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+    echo(f"dropped {', '.join(names)}")
+
+
+def _delete_topics(admin: AdminClient, topics: list[str], group: str, echo: Echo) -> None:
+    for future in admin.delete_consumer_groups([group]).values():
+        with contextlib.suppress(Exception):  # the group exists only if phase (d) ran
+            future.result(timeout=10)
+    if not topics:
+        return
+    for future in admin.delete_topics(topics).values():
+        future.result(timeout=30)
+    echo(f"deleted topics {', '.join(topics)}")

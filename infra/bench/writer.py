@@ -1,0 +1,222 @@
+"""Phase (a): the gapless writer against a sequence-numbered outbox.
+
+Both sides run the same Unit of Work from the same connection pool, upsert the same
+item row with the same statement, build and encode the same envelope with the same
+codec, and insert its bytes with the same ``executemany`` and the same NOTIFY. What
+only the gapless side does is the stream's cursor: ``SELECT … FOR UPDATE`` on the
+cursor row before the first change, ``UPDATE`` of the cursor at commit, a foreign key
+from the outbox row to it, and the wait for that row lock when writers share a
+stream. The baseline's outbox numbers rows with an IDENTITY column instead, which
+hands numbers to transactions that later roll back and lets a reader see position
+p+1 committed before p: exactly what the cursor exists to prevent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.repositories import catalog_items as items
+from db.stream_writer import NOTIFY_CHANNEL, PendingEvent
+from db.unit_of_work import UnitOfWork
+from infra.bench.sandbox import Echo, Sandbox
+from infra.bench.timing import Rate, run_each_once, run_threads
+from producers.resolver.catalog_items import AGGREGATE, ItemChange, record_item
+from schemas.codec import CODEC
+from schemas.events import AggregateRef, CatalogItemUpserted, Envelope, StreamKey
+
+THREADS = 8
+CATALOG = "catalog1"
+
+SEQ_OUTBOX_DDL = """
+CREATE TABLE bench_seq_outbox (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id text NOT NULL,
+    catalog_id text NOT NULL,
+    history_epoch bigint NOT NULL,
+    event_id uuid NOT NULL UNIQUE,
+    event_type text NOT NULL,
+    key bytea NOT NULL,
+    value bytea NOT NULL,
+    headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+    committed_at timestamptz NOT NULL DEFAULT now(),
+    published_at timestamptz
+);
+CREATE INDEX bench_seq_outbox_unpublished_idx ON bench_seq_outbox (id)
+    WHERE published_at IS NULL;
+"""
+"""The outbox as a sequence-numbered design would have it: the same columns and the
+same unpublished-rows index, an IDENTITY id instead of (stream, position)."""
+
+
+def change(tenant_id: str, item_id: str) -> ItemChange:
+    """A new item; both sides of every comparison write exactly these rows."""
+    return ItemChange(
+        tenant_id,
+        CATALOG,
+        item_id,
+        "shoe",
+        f"Trail shoe {item_id}",
+        attributes={"colour": "blue", "size": "42"},
+    )
+
+
+def write_gapless(pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str]) -> None:
+    """One transaction through ``record_item``: cursor lock, upserts, outbox at commit."""
+    with UnitOfWork(pool, epochs, CODEC) as uow:
+        for item_id in ids:
+            record_item(uow, change(tenant, item_id))
+        uow.commit()
+
+
+def write_sequenced(
+    pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str], notify: bool
+) -> None:
+    """The same transaction into ``bench_seq_outbox``: no cursor row, an IDENTITY id.
+
+    It mirrors ``record_item`` and ``StreamWriter.flush`` statement for statement,
+    minus the cursor's SELECT … FOR UPDATE and UPDATE.
+    """
+    with UnitOfWork(pool, epochs, CODEC) as uow:
+        epoch = epochs.epoch_for_write(tenant, CATALOG)
+        key = CODEC.encode_key(StreamKey(tenant_id=tenant, catalog_id=CATALOG))
+        pending: list[PendingEvent] = []
+        for item_id in ids:
+            c = change(tenant, item_id)
+            revision = items.save(
+                uow.tx,
+                c.tenant_id,
+                c.catalog_id,
+                c.item_id,
+                c.class_id,
+                "active",
+                c.title,
+                c.parent_item_id,
+                c.attributes,
+            )
+            pending.append(
+                PendingEvent(
+                    aggregate=AggregateRef(type=AGGREGATE, id=c.item_id, revision=revision),
+                    payload=CatalogItemUpserted(
+                        class_id=c.class_id,
+                        status="active",
+                        title=c.title,
+                        parent_item_id=c.parent_item_id,
+                        attributes=dict(c.attributes),
+                    ),
+                )
+            )
+        rows = []
+        for event in pending:
+            envelope = Envelope(
+                tenant_id=tenant,
+                catalog_id=CATALOG,
+                history_epoch=epoch,
+                position=0,  # a sequence-numbered outbox has no stream position
+                event_id=event.event_id,
+                aggregate=event.aggregate,
+                dependencies=event.dependencies,
+                occurred_at=event.occurred_at,
+                payload=event.payload,
+            )
+            headers = {name: value.decode() for name, value in CODEC.headers(envelope)}
+            rows.append(
+                (
+                    tenant,
+                    CATALOG,
+                    epoch,
+                    envelope.event_id,
+                    envelope.event_type,
+                    key,
+                    CODEC.encode_value(envelope),
+                    Jsonb(headers),
+                )
+            )
+        uow.tx.executemany(
+            "INSERT INTO bench_seq_outbox (tenant_id, catalog_id, history_epoch,"
+            " event_id, event_type, key, value, headers)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            rows,
+        )
+        if notify:
+            uow.tx.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"{tenant}/{CATALOG}"))
+        uow.commit()
+
+
+Variant = Literal["gapless", "sequenced", "sequenced-no-notify", "one-stream"]
+"""``one-stream``: gapless, with every thread writing the same stream."""
+
+
+@dataclass(slots=True)
+class WriterFigures:
+    gapless_b1: Rate
+    baseline_b1: Rate
+    gapless_b100: Rate
+    baseline_b100: Rate
+    baseline_b1_no_notify: Rate
+    one_stream_b1: Rate
+    one_stream_b100: Rate
+
+
+class WriterBench:
+    """Runs each variant with 8 threads; thread ``i`` owns stream ``i`` unless shared."""
+
+    def __init__(self, box: Sandbox, pool: ConnectionPool, epochs: EpochSource) -> None:
+        self._box = box
+        self._pool = pool
+        self._epochs = epochs
+
+    def setup(self) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(SEQ_OUTBOX_DDL)
+
+    def run(self, label: str, seconds: float, batch: int, variant: Variant) -> Rate:
+        """Run ``variant`` at ``batch`` events per transaction; ``label`` keeps item ids apart."""
+        box, pool, epochs = self._box, self._pool, self._epochs
+
+        def tenant(thread: int) -> str:
+            return box.tenant("shared" if variant == "one-stream" else f"w{thread}")
+
+        def work(thread: int, n: int) -> int:
+            ids = [f"{label}-{thread}-{n}-{k}" for k in range(batch)]
+            if variant in ("gapless", "one-stream"):
+                write_gapless(pool, epochs, tenant(thread), ids)
+            else:
+                write_sequenced(pool, epochs, tenant(thread), ids, variant == "sequenced")
+            return batch
+
+        # One warm-up transaction per thread outside the clock: cursor rows, epochs
+        # and pooled connections exist before timing starts.
+        run_each_once(THREADS, lambda thread, _n: work(thread, -1))
+        return run_threads(THREADS, seconds, work)
+
+
+def measure_writer(
+    box: Sandbox, pool: ConnectionPool, epochs: EpochSource, seconds: float, echo: Echo
+) -> WriterFigures:
+    """Gapless and baseline in alternating slices (so drift hits both), then one stream."""
+    bench = WriterBench(box, pool, epochs)
+    bench.setup()
+    figures = WriterFigures(*(Rate() for _ in range(7)))
+    rounds = 4
+    slice_s = seconds / rounds
+    plan: list[tuple[str, int, Variant, Rate]] = [
+        ("g1", 1, "gapless", figures.gapless_b1),
+        ("s1", 1, "sequenced", figures.baseline_b1),
+        ("n1", 1, "sequenced-no-notify", figures.baseline_b1_no_notify),
+        ("g100", 100, "gapless", figures.gapless_b100),
+        ("s100", 100, "sequenced", figures.baseline_b100),
+    ]
+    for r in range(rounds):
+        echo(f"writer: gapless and baseline at batch 1 and 100, round {r + 1}/{rounds}")
+        for label, batch, variant, total in plan:
+            total.add(bench.run(f"{label}r{r}", slice_s, batch, variant))
+    echo("writer: 8 writers on one stream, batch 1")
+    figures.one_stream_b1.add(bench.run("o1", seconds / 2, 1, "one-stream"))
+    echo("writer: 8 writers on one stream, batch 100")
+    figures.one_stream_b100.add(bench.run("o100", seconds / 2, 100, "one-stream"))
+    return figures

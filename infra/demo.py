@@ -1,0 +1,285 @@
+"""``gapless demo``: the whole pipeline on real services, checked row by row.
+
+1. start the local services (if needed), migrate, create topics;
+2. start the relay and the product agents as separate processes;
+3. write a concurrent workload, killing the relay and the agents once each midway
+   (``kill -9``) and restarting them, so recovery is part of every run;
+4. wait until every stream's durable progress equals its committed cursor;
+5. compare the projection with the resolver's accepted state row by row;
+6. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.settings import DatabaseSettings
+from infra.config import load, use_local_services
+from infra.workload import WorkloadStats, run_workload, streams_for
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class _Process:
+    name: str
+    args: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        handle = self.log.open("ab")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "infra.cli", *self.args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy(),
+            start_new_session=True,
+        )
+        handle.close()
+
+    def kill(self) -> None:
+        """Simulate a crash: SIGKILL, no chance to finish anything."""
+        if self.popen and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+    def stop(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def run_demo(
+    events: int,
+    tenants: int,
+    writers: int,
+    keep_running: bool,
+    as_json: bool,
+    echo: Echo,
+    chaos: bool = True,
+) -> bool:
+    from infra.cli import _prepare
+    from infra.local import down, status, up
+
+    started_here = not all(s.running for s in status())
+    echo("starting services…")
+    up(echo)
+    use_local_services()
+    _prepare()
+    settings = load(DatabaseSettings)
+    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    relay = _Process("relay", ["relay"], logs / "demo-relay.log")
+    agents = _Process("agents", ["agents"], logs / "demo-agents.log")
+    run_id = f"demo{uuid.uuid4().hex[:6]}"
+    streams = streams_for(run_id, tenants)
+    echo(f"run {run_id}: {len(streams)} streams, {events} events, {writers} writers")
+    relay.start()
+    agents.start()
+    began = time.monotonic()
+    try:
+        stats = _write(chaos, settings, streams, events, writers, relay, agents, echo)
+        echo("waiting for every stream's durable progress to reach its committed cursor…")
+        caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
+        elapsed = time.monotonic() - began
+        mismatches = _compare(settings, run_id)
+        summary = _summary(settings, run_id, stats, elapsed, caught_up, mismatches)
+    finally:
+        relay.stop()
+        agents.stop()
+        if started_here and not keep_running:
+            down(echo)
+    ok = (
+        caught_up
+        and not mismatches
+        and summary["quarantined"] == 0
+        and summary["events_committed"] == stats.events > 0
+        and summary["events_applied"] + summary["ignored_stale"] == stats.events
+    )
+    _print(summary, mismatches, ok, as_json)
+    return ok
+
+
+def _write(
+    chaos: bool,
+    settings: DatabaseSettings,
+    streams: list[tuple[str, str]],
+    events: int,
+    writers: int,
+    relay: _Process,
+    agents: _Process,
+    echo: Echo,
+) -> WorkloadStats:
+    pool = ConnectionPool(settings.resolver_dsn, min_size=writers, max_size=writers, open=True)
+    epochs = EpochSource(settings.control_dsn)
+    crashes = {"relay": events // 3, "agents": (2 * events) // 3} if chaos else {}
+    last_echo = [0.0]
+
+    def progress(done: int) -> None:
+        now = time.monotonic()
+        for name, at in list(crashes.items()):
+            if done >= at:
+                del crashes[name]
+                process = relay if name == "relay" else agents
+                echo(f"  crash: kill -9 {name} at {done} events, restarting it")
+                process.kill()
+                process.start()
+        if now - last_echo[0] >= 1.0:
+            last_echo[0] = now
+            echo(f"  written {min(done, events)}/{events}")
+
+    try:
+        return run_workload(pool, epochs, streams, events, writers, progress=progress)
+    finally:
+        pool.close()
+        epochs.close()
+
+
+def _wait_caught_up(settings: DatabaseSettings, run_id: str, echo: Echo, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    last = 0.0
+    while time.monotonic() < deadline:
+        cursors = _cursors(settings, run_id)
+        progress = _progress(settings, run_id)
+        behind = {s: c - progress.get(s, 0) for s, c in cursors.items() if progress.get(s, 0) < c}
+        if not behind:
+            return True
+        if time.monotonic() - last >= 2:
+            last = time.monotonic()
+            echo(f"  {len(behind)} streams behind by {sum(behind.values())} positions")
+        time.sleep(0.25)
+    return False
+
+
+def _cursors(settings: DatabaseSettings, run_id: str) -> dict[tuple[str, str, int], int]:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        rows = conn.execute(
+            "SELECT tenant_id, catalog_id, history_epoch, position FROM stream_cursor"
+            " WHERE tenant_id LIKE %s",
+            (f"{run_id}-%",),
+        ).fetchall()
+    return {(t, c, e): p for t, c, e, p in rows}
+
+
+def _progress(settings: DatabaseSettings, run_id: str) -> dict[tuple[str, str, int], int]:
+    with psycopg.connect(settings.product_dsn) as conn:
+        rows = conn.execute(
+            "SELECT tenant_id, catalog_id, history_epoch, position FROM stream_progress"
+            " WHERE tenant_id LIKE %s",
+            (f"{run_id}-%",),
+        ).fetchall()
+    return {(t, c, e): p for t, c, e, p in rows}
+
+
+_ITEM_COLUMNS = "tenant_id, catalog_id, item_id, class_id, status, title, parent_item_id,"
+_ITEM_COLUMNS += " attributes, revision"
+
+
+def _compare(settings: DatabaseSettings, run_id: str) -> list[str]:
+    """Row-by-row differences between accepted state and the serving projection."""
+    query = f"SELECT {_ITEM_COLUMNS} FROM {{table}} WHERE tenant_id LIKE %s {{extra}}"
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        accepted = {
+            r[:3]: r
+            for r in conn.execute(
+                query.format(table="catalog_item", extra=""), (f"{run_id}-%",)
+            ).fetchall()
+        }
+    with psycopg.connect(settings.product_dsn) as conn:
+        projected = {
+            r[:3]: r
+            for r in conn.execute(
+                query.format(table="product_item", extra="AND generation = 1"), (f"{run_id}-%",)
+            ).fetchall()
+        }
+    problems = []
+    for key in sorted(accepted.keys() | projected.keys()):
+        a, p = accepted.get(key), projected.get(key)
+        if a != p:
+            problems.append(f"{'/'.join(key)}: accepted={a} projected={p}")
+    return problems
+
+
+def _summary(
+    settings: DatabaseSettings,
+    run_id: str,
+    stats: WorkloadStats,
+    elapsed: float,
+    caught_up: bool,
+    mismatches: list[str],
+) -> dict[str, Any]:
+    like = (f"{run_id}-%",)
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        committed, published = conn.execute(
+            "SELECT count(*), count(published_at) FROM outbox WHERE tenant_id LIKE %s", like
+        ).fetchone() or (0, 0)
+        row = conn.execute("SELECT count(*) FROM catalog_item WHERE tenant_id LIKE %s", like)
+        items = (row.fetchone() or (0,))[0]
+    with psycopg.connect(settings.product_dsn) as conn:
+        counts = conn.execute(
+            "SELECT coalesce(sum(applied_count), 0), coalesce(sum(duplicate_count), 0),"
+            " coalesce(sum(parked_count), 0), coalesce(sum(released_count), 0),"
+            " coalesce(sum(ignored_count), 0) FROM stream_progress WHERE tenant_id LIKE %s",
+            like,
+        ).fetchone() or (0, 0, 0, 0, 0)
+        quarantined = conn.execute(
+            "SELECT count(*) FROM quarantine WHERE tenant_id LIKE %s OR tenant_id IS NULL",
+            like,
+        ).fetchone()
+    return {
+        "run_id": run_id,
+        "events_committed": committed,
+        "events_published": published,
+        "events_applied": int(counts[0]),
+        "duplicates_absorbed": int(counts[1]),
+        "parked": int(counts[2]),
+        "released": int(counts[3]),
+        "ignored_stale": int(counts[4]),
+        "quarantined": int(quarantined[0]) if quarantined else 0,
+        "transactions_committed": stats.transactions,
+        "transactions_rolled_back": stats.rolled_back + stats.rejected,
+        "items": items,
+        "caught_up": caught_up,
+        "mismatched_rows": len(mismatches),
+        "elapsed_s": round(elapsed, 2),
+        "events_per_s": round(committed / elapsed, 1) if elapsed else 0.0,
+    }
+
+
+def _print(summary: dict[str, Any], mismatches: list[str], ok: bool, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({**summary, "ok": ok}))
+    else:
+        width = max(len(k) for k in summary)
+        for key, value in summary.items():
+            click.echo(f"{key.replace('_', ' '):<{width}}  {value}")
+        for line in mismatches[:20]:
+            click.echo(f"mismatch: {line}")
+    verdict = "demo: OK" if ok else "demo: FAILED"
+    detail = (
+        f"{summary['events_committed']} events, projection matches accepted state"
+        if ok
+        else f"caught_up={summary['caught_up']} mismatched_rows={summary['mismatched_rows']}"
+        f" quarantined={summary['quarantined']}"
+    )
+    click.echo(f"{verdict} ({detail})")
