@@ -1,0 +1,38 @@
+"""End to end through real processes: writer → outbox → relay → Kafka → Faust → projection.
+
+Runs ``gapless demo`` (relay and agents as separate processes, each killed with -9
+once midway) on its own topic and consumer group, against the test databases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from db.settings import DatabaseSettings
+
+
+@pytest.mark.slow
+def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) -> None:
+    env = dict(os.environ)
+    env["GAPLESS_EVENTS_TOPIC"] = topic
+    env["GAPLESS_AGENTS_APP_ID"] = f"e2e-{uuid.uuid4().hex[:8]}"
+    env["GAPLESS_AGENTS_WEB_PORT"] = "6167"
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "demo", "--events", "800", "--tenants", "2", "--json"],
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    lines = done.stdout.decode().strip().splitlines()
+    assert done.returncode == 0, done.stderr.decode()[-3000:] + "\n".join(lines)
+    summary = json.loads(lines[0])
+    assert lines[-1].startswith("demo: OK")
+    assert summary["ok"] is True
+    assert summary["events_committed"] == summary["events_applied"] >= 800
+    assert summary["mismatched_rows"] == 0
