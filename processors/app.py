@@ -17,7 +17,7 @@ def create_app(settings: AgentSettings) -> Any:
     there. Faust's own tables and stores are not used.
     """
     from processors.agents import events as events_agent
-    from processors.agents import health
+    from processors.agents import health, recovery
 
     app = faust.App(
         settings.agents_app_id,
@@ -33,5 +33,6 @@ def create_app(settings: AgentSettings) -> Any:
         broker_commit_interval=1.0,
     )
     events_agent.register(app, settings)
+    recovery.register(app, settings)
     health.register(app)
     return app

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from db.settings import DatabaseSettings
@@ -25,3 +25,20 @@ class AgentSettings(DatabaseSettings, KafkaSettings):
         default=6066, ge=1, le=65535, description="GAPLESS_AGENTS_WEB_PORT: health/metrics."
     )
     agents_retry_max_seconds: float = Field(default=5.0, gt=0)
+
+    resolver_url: str = Field(
+        default="http://127.0.0.1:58080",
+        description="GAPLESS_RESOLVER_URL: the resolver API (progress reports, retained events).",
+    )
+    resolver_token: SecretStr | None = Field(
+        default=None, description="GAPLESS_RESOLVER_TOKEN: bearer token for the resolver API."
+    )
+    agents_report_interval_seconds: float = Field(
+        default=2.0, gt=0, description="GAPLESS_AGENTS_REPORT_INTERVAL_SECONDS"
+    )
+    agents_gap_threshold_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="GAPLESS_AGENTS_GAP_THRESHOLD_SECONDS: how long a gap may stay open "
+        "before it is filled from the resolver's retained events.",
+    )

@@ -45,8 +45,9 @@ stream_progress = Table(
     CheckConstraint("position >= 0", name="stream_progress_position_nonnegative"),
 )
 
-OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "parked")
-TERMINAL_OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch")
+OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped", "parked")
+# ``skipped``: an operator skipped a quarantined event with an audited reason.
+TERMINAL_OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped")
 
 # One row per event id ever received: the dedupe key and the event's outcome.
 inbox = Table(
@@ -62,7 +63,7 @@ inbox = Table(
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("decided_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint(
-        "outcome IN ('applied', 'ignored_stale', 'ignored_old_epoch', 'parked')",
+        "outcome IN ('applied', 'ignored_stale', 'ignored_old_epoch', 'skipped', 'parked')",
         name="inbox_outcome_known",
     ),
 )

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Callable, Iterator
 
 from infra.local import kafka, postgres, s3
+from infra.local.api_token import dev_token, token_hash
 from infra.local.errors import ServiceError
 from infra.local.layout import Layout, current_layout
 from infra.local.status import ServiceStatus
@@ -83,7 +85,13 @@ def local_environment() -> dict[str, str]:
     """
     layout = current_layout()
     creds = s3.credentials(layout)
+    token = dev_token(layout)
+    api_port = os.environ.get("GAPLESS_RESOLVER_API_PORT", "58080")
     return {
+        "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{api_port}",
+        "GAPLESS_RESOLVER_TOKEN": token,
+        # The local dev token may read every tenant; deployments scope theirs.
+        "GAPLESS_API_TOKENS": f"{token_hash(token)}:*",
         "GAPLESS_RESOLVER_DSN": postgres.dsn(layout, "resolver"),
         "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
         "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),

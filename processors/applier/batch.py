@@ -239,15 +239,18 @@ class Applier:
         keys = {k for e in events for k in named_keys(e)} | parking.keys_named(parked)
         revisions = self._revisions(conn, keys, generation)
 
+        # Every parked event the plan may release, including those a cascade loads.
+        by_id = {p.event.event_id: p for p in parked}
+
         def load_more(
             more: list[AggregateKey],
         ) -> tuple[list[Parked], dict[AggregateKey, int]]:
             found = parking.waiting_on(conn, more, self._codec)
+            by_id.update((p.event.event_id, p) for p in found)
             return found, self._revisions(conn, parking.keys_named(found), generation)
 
         plan = plan_batch(events, revisions, parked, load_more)
 
-        by_id = {p.event.event_id: p for p in parked}
         inbox.record(conn, ((fresh[i].event, outcome) for i, outcome in plan.outcomes.items()))
         inbox.set_outcomes(conn, plan.released)
         parking.park(

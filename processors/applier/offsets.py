@@ -18,7 +18,8 @@ def contiguous_runs(messages: Iterable[RawMessage]) -> dict[tuple[str, int], tup
     """
     offsets: dict[tuple[str, int], list[int]] = defaultdict(list)
     for m in messages:
-        offsets[(m.topic, m.partition)].append(m.offset)
+        if m.partition >= 0:  # not Kafka (e.g. retained events fetched from the resolver)
+            offsets[(m.topic, m.partition)].append(m.offset)
     runs: dict[tuple[str, int], tuple[int, int]] = {}
     for tp, found in offsets.items():
         ordered = sorted(set(found))

@@ -1,0 +1,27 @@
+"""A development bearer token for the local resolver API.
+
+Generated once into ``.local/api-token`` (mode 0600, never in the repository). The
+API is configured with the token's SHA-256 only, the way a deployment would be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+
+from infra.local.layout import Layout
+
+
+def dev_token(layout: Layout) -> str:
+    path = layout.local / "api-token"
+    if not path.exists():
+        layout.local.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()

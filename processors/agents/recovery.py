@@ -1,0 +1,55 @@
+"""Timers beside the applier: progress reports and gap closing.
+
+Each worker runs them for every stream of its consumer; the progress-row lock in the
+applier's transaction keeps two workers from applying the same stream at once, so
+doing the same work twice costs time, never correctness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from db.epochs import EpochSource
+from processors.applier.batch import Applier
+from processors.gaps import GapCloser
+from processors.reporter import ProgressReporter
+from processors.resolver_client import ResolverClient
+from processors.settings import AgentSettings
+from schemas.codec import CODEC
+
+log = logging.getLogger(__name__)
+
+
+def register(app: Any, settings: AgentSettings) -> None:
+    token = settings.resolver_token.get_secret_value() if settings.resolver_token else None
+    client = ResolverClient(settings.resolver_url, token)
+    reporter = ProgressReporter(settings.product_dsn, client, settings.agents_consumer)
+    # Its own applier (own connection): it runs while the agent's batch may be open.
+    closer = GapCloser(
+        settings.product_dsn,
+        client,
+        Applier(
+            settings.product_dsn,
+            EpochSource(settings.control_dsn),
+            CODEC,
+            consumer=settings.agents_consumer,
+        ),
+        settings.agents_consumer,
+        threshold_s=settings.agents_gap_threshold_seconds,
+    )
+
+    @app.timer(interval=settings.agents_report_interval_seconds)  # type: ignore[untyped-decorator]
+    async def report_progress() -> None:
+        try:
+            await asyncio.to_thread(reporter.report_once)
+        except Exception:
+            log.exception("progress report failed; will try again")
+
+    @app.timer(interval=settings.agents_gap_threshold_seconds / 2)  # type: ignore[untyped-decorator]
+    async def close_gaps() -> None:
+        try:
+            await asyncio.to_thread(closer.close_once)
+        except Exception:
+            log.exception("gap closing failed; will try again")

@@ -1,0 +1,126 @@
+"""Closing gaps from the resolver's retained events.
+
+A position above a stream's durable progress that stays missing (a message lost from
+Kafka, never published, or stuck behind a rebalance) holds progress, and events
+parked on it may wait forever. The gap closer fetches the events after progress from
+the resolver and applies them through the normal batch path, so dedupe, revisions and
+parking apply unchanged. Parked and quarantined events never close a gap: only an
+event with a terminal outcome moves progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+
+from processors.applier.batch import Applier, BatchResult
+from processors.applier.messages import RawMessage
+from processors.applier.progress import Stream
+from processors.resolver_client import ResolverClient, ResolverUnavailable, RetainedEventsGone
+
+log = logging.getLogger(__name__)
+
+RETAINED_TOPIC = "resolver.retained-events"
+
+
+@dataclass
+class _Seen:
+    position: int
+    since: float
+
+
+@dataclass
+class GapCloser:
+    """Finds stalled streams and fills them from retained events.
+
+    A stream is a candidate when, for at least ``threshold_s``:
+    - the inbox holds a position above progress (a hole below it, or a parked event), or
+    - progress has not moved (the resolver may hold events this consumer never got).
+    """
+
+    product_dsn: str
+    client: ResolverClient
+    applier: Applier
+    consumer: str
+    threshold_s: float = 5.0
+    page_size: int = 500
+    _seen: dict[Stream, _Seen] = field(default_factory=dict)
+
+    def _streams(self) -> tuple[dict[Stream, int], set[Stream]]:
+        """Each stream's progress, and the streams with inbox rows above it for long."""
+        with psycopg.connect(self.product_dsn) as conn:
+            progress = {
+                (t, c, int(e)): int(p)
+                for t, c, e, p in conn.execute(
+                    "SELECT tenant_id, catalog_id, history_epoch, position FROM stream_progress"
+                    " WHERE consumer = %s",
+                    (self.consumer,),
+                ).fetchall()
+            }
+            waiting = {
+                (t, c, int(e))
+                for t, c, e in conn.execute(
+                    "SELECT DISTINCT p.tenant_id, p.catalog_id, p.history_epoch"
+                    " FROM stream_progress p JOIN inbox i ON i.tenant_id = p.tenant_id"
+                    " AND i.catalog_id = p.catalog_id AND i.history_epoch = p.history_epoch"
+                    " AND i.position > p.position"
+                    " WHERE p.consumer = %s AND i.received_at < now() - make_interval(secs => %s)",
+                    (self.consumer, self.threshold_s),
+                ).fetchall()
+            }
+        return progress, waiting
+
+    def candidates(self, now: float | None = None) -> dict[Stream, int]:
+        now = time.monotonic() if now is None else now
+        progress, waiting = self._streams()
+        stalled: dict[Stream, int] = {}
+        for stream, position in progress.items():
+            seen = self._seen.get(stream)
+            if seen is None or seen.position != position:
+                self._seen[stream] = _Seen(position, now)
+                seen = self._seen[stream]
+            if stream in waiting or now - seen.since >= self.threshold_s:
+                stalled[stream] = position
+        return stalled
+
+    def close_stream(self, stream: Stream, after: int) -> BatchResult | None:
+        """Fetch one page after ``after`` and apply it; None when nothing was retained."""
+        page = self.client.retained_events(stream, after, self.page_size)
+        if not page.events:
+            return None
+        messages = [RawMessage(RETAINED_TOPIC, -1, e.position, e.key, e.value) for e in page.events]
+        return self.applier.apply(messages)
+
+    def close_once(self) -> dict[Stream, BatchResult]:
+        """One pass over stalled streams; returns what was applied per stream."""
+        results: dict[Stream, BatchResult] = {}
+        for stream, position in self.candidates().items():
+            try:
+                result = self.close_stream(stream, position)
+            except ResolverUnavailable as exc:
+                log.warning("gap closing deferred: %s", exc)
+                break
+            except RetainedEventsGone as exc:
+                log.error(
+                    "stream %s: events after %d were pruned (%s); a rebuild is needed",
+                    stream,
+                    position,
+                    exc,
+                )
+                continue
+            if result is None:
+                # Nothing retained after progress: not a gap, just a quiet stream.
+                self._seen[stream] = _Seen(position, time.monotonic())
+                continue
+            results[stream] = result
+            log.info(
+                "stream %s: filled from retained events after %d: applied %d, duplicates %d",
+                stream,
+                position,
+                result.applied,
+                result.duplicates,
+            )
+        return results
