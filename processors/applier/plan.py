@@ -128,7 +128,7 @@ def plan_batch(
                     revisions.setdefault(k, rev)
                 for p in more:
                     if p.event.event_id not in decided:
-                        for dep in unmet(p.event):
+                        for dep in unmet(p.event) or p.event.dependencies:
                             waiting[aggregate_key(p.event, dep)].append((p.event, True))
             for event, from_store in waiting.pop(key, []):
                 consider(event, from_store)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from db.epochs import EpochSource, ensure_epoch
@@ -33,12 +33,15 @@ from schemas.codec import CODEC
 from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted, Envelope
 from schemas.topics import EVENTS_TOPIC
 
-TENANT = "t1"
+TENANT = "applier-sm"  # its own tenant: other tests may share the database
 CATALOGS = ("c1", "c2")
 ITEM_IDS = ("i0", "i1", "i2", "i3", "i4")
 AGGREGATE = "catalog_item"
 TERMINAL = {"applied", "ignored_stale", "ignored_old_epoch"}
-PRODUCT_TABLES = "inbox, parked_dependency, parked_event, product_item, stream_progress, quarantine"
+PRODUCT_TABLES = (
+    "inbox, parked_dependency, parked_event, product_item, stream_progress, quarantine,"
+    " consumer_offset"
+)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 Stream = tuple[str, str, int]
@@ -98,7 +101,9 @@ def histories(draw: st.DrawFn) -> History:
                 payload: CatalogItemUpserted | CatalogItemRetired = CatalogItemRetired(
                     reason=f"retired at {position}"
                 )
-                dependencies = (AggregateRef(type=AGGREGATE, id=item, revision=revision - 1),)
+                dependencies: tuple[AggregateRef, ...] = (
+                    AggregateRef(type=AGGREGATE, id=item, revision=revision - 1),
+                )
             else:
                 item = draw(st.sampled_from(ITEM_IDS), label="upsert")
                 parents = sorted(i for i, r in items.items() if r.status == "active" and i != item)
@@ -156,8 +161,8 @@ class Observed:
     def progress(self) -> dict[Stream, int]:
         rows = self.conn.execute(
             "SELECT tenant_id, catalog_id, history_epoch, position FROM stream_progress"
-            " WHERE consumer = %s",
-            (DEFAULT_CONSUMER,),
+            " WHERE consumer = %s AND tenant_id = %s",
+            (DEFAULT_CONSUMER, TENANT),
         ).fetchall()
         return {(t, c, int(e)): int(p) for t, c, e, p in rows}
 
@@ -165,31 +170,42 @@ class Observed:
         rows = self.conn.execute(
             "SELECT tenant_id, catalog_id, history_epoch, applied_count, duplicate_count,"
             " parked_count, released_count, ignored_count FROM stream_progress"
-            " WHERE consumer = %s",
-            (DEFAULT_CONSUMER,),
+            " WHERE consumer = %s AND tenant_id = %s",
+            (DEFAULT_CONSUMER, TENANT),
         ).fetchall()
         return {(t, c, int(e)): (a, d, p, r, i) for t, c, e, a, d, p, r, i in rows}
 
     def inbox(self) -> dict[uuid.UUID, str]:
-        rows = self.conn.execute("SELECT event_id, outcome FROM inbox").fetchall()
+        rows = self.conn.execute(
+            "SELECT event_id, outcome FROM inbox WHERE tenant_id = %s", (TENANT,)
+        ).fetchall()
         return {event_id: outcome for event_id, outcome in rows}
 
     def inbox_rows(self) -> int:
-        row = self.conn.execute("SELECT count(*) FROM inbox").fetchone()
+        row = self.conn.execute(
+            "SELECT count(*) FROM inbox WHERE tenant_id = %s", (TENANT,)
+        ).fetchone()
         assert row is not None
         return int(row[0])
 
     def parked(self) -> set[uuid.UUID]:
-        return {r[0] for r in self.conn.execute("SELECT event_id FROM parked_event").fetchall()}
+        rows = self.conn.execute(
+            "SELECT event_id FROM parked_event WHERE tenant_id = %s", (TENANT,)
+        ).fetchall()
+        return {r[0] for r in rows}
 
     def parked_dependencies(self) -> set[uuid.UUID]:
-        rows = self.conn.execute("SELECT event_id FROM parked_dependency").fetchall()
+        rows = self.conn.execute(
+            "SELECT event_id FROM parked_dependency WHERE tenant_id = %s", (TENANT,)
+        ).fetchall()
         return {r[0] for r in rows}
 
     def items(self) -> dict[ItemKey, Row]:
         rows = self.conn.execute(
             "SELECT generation, tenant_id, catalog_id, item_id, class_id, status, title,"
             " parent_item_id, attributes, revision, position FROM product_item"
+            " WHERE tenant_id = %s",
+            (TENANT,),
         ).fetchall()
         found: dict[ItemKey, Row] = {}
         for generation, tenant, catalog, item, *rest in rows:
@@ -201,7 +217,9 @@ class Observed:
         return found
 
     def quarantined(self) -> int:
-        row = self.conn.execute("SELECT count(*) FROM quarantine").fetchone()
+        row = self.conn.execute(
+            "SELECT count(*) FROM quarantine WHERE tenant_id = %s", (TENANT,)
+        ).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -229,6 +247,7 @@ class Delivery:
         self.progress: dict[Stream, int] = dict.fromkeys(history.ends, 0)
         self.totals: Counter[str] = Counter()
         self.last_batch: list[int] = []
+        self.parked: set[uuid.UUID] = set()
 
     def deliver(self, batch: Sequence[int]) -> BatchResult:
         result = self.applier.apply([self.messages[i] for i in batch])
@@ -239,6 +258,13 @@ class Delivery:
             self.totals[name] += getattr(result, name)
         assert result.received == len(batch)
         assert result.quarantined == 0
+        # What the examples exercised, for --hypothesis-show-statistics.
+        if len(set(batch)) < len(batch):
+            event("an event twice in one batch")
+        if result.parked:
+            event("events parked")
+        if result.ignored:
+            event("stale events ignored")
         self.check(result)
         return result
 
@@ -250,6 +276,7 @@ class Delivery:
         assert result.duplicates == len(batch)
         assert (result.applied, result.parked, result.released, result.ignored) == (0, 0, 0, 0)
         assert self.snapshot() == before
+        event("a committed batch redelivered")
 
     def snapshot(self) -> tuple[object, ...]:
         o = self.observed
@@ -269,6 +296,15 @@ class Delivery:
         parked = {i for i, outcome in inbox.items() if outcome == "parked"}
         assert o.parked() == parked
         assert o.parked_dependencies() == parked
+        released = [e for e in history.events if e.event_id in self.parked - parked]
+        if released:
+            event("stored parked events released")
+        released_aggregates = {(e.catalog_id, e.aggregate.id) for e in released}
+        if any(
+            (e.catalog_id, d.id) in released_aggregates for e in released for d in e.dependencies
+        ):
+            event("a release cascaded through stored parked events")
+        self.parked = parked
 
         for stream, end in history.ends.items():
             _, catalog, _ = stream
@@ -288,9 +324,9 @@ class Delivery:
         items = o.items()
         for key, row in items.items():
             assert row == history.states[key].get(row.revision), f"{key} shows a state it never had"
-            event = history.event_of(key, row.revision)
-            assert inbox.get(event.event_id) == "applied"
-            for dep in event.dependencies:
+            origin = history.event_of(key, row.revision)
+            assert inbox.get(origin.event_id) == "applied"
+            for dep in origin.dependencies:
                 dep_row = items.get((key[0], key[1], dep.id))
                 assert dep_row is not None and dep_row.revision >= dep.revision, (
                     f"{key} r{row.revision} applied before {dep.id} r{dep.revision}"
@@ -328,7 +364,7 @@ def reset_product(dsn: str) -> None:
 
 
 @settings(
-    max_examples=35,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -350,7 +386,10 @@ def test_any_delivery_schedule_converges_to_the_history_applied_once_in_order(
 
             # Anything goes: any events, repeats, redelivery of a committed batch.
             for _ in range(data.draw(st.integers(0, 12), label="random batches")):
-                if delivery.last_batch and data.draw(st.booleans(), label="redeliver"):
+                redeliver = bool(delivery.last_batch) and data.draw(
+                    st.booleans(), label="redeliver"
+                )
+                if redeliver:
                     delivery.redeliver_last_batch()
                     continue
                 batch = data.draw(st.lists(indices, min_size=1, max_size=6), label="batch")
@@ -368,7 +407,8 @@ def test_any_delivery_schedule_converges_to_the_history_applied_once_in_order(
                 batch, rest = list(rest[:size]), rest[size:]
                 if delivery.delivered:
                     old = data.draw(
-                        st.lists(st.sampled_from(sorted(delivery.delivered)), max_size=2)
+                        st.lists(st.sampled_from(sorted(delivery.delivered)), max_size=2),
+                        label="delivered before, again",
                     )
                     batch += old
                 delivery.deliver(batch)
