@@ -1,29 +1,53 @@
-"""Outbox reads and marks for the relay (the writes happen in ``stream_writer``)."""
+"""Outbox reads and the published-through position, for the relay.
+
+The writes happen in ``stream_writer``. What is published is one number per stream,
+``stream_publication.published_position``: every outbox position up to it has been
+confirmed by Kafka, and the stream's unpublished rows are the ones above it. Because
+positions are gapless and committed in order, those rows are contiguous, so the
+relay reads them with a primary-key range scan and records a batch with one
+single-row UPDATE instead of touching every row it shipped.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 import psycopg
 
 from db.stream_writer import StreamId
+from schemas.codec import KafkaHeaders, kafka_headers
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
+class OutboxRow(NamedTuple):
+    """One message as stored: the key and value bytes the relay ships, and the event
+    id (canonical UUID text) and epoch its headers are built from when it is sent.
+
+    A plain tuple holding no other containers: the relay keeps a whole batch of them
+    alive, and every container object in it is more work for the garbage collector.
+    """
+
     position: int
-    event_id: Any
+    event_id: str
+    history_epoch: int
     key: bytes
     value: bytes
-    headers: dict[str, str]
+
+    @property
+    def headers(self) -> KafkaHeaders:
+        return kafka_headers(self.event_id, self.history_epoch)
 
 
 def streams_with_unpublished(conn: psycopg.Connection, limit: int) -> list[StreamId]:
-    """Streams that have at least one unpublished row (served by a partial index)."""
+    """Streams whose cursor is ahead of their published position.
+
+    One row per stream on each side, and plain reads: a writer holding a cursor row
+    FOR UPDATE does not block this, and this does not block it.
+    """
     rows = conn.execute(
-        "SELECT DISTINCT tenant_id, catalog_id, history_epoch FROM outbox"
-        " WHERE published_at IS NULL LIMIT %s",
+        "SELECT c.tenant_id, c.catalog_id, c.history_epoch FROM stream_cursor c"
+        " LEFT JOIN stream_publication p ON p.tenant_id = c.tenant_id"
+        " AND p.catalog_id = c.catalog_id AND p.history_epoch = c.history_epoch"
+        " WHERE c.position > coalesce(p.published_position, 0) LIMIT %s",
         (limit,),
     ).fetchall()
     return [StreamId(t, c, e) for t, c, e in rows]
@@ -34,9 +58,9 @@ def try_claim_stream(conn: psycopg.Connection, stream: StreamId) -> bool:
 
     A transaction-scoped advisory lock keyed by the stream: a second relay's try
     fails and it moves on to another stream, so two relays never interleave the
-    messages of one stream. Writers do not take this lock, so publishing never
-    blocks them; the lock is released by COMMIT or ROLLBACK, and by the server if
-    the relay's connection dies.
+    messages of one stream, and only the claim holder moves its published position.
+    Writers do not take this lock, so publishing never blocks them; the lock is
+    released by COMMIT or ROLLBACK, and by the server if the relay's connection dies.
     """
     row = conn.execute(
         "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
@@ -45,21 +69,47 @@ def try_claim_stream(conn: psycopg.Connection, stream: StreamId) -> bool:
     return bool(row and row[0])
 
 
-def read_unpublished(conn: psycopg.Connection, stream: StreamId, limit: int) -> list[OutboxRow]:
+def published_position(conn: psycopg.Connection, stream: StreamId) -> int:
+    """The stream's published-through position (0 if it never published)."""
+    row = conn.execute(
+        "SELECT published_position FROM stream_publication"
+        " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s",
+        (stream.tenant_id, stream.catalog_id, stream.history_epoch),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def read_after(
+    conn: psycopg.Connection, stream: StreamId, after: int, limit: int
+) -> list[OutboxRow]:
+    """Up to ``limit`` rows of ``stream`` above position ``after``, in position order."""
     rows = conn.execute(
-        "SELECT position, event_id, key, value, headers FROM outbox"
+        "SELECT position, event_id::text, history_epoch, key, value FROM outbox"
         " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
-        " AND published_at IS NULL ORDER BY position LIMIT %s",
-        (stream.tenant_id, stream.catalog_id, stream.history_epoch, limit),
+        " AND position > %s ORDER BY position LIMIT %s",
+        (stream.tenant_id, stream.catalog_id, stream.history_epoch, after, limit),
+        binary=True,
     ).fetchall()
-    return [OutboxRow(p, e, bytes(k), bytes(v), h) for p, e, k, v, h in rows]
+    return [OutboxRow._make(row) for row in rows]
 
 
-def mark_published(conn: psycopg.Connection, stream: StreamId, first: int, last: int) -> int:
-    cur = conn.execute(
-        "UPDATE outbox SET published_at = now()"
-        " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
-        " AND position BETWEEN %s AND %s AND published_at IS NULL",
-        (stream.tenant_id, stream.catalog_id, stream.history_epoch, first, last),
-    )
-    return cur.rowcount
+def mark_published(conn: psycopg.Connection, stream: StreamId, through: int) -> int:
+    """Record that every position of ``stream`` up to ``through`` is in Kafka.
+
+    Monotonic: the position never moves backwards, whatever ``through`` is. Returns
+    the position now recorded. One single-row statement, and no index covers the
+    position, so PostgreSQL can update the row in place (HOT).
+    """
+    row = conn.execute(
+        "INSERT INTO stream_publication"
+        " (tenant_id, catalog_id, history_epoch, published_position)"
+        " VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (tenant_id, catalog_id, history_epoch) DO UPDATE"
+        " SET published_position = greatest("
+        "  stream_publication.published_position, excluded.published_position),"
+        "  updated_at = now()"
+        " RETURNING published_position",
+        (stream.tenant_id, stream.catalog_id, stream.history_epoch, through),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from schemas.codec import EventCodec
 from schemas.events import AggregateRef, Envelope, Payload, StreamKey
@@ -108,7 +107,8 @@ class StreamWriter:
 
         Steps, all inside the caller's transaction (nothing is visible until COMMIT):
         1. number the pending events ``cursor+1 … cursor+n`` in append order;
-        2. encode each envelope once; the relay ships these exact bytes;
+        2. encode each key and value once; the relay ships these exact bytes (the
+           headers it builds from the row's event_id and history_epoch);
         3. insert the outbox rows;
         4. move the cursor to ``cursor+n``;
         5. NOTIFY the relay (delivered only if the transaction commits).
@@ -133,7 +133,6 @@ class StreamWriter:
                 payload=event.payload,
             )
             envelopes.append(envelope)
-            headers = {name: value.decode() for name, value in self._codec.headers(envelope)}
             rows.append(
                 (
                     s.tenant_id,
@@ -144,14 +143,13 @@ class StreamWriter:
                     envelope.event_type,
                     self._key,
                     self._codec.encode_value(envelope),
-                    Jsonb(headers),
                 )
             )
         with self._conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
-                " event_id, event_type, key, value, headers)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                " event_id, event_type, key, value)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                 rows,
             )
         new_cursor = self._cursor + len(self._pending)

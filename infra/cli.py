@@ -88,19 +88,48 @@ def down() -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(as_json: bool) -> None:
-    """Report the local services."""
+@click.option("--services-only", is_flag=True, help="Only the local services.")
+def status(as_json: bool, services_only: bool) -> None:
+    """Local services, then per stream: committed, published, retention floor and what
+    holds it, leases, and each consumer's durable progress, lag, parked and quarantined."""
     from dataclasses import asdict
 
+    from db.settings import DatabaseSettings
     from infra.local import status as service_status
+    from infra.status import collect, lines, to_json
 
     services = _guarded(service_status)
+    streams: list[Any] = []
+    unattributed = 0
+    problem = None
+    if not services_only:
+        use_local_services()
+        try:
+            streams, unattributed = collect(load(DatabaseSettings))
+        except Exception as exc:  # the databases may be down: say so, keep the rest
+            problem = f"streams unavailable: {exc}"
     if as_json:
-        click.echo(json.dumps({"services": [asdict(s) for s in services]}))
+        click.echo(
+            json.dumps(
+                {
+                    "services": [asdict(s) for s in services],
+                    "streams": [to_json(s) for s in streams],
+                    "undecodable_quarantined": unattributed,
+                    "error": problem,
+                }
+            )
+        )
         return
     for s in services:
         mark = click.style("up  ", fg="green") if s.running else click.style("down", fg="red")
         click.echo(f"{mark} {s.name:<9} {s.address:<24} {s.detail}")
+    if problem:
+        _echo(problem)
+    for stream in streams:
+        for line in lines(stream):
+            click.echo(line)
+    if unattributed:
+        click.echo(f"{unattributed} quarantined messages never decoded (gapless quarantine list)")
 
 
 @main.command()
@@ -125,6 +154,144 @@ def relay() -> None:
     _logging()
     settings = _guarded(lambda: load(RelaySettings))
     run_relay(settings)
+
+
+@main.command("resolver-api")
+def resolver_api() -> None:
+    """Run the resolver HTTP API on 127.0.0.1 until SIGTERM (a deployable process)."""
+    import uvicorn
+
+    from producers.api import create_app
+    from producers.settings import ApiSettings
+
+    _logging()
+    settings = _guarded(lambda: load(ApiSettings))
+    uvicorn.run(
+        create_app(settings), host="127.0.0.1", port=settings.resolver_api_port, log_config=None
+    )
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="One pass over every stream, then exit.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per stream pruned.")
+def prune(once: bool, as_json: bool) -> None:
+    """Delete retained events nobody needs any more, and print what went per stream.
+
+    Only published events older than GAPLESS_RETENTION_AGE_SECONDS, and never past a
+    registered consumer's progress or a live lease's pin. Without --once, a pass
+    runs every GAPLESS_PRUNE_INTERVAL_SECONDS until SIGTERM.
+    """
+    from producers.retention.pruner import StreamPruned
+    from producers.retention.service import prune_once, run
+    from producers.retention.settings import RetentionSettings
+
+    settings = _guarded(lambda: load(RetentionSettings))
+
+    def show(results: list[StreamPruned], quiet: bool) -> None:
+        for r in results:
+            if quiet and not r.deleted:
+                continue
+            if as_json:
+                click.echo(
+                    json.dumps(
+                        {
+                            "stream": str(r.stream),
+                            "deleted": r.deleted,
+                            "pruned_through": r.pruned_through,
+                            "limited_by": r.limited_by,
+                        }
+                    )
+                )
+            else:
+                click.echo(
+                    f"{r.stream!s:<32} deleted {r.deleted:>8}  pruned through"
+                    f" {r.pruned_through:>9}  limited by {r.limited_by}"
+                )
+
+    if once:
+        results = prune_once(settings)
+        show(results, quiet=False)
+        if not results:
+            _echo("no stream has published events left to prune")
+        return
+    _logging()
+    run(settings, lambda results: show(results, quiet=True))
+
+
+@main.group()
+def consumers() -> None:
+    """Consumers registered with retention control (list, deregister)."""
+
+
+@consumers.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per consumer.")
+def consumers_list(as_json: bool) -> None:
+    """Each registered consumer: reported progress, lag, and whether it holds the floor."""
+    import psycopg
+
+    from db.settings import DatabaseSettings
+    from producers.retention.report import stream_report
+
+    settings = _guarded(lambda: load(DatabaseSettings))
+    with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
+        report = stream_report(conn)
+    listed = 0
+    for s in report:
+        for c in s.consumers:
+            listed += 1
+            holds = (
+                s.held_by is not None
+                and s.held_by.kind == "consumer"
+                and (s.held_by.name == c.consumer_id)
+            )
+            if as_json:
+                click.echo(
+                    json.dumps(
+                        {
+                            "stream": str(s.stream),
+                            "consumer": c.consumer_id,
+                            "reported_position": c.reported_position,
+                            "committed": s.committed,
+                            "lag": c.lag,
+                            "holds_floor": holds,
+                            "held_back": s.held_back if holds else 0,
+                            "registered_at": c.registered_at.isoformat(),
+                            "reported_at": c.reported_at.isoformat() if c.reported_at else None,
+                        }
+                    )
+                )
+            else:
+                reported = "never" if c.reported_position is None else str(c.reported_position)
+                note = f"  holds the floor ({s.held_back} held back)" if holds else ""
+                click.echo(
+                    f"{s.stream!s:<32} {c.consumer_id:<24} at {reported:>9}  lag {c.lag:>8}{note}"
+                )
+    if not listed and not as_json:
+        _echo("no registered consumers")
+
+
+@consumers.command("deregister")
+@click.argument("tenant")
+@click.argument("catalog")
+@click.argument("epoch", type=int)
+@click.argument("consumer")
+def consumers_deregister(tenant: str, catalog: str, epoch: int, consumer: str) -> None:
+    """Deregister CONSUMER from a stream, so it no longer holds retention back."""
+    import psycopg
+
+    from db.settings import DatabaseSettings
+    from db.stream_writer import StreamId
+    from producers.retention.consumers import deregister
+    from producers.retention.exceptions import RetentionError
+
+    settings = _guarded(lambda: load(DatabaseSettings))
+    stream = StreamId(tenant, catalog, epoch)
+    with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
+        try:
+            deregister(conn, stream, consumer)
+        except RetentionError as exc:
+            _fail(exc)
+    _echo(f"deregistered {consumer!r} from {stream}; the next prune pass may pass its progress")
 
 
 @main.command()

@@ -22,11 +22,15 @@ def load(settings_class: type[S]) -> S:
     try:
         return settings_class()
     except ValidationError as exc:
+        # Settings holding secrets hide what was given: a token pasted into the
+        # wrong variable must not end up in a log.
+        hide = bool(settings_class.model_config.get("hide_input_in_errors"))
         problems = []
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"])
             variable = f"{ENV_PREFIX}{field}".upper()
-            problems.append(f"{variable}: {error['msg']} (got {error.get('input')!r})")
+            given = "" if hide else f" (got {error.get('input')!r})"
+            problems.append(f"{variable}: {error['msg']}{given}")
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
 
 

@@ -230,9 +230,20 @@ def _summary(
 ) -> dict[str, Any]:
     like = (f"{run_id}-%",)
     with psycopg.connect(settings.resolver_dsn) as conn:
-        committed, published = conn.execute(
-            "SELECT count(*), count(published_at) FROM outbox WHERE tenant_id LIKE %s", like
-        ).fetchone() or (0, 0)
+        committed = (
+            conn.execute("SELECT count(*) FROM outbox WHERE tenant_id LIKE %s", like).fetchone()
+            or (0,)
+        )[0]
+        # Positions start at 1 and are gapless, so a stream's published position is
+        # the number of its events in Kafka.
+        published = (
+            conn.execute(
+                "SELECT coalesce(sum(published_position), 0)::bigint FROM stream_publication"
+                " WHERE tenant_id LIKE %s",
+                like,
+            ).fetchone()
+            or (0,)
+        )[0]
         row = conn.execute("SELECT count(*) FROM catalog_item WHERE tenant_id LIKE %s", like)
         items = (row.fetchone() or (0,))[0]
     with psycopg.connect(settings.product_dsn) as conn:

@@ -51,6 +51,9 @@ HEADER_LENGTH = len(MAGIC) + 8
 HEADER_EVENT_ID = "event_id"
 HEADER_HISTORY_EPOCH = "history_epoch"
 
+KafkaHeaders = list[tuple[str, str | bytes | None]]
+"""Message headers in the shape confluent-kafka's ``produce`` takes (ours are bytes)."""
+
 _RELEASE_DIR_NAME = re.compile(r"v(\d+)")
 
 
@@ -280,12 +283,21 @@ class EventCodec:
                 CodecErrorCode.MALFORMED_BODY, f"decoded key is not a stream key: {exc!r}"
             ) from exc
 
-    def headers(self, envelope: Envelope) -> list[tuple[str, bytes]]:
+    def headers(self, envelope: Envelope) -> KafkaHeaders:
         """Kafka headers: event_id and history_epoch as UTF-8 text."""
-        return [
-            (HEADER_EVENT_ID, str(envelope.event_id).encode()),
-            (HEADER_HISTORY_EPOCH, str(envelope.history_epoch).encode()),
-        ]
+        return kafka_headers(str(envelope.event_id), envelope.history_epoch)
+
+
+def kafka_headers(event_id: str, history_epoch: int) -> KafkaHeaders:
+    """The Kafka headers of an event, from its event id (canonical UUID text) and epoch.
+
+    Both are columns of the outbox row, so the relay builds the headers from them
+    rather than storing (and parsing) them a second time.
+    """
+    return [
+        (HEADER_EVENT_ID, event_id.encode()),
+        (HEADER_HISTORY_EPOCH, str(history_epoch).encode()),
+    ]
 
 
 CODEC = EventCodec()

@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.services"]
+pytest_plugins = ["tests.fixtures.services", "tests.fixtures.resolver_api"]

@@ -1,4 +1,5 @@
-"""Resolver database tables: stream cursors, the outbox and accepted catalog state."""
+"""Resolver database tables: stream cursors, the outbox, the relay's published
+positions and accepted catalog state."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKeyConstraint,
-    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -39,7 +39,11 @@ stream_cursor = Table(
 )
 
 # Encoded messages, written once by the writer in the same transaction as the facts.
-# The relay and the retained-events API ship ``key``/``value``/``headers`` as stored.
+# The relay and the retained-events API ship ``key`` and ``value`` as stored; the Kafka
+# headers are a function of ``event_id`` and ``history_epoch`` (``kafka_headers`` in
+# ``schemas.codec``), so they are not stored a second time. Which rows are published
+# is not a property of the row: see ``stream_publication``. The primary key serves
+# the relay's range read ``position > published_position ORDER BY position``.
 outbox = Table(
     "outbox",
     metadata,
@@ -51,9 +55,7 @@ outbox = Table(
     Column("event_type", Text, nullable=False),
     Column("key", LargeBinary, nullable=False),
     Column("value", LargeBinary, nullable=False),
-    Column("headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("committed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("published_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("tenant_id", "catalog_id", "history_epoch", "position"),
     ForeignKeyConstraint(
         ["tenant_id", "catalog_id", "history_epoch"],
@@ -62,13 +64,28 @@ outbox = Table(
     ),
     CheckConstraint("position >= 1", name="outbox_position_positive"),
 )
-Index(
-    "outbox_unpublished_idx",
-    outbox.c.tenant_id,
-    outbox.c.catalog_id,
-    outbox.c.history_epoch,
-    outbox.c.position,
-    postgresql_where=outbox.c.published_at.is_(None),
+
+# One row per stream the relay has published from: every outbox position up to
+# ``published_position`` has been confirmed by Kafka. Only the relay writes it, once
+# per batch, and only forwards (``GREATEST``); a stream without a row has published
+# nothing. The unpublished rows of a stream are its outbox rows above this position,
+# and a stream has work when its cursor is ahead of it.
+#
+# A table of its own rather than a column of ``stream_cursor``: writers hold the
+# cursor row FOR UPDATE until they commit, and the relay must neither wait for them
+# nor make them wait. For the same reason there is no foreign key to
+# ``stream_cursor``: the key check of the relay's first INSERT would take a KEY SHARE
+# lock on the cursor row and so wait for any writer holding it.
+stream_publication = Table(
+    "stream_publication",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("published_position", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "catalog_id", "history_epoch"),
+    CheckConstraint("published_position >= 0", name="stream_publication_position_nonnegative"),
 )
 
 ITEM_STATUSES = ("active", "split", "retired")

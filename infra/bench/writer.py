@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
@@ -42,15 +41,17 @@ CREATE TABLE bench_seq_outbox (
     event_type text NOT NULL,
     key bytea NOT NULL,
     value bytea NOT NULL,
-    headers jsonb NOT NULL DEFAULT '{}'::jsonb,
     committed_at timestamptz NOT NULL DEFAULT now(),
     published_at timestamptz
 );
 CREATE INDEX bench_seq_outbox_unpublished_idx ON bench_seq_outbox (id)
     WHERE published_at IS NULL;
 """
-"""The outbox as a sequence-numbered design would have it: the same columns and the
-same unpublished-rows index, an IDENTITY id instead of (stream, position)."""
+"""The outbox as a sequence-numbered design would have it: the same columns, an
+IDENTITY id instead of (stream, position), and a per-row ``published_at`` with its
+unpublished-rows index. Ids commit out of order, so such a relay cannot record a
+published-through id the way ``stream_publication`` records a position: it has to
+mark rows."""
 
 
 def change(tenant_id: str, item_id: str) -> ItemChange:
@@ -123,7 +124,6 @@ def write_sequenced(
                 occurred_at=event.occurred_at,
                 payload=event.payload,
             )
-            headers = {name: value.decode() for name, value in CODEC.headers(envelope)}
             rows.append(
                 (
                     tenant,
@@ -133,13 +133,12 @@ def write_sequenced(
                     envelope.event_type,
                     key,
                     CODEC.encode_value(envelope),
-                    Jsonb(headers),
                 )
             )
         uow.tx.executemany(
             "INSERT INTO bench_seq_outbox (tenant_id, catalog_id, history_epoch,"
-            " event_id, event_type, key, value, headers)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            " event_id, event_type, key, value)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
             rows,
         )
         if notify:

@@ -8,6 +8,17 @@ class RelayError(Exception):
 
 
 class PublishFailed(RelayError):
-    """Kafka did not confirm every message of a batch; the rows stay unpublished."""
+    """Kafka did not confirm every message of a batch; the published position stays put."""
 
     code = "PUBLISH_FAILED"
+
+
+class OutboxGap(RelayError):
+    """A stream's rows above its published position are not contiguous.
+
+    Writers commit positions gapless and in order, and only published rows are ever
+    deleted, so this means rows were removed by hand. The relay publishes nothing of
+    the stream rather than mark positions Kafka never received.
+    """
+
+    code = "OUTBOX_GAP"

@@ -38,8 +38,9 @@ class Publisher:
         """Produce ``rows`` in order and wait for all delivery reports.
 
         Raises ``PublishFailed`` if any report is an error or missing after the
-        timeout; the caller then leaves the rows unpublished and retries later (some
-        of them may have reached Kafka: the consumers' inbox absorbs the repeats).
+        timeout; the caller then leaves the published position where it was and
+        retries later (some of the rows may have reached Kafka: the consumers' inbox
+        absorbs the repeats).
         """
         errors: list[KafkaError] = []
         delivered = 0
@@ -58,7 +59,7 @@ class Publisher:
                         self.topic,
                         key=row.key,
                         value=row.value,
-                        headers=[(k, v.encode()) for k, v in row.headers.items()],
+                        headers=row.headers,
                         on_delivery=on_delivery,
                     )
                     break

@@ -1,4 +1,5 @@
-"""The relay loop: claim a stream, publish its unpublished rows in order, mark them."""
+"""The relay loop: claim a stream, publish the rows above its published position in
+order, then move the position."""
 
 from __future__ import annotations
 
@@ -14,22 +15,28 @@ from prometheus_client import Counter, Gauge
 from db.outbox import (
     OutboxRow,
     mark_published,
-    read_unpublished,
+    published_position,
+    read_after,
     streams_with_unpublished,
     try_claim_stream,
 )
 from db.stream_writer import NOTIFY_CHANNEL, StreamId
-from producers.relay.exceptions import PublishFailed
+from producers.relay.exceptions import OutboxGap, RelayError
 from producers.relay.publisher import Publisher
+from producers.relay.settings import DEFAULT_BATCH_SIZE
 
 log = logging.getLogger(__name__)
 
-PUBLISHED = Counter("gapless_relay_published_total", "Outbox rows published and marked")
-FAILURES = Counter("gapless_relay_publish_failures_total", "Batches Kafka did not confirm")
+PUBLISHED = Counter(
+    "gapless_relay_published_total", "Outbox rows published and recorded as published"
+)
+FAILURES = Counter(
+    "gapless_relay_publish_failures_total", "Batches not published (Kafka or an outbox gap)"
+)
 LAST_PASS = Gauge("gapless_relay_last_pass_timestamp", "Unix time of the last completed pass")
 
-# Hook between "Kafka confirmed" and "rows marked": the fault-injection tests kill the
-# process here to prove a crash at this point only causes re-publication.
+# Hook between "Kafka confirmed" and "position recorded": the fault-injection tests kill
+# the process here to prove a crash at this point only causes re-publication.
 AfterPublish = Callable[[StreamId, list[OutboxRow]], None]
 
 
@@ -38,7 +45,7 @@ class Relay:
         self,
         dsn: str,
         publisher: Publisher,
-        batch_size: int = 500,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         poll_seconds: float = 1.0,
         after_publish: AfterPublish | None = None,
     ) -> None:
@@ -56,28 +63,43 @@ class Relay:
         return self._conn
 
     def publish_stream(self, conn: psycopg.Connection, stream: StreamId) -> int:
-        """Publish one batch of a stream; returns how many rows were marked.
+        """Publish one batch of a stream; returns how many rows it published.
 
+        One transaction:
         1. claim the stream (advisory lock for this transaction) or skip it;
-        2. read its unpublished rows in position order;
-        3. produce them and wait for every delivery report;
-        4. mark exactly those rows published; COMMIT releases the claim.
-        A crash after 3 and before 4's COMMIT leaves the rows unpublished: the next
-        pass sends them again and consumers drop the duplicates by event id. A failed
-        delivery raises before 4, so nothing is marked that Kafka did not confirm.
+        2. read its published position P, then up to ``batch_size`` rows above P in
+           position order, and check they are exactly P+1 … P+n;
+        3. produce them in that order and wait for every delivery report;
+        4. move the published position to P+n (one single-row UPDATE, never
+           backwards); COMMIT releases the claim.
+        What a crash leaves: before 3, nothing sent and nothing recorded (the server
+        drops the claim with the connection); during 3 or after it and before 4's
+        COMMIT, some or all of P+1 … P+n in Kafka with the position still at P, so
+        the next claim sends them again and consumers drop the duplicates by event
+        id. A failed or missing delivery report raises before 4, so no position is
+        recorded that Kafka did not confirm. Never loss: a position only moves past
+        rows whose every delivery was confirmed. Nothing here locks a row a writer
+        locks, so writers and the relay never wait for each other.
         """
         with conn.transaction():
             if not try_claim_stream(conn, stream):
                 return 0
-            rows = read_unpublished(conn, stream, self._batch_size)
+            after = published_position(conn, stream)
+            rows = read_after(conn, stream, after, self._batch_size)
             if not rows:
                 return 0
+            last = rows[-1].position
+            if rows[0].position != after + 1 or last != after + len(rows):
+                raise OutboxGap(
+                    f"{stream}: rows above published position {after} are"
+                    f" {rows[0].position}…{last}, {len(rows)} of them"
+                )
             self._publisher.publish(rows)
             if self._after_publish is not None:
                 self._after_publish(stream, rows)
-            marked = mark_published(conn, stream, rows[0].position, rows[-1].position)
-        PUBLISHED.inc(marked)
-        return marked
+            mark_published(conn, stream, last)
+        PUBLISHED.inc(len(rows))
+        return len(rows)
 
     def run_once(self) -> int:
         """One pass over every stream with unpublished rows; returns rows published."""
@@ -88,7 +110,7 @@ class Relay:
         for stream in streams:
             try:
                 total += self.publish_stream(conn, stream)
-            except PublishFailed as exc:
+            except RelayError as exc:
                 FAILURES.inc()
                 log.warning("publish failed for %s, will retry: %s", stream, exc)
         self.last_pass = time.time()

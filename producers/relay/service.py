@@ -31,8 +31,8 @@ def build(settings: RelaySettings) -> Relay:
 def run(settings: RelaySettings) -> None:
     """Run until SIGTERM or SIGINT, then finish the current batch and exit.
 
-    Stopping mid-batch is safe anyway (unmarked rows are sent again), but a clean stop
-    avoids the duplicates.
+    Stopping mid-batch is safe anyway (rows above the published position are sent
+    again), but a clean stop avoids the duplicates.
     """
     stop = threading.Event()
 

@@ -8,12 +8,21 @@ from pydantic_settings import SettingsConfigDict
 from db.settings import DatabaseSettings
 from schemas.topics import KafkaSettings
 
+DEFAULT_BATCH_SIZE = 1000
+"""Rows per claim, per wait for delivery reports and per published-position update.
+
+Each batch pays a fixed price (a Kafka round trip for its delivery reports, a COMMIT
+with its WAL flush, the claim and the position read). 1000 rather than 500 measured
+about 13 % more relay throughput in ``gapless bench``; larger batches gained nothing
+more. A crash re-publishes at most one batch of a stream.
+"""
+
 
 class RelaySettings(DatabaseSettings, KafkaSettings):
     model_config = SettingsConfigDict(env_prefix="GAPLESS_", extra="ignore")
 
     relay_batch_size: int = Field(
-        default=500, ge=1, le=100_000, description="GAPLESS_RELAY_BATCH_SIZE"
+        default=DEFAULT_BATCH_SIZE, ge=1, le=100_000, description="GAPLESS_RELAY_BATCH_SIZE"
     )
     relay_poll_seconds: float = Field(
         default=1.0, gt=0, description="GAPLESS_RELAY_POLL_SECONDS: poll even without NOTIFY."

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
+import db.tables.retention  # noqa: F401  (its tables join the resolver metadata)
 from db.tables.resolver import metadata
 
 config = context.config

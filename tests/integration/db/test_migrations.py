@@ -9,7 +9,7 @@ from sqlalchemy import MetaData, create_engine
 
 from db.migrate import Database, dsn_for, sqlalchemy_url
 from db.settings import DatabaseSettings
-from db.tables import control, product, resolver
+from db.tables import control, product, resolver, retention  # noqa: F401  (joins resolver)
 
 METADATA: dict[Database, MetaData] = {
     "resolver": resolver.metadata,

@@ -4,29 +4,33 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from collections import Counter
 
 import psycopg
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from db.outbox import try_claim_stream
+from db.outbox import OutboxRow, mark_published, published_position, try_claim_stream
 from db.settings import DatabaseSettings
-from db.stream_writer import StreamId
+from db.stream_writer import StreamId, lock_cursor
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
 from producers.resolver.catalog_items import ItemChange, record_item, retire_item
-from schemas.codec import CODEC
+from schemas.codec import CODEC, kafka_headers
 from schemas.topics import KafkaSettings
 
+STREAM = StreamId("t1", "c1", 1)
 
-def _write(settings: DatabaseSettings, n: int) -> None:
+
+def _write(settings: DatabaseSettings, n: int, first: int = 0) -> None:
     pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=2, open=True)
     epochs = EpochSource(settings.control_dsn)
-    for i in range(n):
+    for i in range(first, first + n):
         with UnitOfWork(pool, epochs, CODEC) as uow:
             record_item(uow, ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}"))
             if i % 3 == 2:
@@ -42,6 +46,13 @@ def _write(settings: DatabaseSettings, n: int) -> None:
 
 
 def _consume_all(bootstrap: str, topic: str) -> list[RawMessage]:
+    return [
+        RawMessage(m.topic(), m.partition(), m.offset(), m.key(), m.value())
+        for m in _consume_messages(bootstrap, topic)
+    ]
+
+
+def _consume_messages(bootstrap: str, topic: str) -> list[Message]:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "relay-test", "enable.auto.commit": False}
     )
@@ -49,49 +60,74 @@ def _consume_all(bootstrap: str, topic: str) -> list[RawMessage]:
     partitions = list(metadata.topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in partitions}
-    seen: list[RawMessage] = []
-    while sum(1 for m in seen) < sum(ends.values()):
+    seen: list[Message] = []
+    while len(seen) < sum(ends.values()):
         for m in consumer.consume(500, timeout=5):
             assert m.error() is None, m.error()
-            seen.append(RawMessage(m.topic(), m.partition(), m.offset(), m.key(), m.value()))
+            seen.append(m)
     consumer.close()
     return seen
 
 
 def _unpublished(settings: DatabaseSettings) -> int:
+    """Outbox rows above their stream's published position."""
     with psycopg.connect(settings.resolver_dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM outbox WHERE published_at IS NULL").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM outbox o LEFT JOIN stream_publication p"
+            " ON p.tenant_id = o.tenant_id AND p.catalog_id = o.catalog_id"
+            " AND p.history_epoch = o.history_epoch"
+            " WHERE o.position > coalesce(p.published_position, 0)"
+        ).fetchone()
     return int(row[0]) if row else -1
+
+
+def _published(settings: DatabaseSettings, stream: StreamId = STREAM) -> int:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        return published_position(conn, stream)
+
+
+def _outbox_count(settings: DatabaseSettings) -> int:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        return int((conn.execute("SELECT count(*) FROM outbox").fetchone() or (0,))[0])
+
+
+def _crash_relay(
+    settings: DatabaseSettings, bootstrap: str, topic: str, *batching: int
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``tests.fixtures.relay_crash`` (``batching``: batch size, batch to die after)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.fixtures.relay_crash",
+            settings.resolver_dsn,
+            bootstrap,
+            topic,
+            *map(str, batching),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_relay_killed_between_produce_and_mark_only_duplicates(
     clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
 ) -> None:
     _write(clean_db, 30)
-    with psycopg.connect(clean_db.resolver_dsn) as conn:
-        total = int((conn.execute("SELECT count(*) FROM outbox").fetchone() or (0,))[0])
+    total = _outbox_count(clean_db)
 
-    crashed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.fixtures.relay_crash",
-            clean_db.resolver_dsn,
-            kafka_settings.kafka_bootstrap,
-            topic,
-        ],
-        capture_output=True,
-        timeout=120,
-    )
+    crashed = _crash_relay(clean_db, kafka_settings.kafka_bootstrap, topic)
     assert crashed.returncode == 9, crashed.stderr.decode()
     # Kafka has every message; the resolver still calls them unpublished.
     assert len(_consume_all(kafka_settings.kafka_bootstrap, topic)) == total
     assert _unpublished(clean_db) == total
+    assert _published(clean_db) == 0
 
     relay = Relay(clean_db.resolver_dsn, Publisher(kafka_settings.kafka_bootstrap, topic))
     while relay.run_once():
         pass
     assert _unpublished(clean_db) == 0
+    assert _published(clean_db) == total
     messages = _consume_all(kafka_settings.kafka_bootstrap, topic)
     assert len(messages) == 2 * total
 
@@ -121,3 +157,112 @@ def test_two_relays_never_claim_the_same_stream(clean_db: DatabaseSettings) -> N
         assert try_claim_stream(b, StreamId("t1", "c2", 1))
         a.commit()  # releases the claim
         assert try_claim_stream(b, stream)
+
+
+def test_relay_restarted_after_a_crash_resumes_after_the_last_confirmed_batch(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """Killed after Kafka confirmed its third batch of 10 and before recording it: the
+    position stays at 20, and the next relay sends 21 onwards, so exactly the third
+    batch reaches Kafka twice. Kafka gets the stored key and value bytes."""
+    _write(clean_db, 30)
+    total = _outbox_count(clean_db)
+    assert total > 30
+
+    crashed = _crash_relay(clean_db, kafka_settings.kafka_bootstrap, topic, 10, 3)
+    assert crashed.returncode == 9, crashed.stderr.decode()
+    assert _published(clean_db) == 20
+
+    first_positions: list[int] = []
+
+    def record(_stream: StreamId, rows: list[OutboxRow]) -> None:
+        first_positions.append(rows[0].position)
+
+    relay = Relay(
+        clean_db.resolver_dsn,
+        Publisher(kafka_settings.kafka_bootstrap, topic),
+        batch_size=10,
+        after_publish=record,
+    )
+    while relay.run_once():
+        pass
+    assert first_positions[0] == 21
+    assert first_positions == list(range(21, total + 1, 10))
+    assert _published(clean_db) == total
+
+    messages = _consume_messages(kafka_settings.kafka_bootstrap, topic)
+    positions = Counter(CODEC.decode_value(m.value() or b"").position for m in messages)
+    assert positions == Counter([*range(1, total + 1), *range(21, 31)])
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        stored = {
+            (bytes(key), bytes(value), event_id)
+            for key, value, event_id in conn.execute(
+                "SELECT key, value, event_id::text FROM outbox"
+            ).fetchall()
+        }
+    shipped = set()
+    for m in messages:
+        headers = m.headers() or []
+        event_id = dict(headers)["event_id"].decode()
+        assert headers == kafka_headers(event_id, 1)
+        shipped.add((m.key(), m.value(), event_id))
+    assert shipped == stored
+
+
+def test_published_position_never_moves_backwards(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    _write(clean_db, 30)
+    total = _outbox_count(clean_db)
+    relay = Relay(
+        clean_db.resolver_dsn, Publisher(kafka_settings.kafka_bootstrap, topic), batch_size=7
+    )
+    seen = [_published(clean_db)]
+    while relay.run_once():
+        seen.append(_published(clean_db))
+    assert seen == [*range(0, total, 7), total]
+
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        assert mark_published(conn, STREAM, total - 10) == total
+        assert mark_published(conn, STREAM, 0) == total
+        conn.commit()
+    assert _published(clean_db) == total
+
+
+def _finishes(work: threading.Thread, seconds: float = 30.0) -> bool:
+    work.start()
+    work.join(timeout=seconds)
+    return not work.is_alive()
+
+
+def test_relay_and_writers_never_wait_for_each_other(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """A writer holding the stream's cursor row does not stop the relay from publishing
+    and recording the stream's first position; a writer commits to the stream while
+    the relay holds its claim with a batch in flight."""
+    _write(clean_db, 3)
+    first = _outbox_count(clean_db)
+    publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
+    with psycopg.connect(clean_db.resolver_dsn) as writer:
+        lock_cursor(writer, STREAM)
+        relay = threading.Thread(target=Relay(clean_db.resolver_dsn, publisher).run_once)
+        relay_finished = _finishes(relay)
+        writer.rollback()
+    relay.join()
+    assert relay_finished, "the relay waited for a writer's cursor lock"
+    assert _published(clean_db) == first
+
+    _write(clean_db, 3, first=10)
+    second = _outbox_count(clean_db)
+    writers_finished: list[bool] = []
+
+    def write_while_claimed(_stream: StreamId, _rows: list[OutboxRow]) -> None:
+        if not writers_finished:
+            writers_finished.append(
+                _finishes(threading.Thread(target=_write, args=(clean_db, 1, 100)))
+            )
+
+    Relay(clean_db.resolver_dsn, publisher, after_publish=write_while_claimed).run_once()
+    assert writers_finished == [True], "a writer waited for the relay's claim"
+    assert _published(clean_db) == second < _outbox_count(clean_db)

@@ -25,6 +25,7 @@ from schemas.codec import (
     MAGIC,
     UPSERTED,
     EventCodec,
+    kafka_headers,
     schema_fingerprint,
 )
 from schemas.events import (
@@ -307,3 +308,8 @@ def test_reads_messages_written_with_a_released_schema(tmp_path: Path) -> None:
     assert newer.decode_value(written_today) == envelope
     # And the newer codec writes under a fingerprint today's codec has never seen.
     expect_code(CodecErrorCode.UNKNOWN_SCHEMA, newer.encode_value(envelope))
+
+
+def test_kafka_headers_from_columns_equal_the_envelope_headers() -> None:
+    envelope = an_envelope()
+    assert kafka_headers(str(envelope.event_id), envelope.history_epoch) == CODEC.headers(envelope)

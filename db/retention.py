@@ -1,0 +1,347 @@
+"""Retention control SQL: the retention-control lock, registered consumers, rebuild
+leases and the statements of the pruner.
+
+Every function runs inside the caller's transaction; the callers in
+``producers.retention`` decide where transactions begin and end. Times are taken
+from the database clock (``clock_timestamp()``, not ``now()``, which is the start of
+a transaction that may have waited long for a lock), so every process agrees on
+when a lease expires.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from db.stream_writer import StreamId
+
+_WHERE_STREAM = "tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
+
+
+def _key(stream: StreamId) -> tuple[str, str, int]:
+    return (stream.tenant_id, stream.catalog_id, stream.history_epoch)
+
+
+def lock_retention(conn: psycopg.Connection, stream: StreamId) -> int:
+    """Take the stream's retention-control lock; returns its pruned-through position.
+
+    The lock is the ``stream_retention`` row, held FOR UPDATE until the caller's
+    transaction ends. It serializes, per stream, everything that can lower the
+    retention floor or acts on it: consumer registration (also the implicit one of a
+    first progress report), lease creation, renewal and advancement, deregistration
+    and lease release, and each batch of the pruner. The pruner reads the floor and
+    deletes under it, so a new consumer or lease either commits first and is in the
+    floor that batch computes, or waits for the batch to commit and then reads the
+    new ``pruned_through`` here, which is exactly what it is promised to keep above.
+    Without the lock a batch that read the floor just before a registration
+    committed could delete events the new consumer was told were retained, and a
+    lease renewed while a batch judged it expired would pin events already gone.
+
+    Raising a registered consumer's progress does not take it: that only raises the
+    floor, so a batch that read the old value merely prunes less. Writers and the
+    relay never take it, so pruning never delays a write or a publication; other
+    streams are unaffected.
+    """
+    select = f"SELECT pruned_through FROM stream_retention WHERE {_WHERE_STREAM} FOR UPDATE"
+    row = conn.execute(select, _key(stream)).fetchone()
+    if row is None:
+        # First use of the stream. Concurrent first users both insert; one wins and
+        # the other's ON CONFLICT DO NOTHING waits for it, then both lock the row.
+        conn.execute(
+            "INSERT INTO stream_retention (tenant_id, catalog_id, history_epoch)"
+            " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            _key(stream),
+        )
+        row = conn.execute(select, _key(stream)).fetchone()
+        assert row is not None
+    return int(row[0])
+
+
+def pruned_through(conn: psycopg.Connection, stream: StreamId) -> int:
+    """The pruned-through position without locking (0 for a stream never pruned)."""
+    row = conn.execute(
+        f"SELECT pruned_through FROM stream_retention WHERE {_WHERE_STREAM}", _key(stream)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def committed_position(conn: psycopg.Connection, stream: StreamId) -> int:
+    """The committed cursor, read without locking it (writers are never waited for)."""
+    row = conn.execute(
+        f"SELECT position FROM stream_cursor WHERE {_WHERE_STREAM}", _key(stream)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+# Consumers ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRow:
+    stream: StreamId
+    consumer_id: str
+    reported_position: int | None
+    registered_at: datetime
+    reported_at: datetime | None
+
+
+_CONSUMER_COLUMNS = (
+    "tenant_id, catalog_id, history_epoch, consumer_id, reported_position,"
+    " registered_at, reported_at"
+)
+
+
+def _consumer(row: tuple[Any, ...]) -> ConsumerRow:
+    t, c, e, consumer_id, reported, registered_at, reported_at = row
+    return ConsumerRow(
+        StreamId(str(t), str(c), int(e)),
+        str(consumer_id),
+        None if reported is None else int(reported),
+        registered_at,
+        reported_at,
+    )
+
+
+def ensure_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> ConsumerRow:
+    """Register the consumer if it is not yet (call under the retention lock)."""
+    conn.execute(
+        "INSERT INTO stream_consumer (tenant_id, catalog_id, history_epoch, consumer_id)"
+        " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (*_key(stream), consumer_id),
+    )
+    row = conn.execute(
+        f"SELECT {_CONSUMER_COLUMNS} FROM stream_consumer"
+        f" WHERE {_WHERE_STREAM} AND consumer_id = %s",
+        (*_key(stream), consumer_id),
+    ).fetchone()
+    assert row is not None
+    return _consumer(row)
+
+
+def raise_progress(
+    conn: psycopg.Connection, stream: StreamId, consumer_id: str, position: int
+) -> int | None:
+    """Move a registered consumer's progress forward to ``position``; a lower report
+    changes nothing. Returns the progress now held, or None if not registered."""
+    row = conn.execute(
+        "UPDATE stream_consumer"
+        " SET reported_position = GREATEST(reported_position, %s), reported_at = clock_timestamp()"
+        f" WHERE {_WHERE_STREAM} AND consumer_id = %s RETURNING reported_position",
+        (position, *_key(stream), consumer_id),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def delete_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> bool:
+    cur = conn.execute(
+        f"DELETE FROM stream_consumer WHERE {_WHERE_STREAM} AND consumer_id = %s",
+        (*_key(stream), consumer_id),
+    )
+    return cur.rowcount > 0
+
+
+def consumers(conn: psycopg.Connection, stream: StreamId | None = None) -> list[ConsumerRow]:
+    """The registered consumers of one stream, or of every stream."""
+    where, params = (f" WHERE {_WHERE_STREAM}", _key(stream)) if stream else ("", ())
+    rows = conn.execute(
+        f"SELECT {_CONSUMER_COLUMNS} FROM stream_consumer{where}"
+        " ORDER BY tenant_id, catalog_id, history_epoch, consumer_id",
+        params,
+    ).fetchall()
+    return [_consumer(r) for r in rows]
+
+
+# Leases ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    lease_id: uuid.UUID
+    stream: StreamId
+    holder: str
+    pinned_position: int
+    ttl_seconds: int
+    created_at: datetime
+    expires_at: datetime
+    released_at: datetime | None
+    # Seconds until ``expires_at`` by the database clock when the row was read;
+    # zero or less means expired.
+    seconds_left: float
+
+    @property
+    def expired(self) -> bool:
+        return self.seconds_left <= 0
+
+
+_LEASE_COLUMNS = (
+    "lease_id, tenant_id, catalog_id, history_epoch, holder, pinned_position, ttl_seconds,"
+    " created_at, expires_at, released_at,"
+    " extract(epoch FROM expires_at - clock_timestamp())::float8"
+)
+
+
+def _lease(row: tuple[Any, ...]) -> LeaseRow:
+    lease_id, t, c, e, holder, pin, ttl, created, expires, released, left = row
+    return LeaseRow(
+        lease_id,
+        StreamId(str(t), str(c), int(e)),
+        str(holder),
+        int(pin),
+        int(ttl),
+        created,
+        expires,
+        released,
+        float(left),
+    )
+
+
+def insert_lease(
+    conn: psycopg.Connection,
+    stream: StreamId,
+    lease_id: uuid.UUID,
+    holder: str,
+    pinned_position: int,
+    ttl_seconds: int,
+) -> LeaseRow:
+    """Insert a lease expiring ``ttl_seconds`` from now (call under the retention lock)."""
+    row = conn.execute(
+        "INSERT INTO rebuild_lease (lease_id, tenant_id, catalog_id, history_epoch, holder,"
+        " pinned_position, ttl_seconds, expires_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, clock_timestamp() + make_interval(secs => %s))"
+        f" RETURNING {_LEASE_COLUMNS}",
+        (lease_id, *_key(stream), holder, pinned_position, ttl_seconds, ttl_seconds),
+    ).fetchone()
+    assert row is not None
+    return _lease(row)
+
+
+def get_lease(conn: psycopg.Connection, lease_id: uuid.UUID) -> LeaseRow | None:
+    row = conn.execute(
+        f"SELECT {_LEASE_COLUMNS} FROM rebuild_lease WHERE lease_id = %s", (lease_id,)
+    ).fetchone()
+    return None if row is None else _lease(row)
+
+
+def extend_lease(conn: psycopg.Connection, lease_id: uuid.UUID, ttl_seconds: int) -> LeaseRow:
+    """Set the lease to expire ``ttl_seconds`` from now (the caller checked it is live)."""
+    row = conn.execute(
+        "UPDATE rebuild_lease SET ttl_seconds = %s,"
+        " expires_at = clock_timestamp() + make_interval(secs => %s)"
+        f" WHERE lease_id = %s RETURNING {_LEASE_COLUMNS}",
+        (ttl_seconds, ttl_seconds, lease_id),
+    ).fetchone()
+    assert row is not None
+    return _lease(row)
+
+
+def raise_pin(conn: psycopg.Connection, lease_id: uuid.UUID, position: int) -> LeaseRow:
+    """Move the pin forward to ``position``; a lower one changes nothing."""
+    row = conn.execute(
+        "UPDATE rebuild_lease SET pinned_position = GREATEST(pinned_position, %s)"
+        f" WHERE lease_id = %s RETURNING {_LEASE_COLUMNS}",
+        (position, lease_id),
+    ).fetchone()
+    assert row is not None
+    return _lease(row)
+
+
+def mark_released(conn: psycopg.Connection, lease_id: uuid.UUID) -> None:
+    conn.execute(
+        "UPDATE rebuild_lease SET released_at = clock_timestamp()"
+        " WHERE lease_id = %s AND released_at IS NULL",
+        (lease_id,),
+    )
+
+
+def unreleased_leases(conn: psycopg.Connection, stream: StreamId | None = None) -> list[LeaseRow]:
+    """Leases not released, expired ones included (see ``LeaseRow.expired``)."""
+    where, params = (f" AND {_WHERE_STREAM}", _key(stream)) if stream else ("", ())
+    rows = conn.execute(
+        f"SELECT {_LEASE_COLUMNS} FROM rebuild_lease WHERE released_at IS NULL{where}"
+        " ORDER BY tenant_id, catalog_id, history_epoch, expires_at",
+        params,
+    ).fetchall()
+    return [_lease(r) for r in rows]
+
+
+# Pruning --------------------------------------------------------------------------
+
+
+def prunable_streams(conn: psycopg.Connection) -> list[StreamId]:
+    """Streams with published events above their pruned-through position."""
+    rows = conn.execute(
+        "SELECT p.tenant_id, p.catalog_id, p.history_epoch FROM stream_publication p"
+        " LEFT JOIN stream_retention r USING (tenant_id, catalog_id, history_epoch)"
+        " WHERE p.published_position > coalesce(r.pruned_through, 0)"
+        " ORDER BY p.tenant_id, p.catalog_id, p.history_epoch"
+    ).fetchall()
+    return [StreamId(t, c, int(e)) for t, c, e in rows]
+
+
+def first_younger_than(
+    conn: psycopg.Connection, stream: StreamId, after: int, through: int, age_seconds: float
+) -> int | None:
+    """The first position in ``(after, through]`` committed less than ``age_seconds``
+    ago, or None if every row of the range is at least that old."""
+    row = conn.execute(
+        "SELECT min(position) FROM outbox"
+        f" WHERE {_WHERE_STREAM} AND position > %s AND position <= %s"
+        " AND committed_at > clock_timestamp() - make_interval(secs => %s)",
+        (*_key(stream), after, through, age_seconds),
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def delete_range(conn: psycopg.Connection, stream: StreamId, after: int, through: int) -> int:
+    """Delete the outbox rows at positions ``(after, through]``; returns how many."""
+    cur = conn.execute(
+        f"DELETE FROM outbox WHERE {_WHERE_STREAM} AND position > %s AND position <= %s",
+        (*_key(stream), after, through),
+    )
+    return cur.rowcount
+
+
+def set_pruned_through(conn: psycopg.Connection, stream: StreamId, position: int) -> None:
+    conn.execute(
+        "UPDATE stream_retention SET pruned_through = %s, updated_at = clock_timestamp()"
+        f" WHERE {_WHERE_STREAM}",
+        (position, *_key(stream)),
+    )
+
+
+# Positions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPositions:
+    stream: StreamId
+    committed: int
+    published: int
+    pruned_through: int
+
+
+def stream_positions(
+    conn: psycopg.Connection, stream: StreamId | None = None
+) -> list[StreamPositions]:
+    """Committed, published and pruned-through positions of one stream or of every
+    stream that has written or is under retention control (none of them locked)."""
+    where, params = (f" WHERE {_WHERE_STREAM}", _key(stream)) if stream else ("", ())
+    rows = conn.execute(
+        "SELECT tenant_id, catalog_id, history_epoch, coalesce(c.position, 0),"
+        " coalesce(p.published_position, 0), coalesce(r.pruned_through, 0)"
+        " FROM (SELECT tenant_id, catalog_id, history_epoch FROM stream_cursor"
+        "  UNION SELECT tenant_id, catalog_id, history_epoch FROM stream_retention) s"
+        " LEFT JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
+        " LEFT JOIN stream_publication p USING (tenant_id, catalog_id, history_epoch)"
+        f" LEFT JOIN stream_retention r USING (tenant_id, catalog_id, history_epoch){where}"
+        " ORDER BY tenant_id, catalog_id, history_epoch",
+        params,
+    ).fetchall()
+    return [
+        StreamPositions(StreamId(t, c, int(e)), int(committed), int(published), int(pruned))
+        for t, c, e, committed, published, pruned in rows
+    ]

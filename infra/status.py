@@ -1,0 +1,138 @@
+"""``gapless status``: per stream, what the resolver committed, published and retains,
+and how far each product consumer has durably applied it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from db.settings import DatabaseSettings
+from producers.retention.report import StreamRetention, as_json, stream_report
+
+Stream = tuple[str, str, int]
+
+LEASE_WARNING_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerState:
+    consumer: str
+    progress: int
+    parked: int
+    quarantined: int
+
+
+@dataclass(slots=True)
+class StreamStatus:
+    retention: StreamRetention | None
+    stream: Stream
+    consumers: list[ConsumerState] = field(default_factory=list)
+
+
+def _product_side(conn: psycopg.Connection) -> dict[Stream, list[ConsumerState]]:
+    parked = {
+        (t, c, int(e)): int(n)
+        for t, c, e, n in conn.execute(
+            "SELECT tenant_id, catalog_id, history_epoch, count(*) FROM parked_event"
+            " GROUP BY 1, 2, 3"
+        ).fetchall()
+    }
+    quarantined = {
+        (q, t, c, int(e)): int(n)
+        for q, t, c, e, n in conn.execute(
+            "SELECT consumer, tenant_id, catalog_id, history_epoch, count(*) FROM quarantine"
+            " WHERE status = 'open' AND tenant_id IS NOT NULL GROUP BY 1, 2, 3, 4"
+        ).fetchall()
+    }
+    states: dict[Stream, list[ConsumerState]] = defaultdict(list)
+    for consumer, t, c, e, position in conn.execute(
+        "SELECT consumer, tenant_id, catalog_id, history_epoch, position FROM stream_progress"
+        " ORDER BY 2, 3, 4, 1"
+    ).fetchall():
+        stream = (t, c, int(e))
+        states[stream].append(
+            ConsumerState(
+                consumer,
+                int(position),
+                parked.get(stream, 0),
+                quarantined.get((consumer, *stream), 0),
+            )
+        )
+    return states
+
+
+def collect(settings: DatabaseSettings) -> tuple[list[StreamStatus], int]:
+    """Every stream either side knows, and the open quarantine entries with no stream
+    (messages that never decoded)."""
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        retention = {(r.tenant_id, r.catalog_id, r.history_epoch): r for r in stream_report(conn)}
+    with psycopg.connect(settings.product_dsn) as conn:
+        product = _product_side(conn)
+        row = conn.execute(
+            "SELECT count(*) FROM quarantine WHERE status = 'open' AND tenant_id IS NULL"
+        ).fetchone()
+    streams = sorted(retention.keys() | product.keys())
+    return (
+        [StreamStatus(retention.get(s), s, product.get(s, [])) for s in streams],
+        int(row[0]) if row else 0,
+    )
+
+
+def to_json(status: StreamStatus) -> dict[str, Any]:
+    t, c, e = status.stream
+    return {
+        "tenant_id": t,
+        "catalog_id": c,
+        "history_epoch": e,
+        "retention": as_json(status.retention) if status.retention else None,
+        "consumers": [
+            {
+                "consumer": s.consumer,
+                "progress": s.progress,
+                "lag": (status.retention.committed - s.progress) if status.retention else None,
+                "parked": s.parked,
+                "quarantined": s.quarantined,
+            }
+            for s in status.consumers
+        ],
+    }
+
+
+def lines(status: StreamStatus) -> list[str]:
+    t, c, e = status.stream
+    r = status.retention
+    if r is None:
+        out = [f"{t}/{c}@{e}  (unknown to the resolver)"]
+        committed = None
+    else:
+        committed = r.committed
+        out = [
+            f"{t}/{c}@{e}  committed {r.committed}  published {r.published}"
+            f"  pruned through {r.pruned_through}"
+            + (f"  floor {r.floor}" if r.floor is not None else "  floor: nothing holds it")
+        ]
+        if r.blocker:
+            out.append(f"    retention held: {r.blocker}")
+        for lease in r.leases:
+            note = "EXPIRED" if lease.expired else f"expires in {lease.seconds_to_expiry:.0f}s"
+            warn = "  (near expiry)" if 0 < lease.seconds_to_expiry < LEASE_WARNING_SECONDS else ""
+            out.append(
+                f"    lease {lease.lease_id} ({lease.holder}) pinned {lease.pinned_position}"
+                f"  {note}{warn}"
+            )
+        for reported in r.consumers:
+            out.append(
+                f"    reported by {reported.consumer_id}: "
+                f"{reported.reported_position if reported.reported_position is not None else '-'}"
+                f"  lag {reported.lag}"
+            )
+    for s in status.consumers:
+        lag = f"  lag {committed - s.progress}" if committed is not None else ""
+        out.append(
+            f"    applied by {s.consumer}: {s.progress}{lag}  parked {s.parked}"
+            f"  quarantined {s.quarantined}"
+        )
+    return out

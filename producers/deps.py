@@ -1,0 +1,38 @@
+"""Request dependencies of the resolver API (tiny ``Annotated`` aliases)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated, cast
+
+import psycopg
+from fastapi import Depends, Request
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What the API process opened once at start-up (see ``producers.api``)."""
+
+    pool: ConnectionPool
+    epochs: EpochSource
+    lease_max_ttl_seconds: int
+
+
+def resources(request: Request) -> Resources:
+    return cast(Resources, request.app.state.resources)
+
+
+def connection(request: Request) -> Iterator[psycopg.Connection]:
+    """A resolver connection for one request. The pool's connections are in
+    autocommit mode: each operation opens and commits its own transactions, so a
+    lock is never held past the operation that needed it."""
+    with resources(request).pool.connection() as conn:
+        yield conn
+
+
+Conn = Annotated[psycopg.Connection, Depends(connection)]
+Res = Annotated[Resources, Depends(resources)]

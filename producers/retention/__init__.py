@@ -1,0 +1,2 @@
+"""Retention control on the resolver: registered consumers and their progress,
+rebuild leases, the pruner and the retained events they protect (DESIGN §6)."""

@@ -1,0 +1,117 @@
+"""The pruner: deletes the retained events nobody can need any more.
+
+Per stream it deletes a contiguous prefix of the outbox: only rows the relay has
+published, committed longer ago than the retention age, and at or below the
+retention floor, the lowest of every registered consumer's reported progress (0
+for one that never reported) and every live lease's pin. It never removes a
+consumer or a lease; a lagging consumer holds the floor until an operator
+deregisters it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from db import retention as sql
+from db.outbox import published_position
+from db.stream_writer import StreamId
+from producers.retention.rules import (
+    BATCH_SIZE,
+    consumer_holder,
+    lease_holder,
+    limit_by_age,
+    prune_step,
+    retention_floor,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    age_seconds: float
+    batch_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPruned:
+    """One stream's pass: rows deleted, where it stands and what stopped it."""
+
+    stream: StreamId
+    deleted: int
+    pruned_through: int
+    limited_by: str
+    batches: int
+
+
+def prune_batch(
+    conn: psycopg.Connection, stream: StreamId, policy: RetentionPolicy
+) -> tuple[int, int, str]:
+    """Prune at most one batch of the stream in one transaction.
+
+    Returns (rows deleted, pruned-through position, what limited the batch).
+
+    1. take the stream's retention-control lock, reading ``pruned_through`` P;
+    2. read the floor under the lock: registered consumers' progress and the pins
+       of leases neither released nor expired (by the database clock), and the
+       relay's published position;
+    3. compute the end of the batch: the lowest of the floor, the published
+       position and P + batch size;
+    4. cut it before the first row in range younger than the retention age;
+    5. delete the outbox rows in (P, end] and set ``pruned_through`` to end;
+    6. commit, releasing the lock.
+    A crash before 6 rolls everything back: no row deleted, ``pruned_through``
+    unchanged. After 6 the rows at or below ``pruned_through`` are gone and every
+    row above it is still there, so a crash between two batches leaves a consistent
+    stream that the next pass continues.
+    """
+    with conn.transaction():
+        pruned = sql.lock_retention(conn, stream)
+        holders = [
+            consumer_holder(c.consumer_id, c.reported_position) for c in sql.consumers(conn, stream)
+        ]
+        holders += [
+            lease_holder(str(lease.lease_id), lease.holder, lease.pinned_position)
+            for lease in sql.unreleased_leases(conn, stream)
+            if not lease.expired
+        ]
+        published = published_position(conn, stream)
+        step = prune_step(pruned, retention_floor(holders), published, policy.batch_size)
+        if step.through > pruned:
+            young = sql.first_younger_than(conn, stream, pruned, step.through, policy.age_seconds)
+            step = limit_by_age(step, young)
+        if step.through <= pruned:
+            return 0, pruned, step.limited_by
+        deleted = sql.delete_range(conn, stream, pruned, step.through)
+        sql.set_pruned_through(conn, stream, step.through)
+    return deleted, step.through, step.limited_by
+
+
+def _require_idle(conn: psycopg.Connection) -> None:
+    """Each batch must commit on its own: inside a caller's transaction it would only
+    be a savepoint, and the lock and the deletes would last until the caller's end."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise RuntimeError("the pruner needs a connection outside any transaction")
+
+
+def prune_stream(
+    conn: psycopg.Connection, stream: StreamId, policy: RetentionPolicy
+) -> StreamPruned:
+    """Prune batches until one stops short of a full batch (the lock is released
+    between batches, so registrations and leases are never kept waiting long)."""
+    _require_idle(conn)
+    deleted = batches = 0
+    while True:
+        count, through, limited_by = prune_batch(conn, stream, policy)
+        deleted += count
+        batches += 1 if count else 0
+        if limited_by != BATCH_SIZE or count == 0:
+            return StreamPruned(stream, deleted, through, limited_by, batches)
+
+
+def prune_all(conn: psycopg.Connection, policy: RetentionPolicy) -> list[StreamPruned]:
+    """One pass over every stream with published events above its pruned position."""
+    _require_idle(conn)
+    with conn.transaction():
+        streams = sql.prunable_streams(conn)
+    return [prune_stream(conn, stream, policy) for stream in streams]

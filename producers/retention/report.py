@@ -1,0 +1,154 @@
+"""What retention control holds, per stream: for ``gapless status``, the API and
+metrics.
+
+For each stream: the committed cursor, the published position, how far it is
+pruned, the retention floor and what holds it (which consumer or lease, holding
+back how many published positions), every consumer's progress and lag, and the
+unreleased leases with the seconds left before they expire.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from db import retention as sql
+from db.stream_writer import StreamId
+from producers.retention.rules import Holder, consumer_holder, lease_holder, retention_floor
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerLag:
+    consumer_id: str
+    reported_position: int | None
+    # committed cursor minus reported progress (one that never reported lags by all of it)
+    lag: int
+    registered_at: datetime
+    reported_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    lease_id: uuid.UUID
+    holder: str
+    pinned_position: int
+    expires_at: datetime
+    seconds_to_expiry: float  # zero or less: expired (it pins nothing any more)
+    expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRetention:
+    tenant_id: str
+    catalog_id: str
+    history_epoch: int
+    committed: int
+    published: int
+    pruned_through: int
+    # The retention floor: the lowest position a consumer or live lease lets the
+    # pruner reach; None when nothing is registered and no lease is live.
+    floor: int | None
+    held_by: Holder | None
+    # Published positions the floor keeps from being pruned (0: not blocking).
+    held_back: int
+    blocker: str | None
+    consumers: list[ConsumerLag]
+    leases: list[LeaseState]
+
+    @property
+    def stream(self) -> StreamId:
+        return StreamId(self.tenant_id, self.catalog_id, self.history_epoch)
+
+
+def _blocker(held_by: Holder | None, held_back: int, committed: int) -> str | None:
+    if held_by is None or held_back <= 0:
+        return None
+    return (
+        f"{held_by} holds back {held_back} published positions"
+        f" ({committed - held_by.position} behind the committed cursor {committed})"
+    )
+
+
+def stream_report(
+    conn: psycopg.Connection, stream: StreamId | None = None
+) -> list[StreamRetention]:
+    """The retention state of every stream (or of one), read in one transaction."""
+    with conn.transaction():
+        positions = sql.stream_positions(conn, stream)
+        consumers = defaultdict(list)
+        for c in sql.consumers(conn, stream):
+            consumers[c.stream].append(c)
+        leases = defaultdict(list)
+        for lease in sql.unreleased_leases(conn, stream):
+            leases[lease.stream].append(lease)
+    report = []
+    for p in positions:
+        own_consumers = consumers[p.stream]
+        own_leases = leases[p.stream]
+        held_by = retention_floor(
+            [consumer_holder(c.consumer_id, c.reported_position) for c in own_consumers]
+            + [
+                lease_holder(str(x.lease_id), x.holder, x.pinned_position)
+                for x in own_leases
+                if not x.expired
+            ]
+        )
+        held_back = max(0, p.published - max(held_by.position, p.pruned_through)) if held_by else 0
+        report.append(
+            StreamRetention(
+                tenant_id=p.stream.tenant_id,
+                catalog_id=p.stream.catalog_id,
+                history_epoch=p.stream.history_epoch,
+                committed=p.committed,
+                published=p.published,
+                pruned_through=p.pruned_through,
+                floor=held_by.position if held_by else None,
+                held_by=held_by,
+                held_back=held_back,
+                blocker=_blocker(held_by, held_back, p.committed),
+                consumers=[
+                    ConsumerLag(
+                        c.consumer_id,
+                        c.reported_position,
+                        max(0, p.committed - (c.reported_position or 0)),
+                        c.registered_at,
+                        c.reported_at,
+                    )
+                    for c in own_consumers
+                ],
+                leases=[
+                    LeaseState(
+                        x.lease_id,
+                        x.holder,
+                        x.pinned_position,
+                        x.expires_at,
+                        x.seconds_left,
+                        x.expired,
+                    )
+                    for x in own_leases
+                ],
+            )
+        )
+    return report
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def as_json(s: StreamRetention) -> dict[str, Any]:
+    """The stream's retention state as JSON-ready values (ISO times, string ids)."""
+    return {k: _plain(v) for k, v in asdict(s).items()}

@@ -1,0 +1,245 @@
+"""The retention-control endpoints of the resolver API (DESIGN §6).
+
+Thin: each route authorizes the tenant, then calls one operation of
+``producers.retention``; the operations own their transactions and locks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response, status
+
+from db.stream_writer import StreamId
+from producers.auth import Caller
+from producers.deps import Conn, Res
+from producers.errors import ApiError, error_responses
+from producers.retention import consumers, leases, retained
+from producers.retention.exceptions import StreamNotFound
+from producers.retention.http_models import (
+    ConsumerRegistered,
+    EventPageBody,
+    Lease,
+    LeaseAdvance,
+    LeaseRenewal,
+    LeaseRequest,
+    ProgressHeld,
+    ProgressReport,
+    StreamState,
+)
+from producers.retention.report import stream_report
+
+router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
+
+Tenant = Annotated[str, Path(min_length=1, max_length=200)]
+Catalog = Annotated[str, Path(min_length=1, max_length=200)]
+Epoch = Annotated[int, Path(ge=1, description="The stream's history epoch.")]
+Consumer = Annotated[
+    str,
+    Path(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+        description="A stable name for the consumer (its durable progress is kept under it).",
+    ),
+]
+After = Annotated[int, Query(ge=0, description="Return events after this position.")]
+Limit = Annotated[int, Query(ge=1, le=retained.MAX_PAGE, description="At most this many events.")]
+
+STREAM = "/streams/{tenant_id}/{catalog_id}/{history_epoch}"
+CONSUMER = STREAM + "/consumers/{consumer_id}"
+
+
+class TtlTooLong(ApiError):
+    code = "TTL_TOO_LONG"
+    http_status = 422
+
+
+def _stream(caller: Caller, tenant_id: str, catalog_id: str, history_epoch: int) -> StreamId:
+    caller.require_tenant(tenant_id)
+    return StreamId(tenant_id, catalog_id, history_epoch)
+
+
+def _current_epoch(res: Res, stream: StreamId) -> int | None:
+    """The current epoch of the stream's tenant/catalog, from the control database."""
+    pair = (stream.tenant_id, stream.catalog_id)
+    return res.epochs.epochs([pair]).get(pair)
+
+
+def _check_ttl(res: Res, ttl_seconds: int | None) -> None:
+    if ttl_seconds is not None and ttl_seconds > res.lease_max_ttl_seconds:
+        raise TtlTooLong(f"ttl_seconds may be at most {res.lease_max_ttl_seconds}")
+
+
+@router.put(CONSUMER, tags=["consumers"], summary="Register a consumer (idempotent)")
+def register_consumer(
+    caller: Caller,
+    conn: Conn,
+    tenant_id: Tenant,
+    catalog_id: Catalog,
+    history_epoch: Epoch,
+    consumer_id: Consumer,
+) -> ConsumerRegistered:
+    stream = _stream(caller, tenant_id, catalog_id, history_epoch)
+    registration = consumers.register(conn, stream, consumer_id)
+    return ConsumerRegistered(
+        tenant_id=tenant_id,
+        catalog_id=catalog_id,
+        history_epoch=history_epoch,
+        consumer_id=consumer_id,
+        reported_position=registration.reported_position,
+        pruned_through=registration.pruned_through,
+    )
+
+
+@router.delete(
+    CONSUMER,
+    tags=["consumers"],
+    summary="Deregister a consumer (an operator's decision)",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=error_responses(404),
+)
+def deregister_consumer(
+    caller: Caller,
+    conn: Conn,
+    tenant_id: Tenant,
+    catalog_id: Catalog,
+    history_epoch: Epoch,
+    consumer_id: Consumer,
+) -> Response:
+    consumers.deregister(conn, _stream(caller, tenant_id, catalog_id, history_epoch), consumer_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    CONSUMER + "/progress",
+    tags=["consumers"],
+    summary="Report durable progress (monotonic; registers the consumer if needed)",
+    responses=error_responses(409),
+)
+def report_progress(
+    caller: Caller,
+    conn: Conn,
+    tenant_id: Tenant,
+    catalog_id: Catalog,
+    history_epoch: Epoch,
+    consumer_id: Consumer,
+    body: ProgressReport,
+) -> ProgressHeld:
+    stream = _stream(caller, tenant_id, catalog_id, history_epoch)
+    held = consumers.report(conn, stream, consumer_id, body.position)
+    return ProgressHeld(reported_position=held)
+
+
+@router.get(
+    STREAM + "/events",
+    tags=["retained events"],
+    summary="Retained events after a position, in order",
+    responses=error_responses(410),
+)
+def stream_events(
+    caller: Caller,
+    conn: Conn,
+    tenant_id: Tenant,
+    catalog_id: Catalog,
+    history_epoch: Epoch,
+    after: After = 0,
+    limit: Limit = retained.DEFAULT_PAGE,
+) -> EventPageBody:
+    stream = _stream(caller, tenant_id, catalog_id, history_epoch)
+    return EventPageBody.of(retained.live_page(conn, stream, after, limit))
+
+
+@router.get(
+    STREAM,
+    tags=["streams"],
+    summary="Retention state: positions, floor and its holder, consumers, leases",
+    responses=error_responses(404),
+)
+def stream_state(
+    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, history_epoch: Epoch
+) -> StreamState:
+    stream = _stream(caller, tenant_id, catalog_id, history_epoch)
+    found = stream_report(conn, stream)
+    if not found:
+        raise StreamNotFound(f"no stream {stream}")
+    return StreamState.of(found[0])
+
+
+@router.post(
+    "/leases",
+    tags=["leases"],
+    summary="Take a rebuild lease pinned at the stream's pruned-through position",
+    status_code=status.HTTP_201_CREATED,
+    responses=error_responses(410),
+)
+def create_lease(caller: Caller, conn: Conn, res: Res, body: LeaseRequest) -> Lease:
+    stream = _stream(caller, body.tenant_id, body.catalog_id, body.history_epoch)
+    _check_ttl(res, body.ttl_seconds)
+    leases.require_current_epoch(stream, _current_epoch(res, stream))
+    return Lease.of(leases.create(conn, stream, body.holder, body.ttl_seconds))
+
+
+def _own_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> None:
+    caller.require_tenant(leases.find(conn, lease_id).stream.tenant_id)
+
+
+@router.post(
+    "/leases/{lease_id}/renew",
+    tags=["leases"],
+    summary="Extend a live lease (an expired one cannot be revived)",
+    responses=error_responses(404, 410),
+)
+def renew_lease(
+    caller: Caller, conn: Conn, res: Res, lease_id: uuid.UUID, body: LeaseRenewal | None = None
+) -> Lease:
+    _own_lease(caller, conn, lease_id)
+    ttl = body.ttl_seconds if body else None
+    _check_ttl(res, ttl)
+    return Lease.of(leases.renew(conn, lease_id, ttl))
+
+
+@router.post(
+    "/leases/{lease_id}/advance",
+    tags=["leases"],
+    summary="Move the lease's pin forward (never backwards)",
+    responses=error_responses(404, 409, 410),
+)
+def advance_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID, body: LeaseAdvance) -> Lease:
+    _own_lease(caller, conn, lease_id)
+    return Lease.of(leases.advance(conn, lease_id, body.position))
+
+
+@router.delete(
+    "/leases/{lease_id}",
+    tags=["leases"],
+    summary="Release a lease (idempotent)",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=error_responses(404),
+)
+def release_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> Response:
+    _own_lease(caller, conn, lease_id)
+    leases.release(conn, lease_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/exports/events",
+    tags=["retained events"],
+    summary="Retained events after a rebuild's export cursor, under its lease",
+    responses=error_responses(404, 409, 410),
+)
+def export_events(
+    caller: Caller,
+    conn: Conn,
+    res: Res,
+    lease_id: Annotated[uuid.UUID, Query()],
+    history_epoch: Annotated[int, Query(ge=1)],
+    after: After = 0,
+    limit: Limit = retained.DEFAULT_PAGE,
+) -> EventPageBody:
+    lease = leases.find(conn, lease_id)
+    caller.require_tenant(lease.stream.tenant_id)
+    current = _current_epoch(res, lease.stream)
+    return EventPageBody.of(
+        retained.export_page(conn, lease_id, history_epoch, after, limit, current)
+    )

@@ -1,0 +1,77 @@
+"""The retention rules as plain functions: the floor, and how far a prune may go.
+
+A holder allows pruning through a position: a consumer through the progress it
+reported (0 until it reports), a live lease through its pin. The floor is the
+lowest of them. Pruning also never passes what the relay has published, and never
+removes more than one batch per transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+HolderKind = Literal["consumer", "lease"]
+
+# What stops a prune batch when no holder does.
+PUBLICATION = "publication"
+BATCH_SIZE = "batch size"
+RETENTION_AGE = "retention age"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    kind: HolderKind
+    name: str
+    position: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name!r} at {self.position}"
+
+
+def consumer_holder(consumer_id: str, reported_position: int | None) -> Holder:
+    """A consumer that never reported holds the floor at 0."""
+    return Holder("consumer", consumer_id, reported_position or 0)
+
+
+def lease_holder(lease_id: str, holder: str, pinned_position: int) -> Holder:
+    return Holder("lease", f"{lease_id} ({holder})", pinned_position)
+
+
+def retention_floor(holders: Iterable[Holder]) -> Holder | None:
+    """The holder with the lowest position (ties: consumers first, then by name), or
+    None when nothing is registered and no lease is live: then only publication
+    and the retention age limit pruning."""
+    return min(holders, key=lambda h: (h.position, h.kind, h.name), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneStep:
+    """Prune positions ``(pruned_through, through]``; ``limited_by`` says what stopped
+    it there (a holder, or one of the constants above)."""
+
+    through: int
+    limited_by: str
+
+
+def prune_step(
+    pruned_through: int, floor: Holder | None, published: int, batch_size: int
+) -> PruneStep:
+    """How far one batch may prune, before the retention age is looked at.
+
+    Never below ``pruned_through`` (a floor under it means: prune nothing more).
+    """
+    limits = [(published, PUBLICATION), (pruned_through + batch_size, BATCH_SIZE)]
+    if floor is not None:
+        limits.insert(0, (floor.position, str(floor)))
+    through, limited_by = min(limits, key=lambda limit: limit[0])
+    return PruneStep(max(through, pruned_through), limited_by)
+
+
+def limit_by_age(step: PruneStep, first_too_young: int | None) -> PruneStep:
+    """Stop just before the first row younger than the retention age, so what is
+    pruned stays a contiguous prefix of old rows."""
+    if first_too_young is None or first_too_young > step.through:
+        return step
+    return PruneStep(first_too_young - 1, RETENTION_AGE)

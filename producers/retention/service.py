@@ -1,0 +1,55 @@
+"""The pruner process: composition root, loop and signals."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+import psycopg
+
+from producers.retention.pruner import RetentionPolicy, StreamPruned, prune_all
+from producers.retention.settings import RetentionSettings
+
+log = logging.getLogger(__name__)
+
+
+def policy(settings: RetentionSettings) -> RetentionPolicy:
+    return RetentionPolicy(settings.retention_age_seconds, settings.prune_batch_size)
+
+
+def prune_once(settings: RetentionSettings) -> list[StreamPruned]:
+    """One pass over every stream, on a connection of its own."""
+    with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
+        return prune_all(conn, policy(settings))
+
+
+def run(
+    settings: RetentionSettings,
+    on_pass: Callable[[list[StreamPruned]], None],
+    stop: threading.Event | None = None,
+) -> None:
+    """Prune every ``prune_interval_seconds`` until SIGTERM or SIGINT (or ``stop``).
+
+    A pass that fails (the database restarting, say) is logged and tried again at
+    the next interval; stopping mid-pass is safe, each batch commits on its own.
+    """
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("pruner stopping on signal %d", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    log.info("pruner started, retention age %ss", settings.retention_age_seconds)
+    while not stop.is_set():
+        try:
+            on_pass(prune_once(settings))
+        except psycopg.Error as exc:
+            log.warning("prune pass failed, retrying next interval: %s", exc)
+        stop.wait(settings.prune_interval_seconds)
+    log.info("pruner stopped")

@@ -1,0 +1,136 @@
+"""Lost messages are recovered from the resolver's retained events over real HTTP."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.settings import DatabaseSettings
+from db.unit_of_work import UnitOfWork
+from processors.applier.batch import Applier
+from processors.applier.messages import RawMessage
+from processors.gaps import GapCloser
+from processors.reporter import ProgressReporter
+from processors.resolver_client import ResolverClient
+from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from schemas.codec import CODEC
+from schemas.topics import KafkaSettings
+from tests.fixtures.resolver_api import RunningApi
+
+STREAM = ("t1", "c1", 1)
+
+
+def _write_history(settings: DatabaseSettings, products: int) -> None:
+    pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(settings.control_dsn)
+    for i in range(products):
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            record_item(uow, ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}"))
+            record_item(uow, ItemChange("t1", "c1", f"p{i}-v", "lamp", "v", parent_item_id=f"p{i}"))
+            if i % 2:
+                retire_item(uow, "t1", "c1", f"p{i}-v", "gone")
+            uow.commit()
+    pool.close()
+    epochs.close()
+
+
+def _outbox(settings: DatabaseSettings) -> list[RawMessage]:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        rows = conn.execute("SELECT position, key, value FROM outbox ORDER BY position").fetchall()
+    return [RawMessage("events", 0, p, bytes(k), bytes(v)) for p, k, v in rows]
+
+
+def _state(settings: DatabaseSettings) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    cols = "item_id, class_id, status, title, parent_item_id, attributes, revision"
+    with psycopg.connect(settings.resolver_dsn) as r, psycopg.connect(settings.product_dsn) as p:
+        accepted = r.execute(f"SELECT {cols} FROM catalog_item ORDER BY item_id").fetchall()
+        projected = p.execute(f"SELECT {cols} FROM product_item ORDER BY item_id").fetchall()
+    return accepted, projected
+
+
+def _progress(settings: DatabaseSettings) -> int:
+    with psycopg.connect(settings.product_dsn) as conn:
+        row = conn.execute("SELECT position FROM stream_progress").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_hole_and_a_lost_tail_are_filled_from_retained_events(
+    clean_db: DatabaseSettings, resolver_api: RunningApi
+) -> None:
+    _write_history(clean_db, 10)
+    messages = _outbox(clean_db)
+    total = len(messages)
+    delivered = [m for m in messages if m.offset not in (5, 6) and m.offset <= total - 4]
+    applier = Applier(clean_db.product_dsn, EpochSource(clean_db.control_dsn), CODEC)
+    first = applier.apply(delivered)
+    assert first.parked > 0  # what depended on the lost positions waits
+    assert _progress(clean_db) == 4
+
+    client = ResolverClient(resolver_api.url, resolver_api.token)
+    closer = GapCloser(clean_db.product_dsn, client, applier, "product-applier", threshold_s=0)
+    while closer.close_once():
+        pass
+    assert _progress(clean_db) == total
+    accepted, projected = _state(clean_db)
+    assert projected == accepted
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM parked_event").fetchone() == (0,)
+
+    reporter = ProgressReporter(clean_db.product_dsn, client, "product-applier")
+    assert reporter.report_once() == 1
+    assert reporter.report_once() == 0  # nothing moved: nothing sent
+    assert reporter.reported == {STREAM: total}
+    applier.close()
+    client.close()
+
+
+def test_messages_deleted_from_kafka_are_recovered(
+    clean_db: DatabaseSettings, resolver_api: RunningApi, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    _write_history(clean_db, 8)
+    messages = _outbox(clean_db)
+    producer = Producer({"bootstrap.servers": kafka_settings.kafka_bootstrap})
+    for m in messages:  # all into partition 0, in position order, like the relay would
+        producer.produce(topic, key=m.key, value=m.value, partition=0)
+    assert producer.flush(10) == 0
+    # The oldest ten records are deleted from the topic before anyone consumed them.
+    admin = AdminClient({"bootstrap.servers": kafka_settings.kafka_bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 10)]).values():
+        future.result(timeout=30)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_settings.kafka_bootstrap,
+            "group.id": f"gaps-{topic}",
+            "auto.offset.reset": "earliest",  # offset 0 is gone: start at the log start
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    received: list[RawMessage] = []
+    deadline = time.monotonic() + 60
+    while len(received) < len(messages) - 10:
+        assert time.monotonic() < deadline, f"only {len(received)} messages arrived"
+        for m in consumer.consume(100, timeout=5):
+            assert m.error() is None
+            received.append(RawMessage(topic, 0, m.offset() or 0, m.key(), m.value()))
+    consumer.close()
+    assert min(m.offset for m in received) == 10
+
+    applier = Applier(clean_db.product_dsn, EpochSource(clean_db.control_dsn), CODEC)
+    applier.apply(received)
+    assert _progress(clean_db) == 0
+
+    client = ResolverClient(resolver_api.url, resolver_api.token)
+    closer = GapCloser(clean_db.product_dsn, client, applier, "product-applier", threshold_s=0)
+    while closer.close_once():
+        pass
+    assert _progress(clean_db) == len(messages)
+    accepted, projected = _state(clean_db)
+    assert projected == accepted
+    applier.close()
+    client.close()
