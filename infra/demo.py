@@ -29,6 +29,7 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
+from db.stream_writer import StreamId
 from infra.config import load, use_local_services
 from infra.workload import WorkloadStats, run_workload, streams_for
 
@@ -89,28 +90,37 @@ def run_demo(
     settings = load(DatabaseSettings)
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    api = _Process("resolver-api", ["resolver-api"], logs / "demo-resolver-api.log")
     relay = _Process("relay", ["relay"], logs / "demo-relay.log")
     agents = _Process("agents", ["agents"], logs / "demo-agents.log")
     run_id = f"demo{uuid.uuid4().hex[:6]}"
     streams = streams_for(run_id, tenants)
     echo(f"run {run_id}: {len(streams)} streams, {events} events, {writers} writers")
+    api.start()
     relay.start()
     agents.start()
     began = time.monotonic()
     try:
+        _wait_for_api(echo)
         stats = _write(chaos, settings, streams, events, writers, relay, agents, echo)
         echo("waiting for every stream's durable progress to reach its committed cursor…")
         caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
         elapsed = time.monotonic() - began
         mismatches = _compare(settings, run_id)
+        echo("waiting for the agents to report their progress to the resolver…")
+        reported = _wait_reported(settings, run_id, timeout=30.0)
         summary = _summary(settings, run_id, stats, elapsed, caught_up, mismatches)
+        summary["progress_reported"] = reported
+        summary["events_pruned"] = _prune(settings, run_id)
     finally:
-        relay.stop()
         agents.stop()
+        relay.stop()
+        api.stop()
         if started_here and not keep_running:
             down(echo)
     ok = (
         caught_up
+        and summary["progress_reported"]
         and not mismatches
         and summary["quarantined"] == 0
         and summary["events_committed"] == stats.events > 0
@@ -169,6 +179,50 @@ def _wait_caught_up(settings: DatabaseSettings, run_id: str, echo: Echo, timeout
             echo(f"  {len(behind)} streams behind by {sum(behind.values())} positions")
         time.sleep(0.25)
     return False
+
+
+def _wait_for_api(echo: Echo, timeout: float = 30.0) -> None:
+    import httpx
+
+    url = os.environ["GAPLESS_RESOLVER_URL"] + "/healthz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    echo(f"warning: the resolver API did not answer at {url}; progress reports will lag")
+
+
+def _wait_reported(settings: DatabaseSettings, run_id: str, timeout: float) -> bool:
+    """True once the resolver holds, for every demo stream, the agents' final progress."""
+    from producers.retention.report import stream_report
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(settings.resolver_dsn) as conn:
+            report = [r for r in stream_report(conn) if r.tenant_id.startswith(f"{run_id}-")]
+        if report and all(
+            any(c.reported_position == r.committed for c in r.consumers) for r in report
+        ):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _prune(settings: DatabaseSettings, run_id: str) -> int:
+    """Prune the demo's streams with no age limit: everything every consumer applied
+    and reported may go; the retained tail above that stays."""
+    from producers.retention.pruner import RetentionPolicy, prune_stream
+
+    policy = RetentionPolicy(age_seconds=0, batch_size=1000)
+    with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
+        return sum(
+            prune_stream(conn, StreamId(*stream), policy).deleted
+            for stream in _cursors(settings, run_id)
+        )
 
 
 def _cursors(settings: DatabaseSettings, run_id: str) -> dict[tuple[str, str, int], int]:

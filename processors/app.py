@@ -31,6 +31,10 @@ def create_app(settings: AgentSettings) -> Any:
         web_host="127.0.0.1",
         web_in_thread=False,
         broker_commit_interval=1.0,
+        # A worker that dies is noticed after this long and its partitions move on;
+        # Faust's 60 s default would stall those streams for a minute after a crash.
+        broker_session_timeout=settings.agents_session_timeout_seconds,
+        broker_heartbeat_interval=settings.agents_session_timeout_seconds / 4,
     )
     events_agent.register(app, settings)
     recovery.register(app, settings)

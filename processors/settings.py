@@ -25,6 +25,13 @@ class AgentSettings(DatabaseSettings, KafkaSettings):
         default=6066, ge=1, le=65535, description="GAPLESS_AGENTS_WEB_PORT: health/metrics."
     )
     agents_retry_max_seconds: float = Field(default=5.0, gt=0)
+    agents_session_timeout_seconds: float = Field(
+        default=10.0,
+        ge=6.0,
+        le=300.0,
+        description="GAPLESS_AGENTS_SESSION_TIMEOUT_SECONDS: how soon a dead worker's "
+        "partitions are reassigned.",
+    )
 
     resolver_url: str = Field(
         default="http://127.0.0.1:58080",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -17,12 +18,21 @@ import pytest
 from db.settings import DatabaseSettings
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.mark.slow
 def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) -> None:
     env = dict(os.environ)
     env["GAPLESS_EVENTS_TOPIC"] = topic
     env["GAPLESS_AGENTS_APP_ID"] = f"e2e-{uuid.uuid4().hex[:8]}"
-    env["GAPLESS_AGENTS_WEB_PORT"] = "6167"
+    env["GAPLESS_AGENTS_WEB_PORT"] = str(_free_port())
+    api_port = _free_port()
+    env["GAPLESS_RESOLVER_API_PORT"] = str(api_port)
+    env["GAPLESS_RESOLVER_URL"] = f"http://127.0.0.1:{api_port}"
     done = subprocess.run(
         [sys.executable, "-m", "infra.cli", "demo", "--events", "800", "--tenants", "2", "--json"],
         env=env,
@@ -39,3 +49,6 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
     # committing when the applier has caught up).
     assert 0 < summary["events_published"] <= summary["events_committed"]
     assert summary["mismatched_rows"] == 0
+    # The agents reported their progress, so everything they applied could be pruned.
+    assert summary["progress_reported"] is True
+    assert summary["events_pruned"] == summary["events_committed"]
