@@ -135,30 +135,45 @@ class StreamWriter:
             envelopes.append(envelope)
             rows.append(
                 (
-                    s.tenant_id,
-                    s.catalog_id,
-                    s.history_epoch,
                     envelope.position,
                     envelope.event_id,
                     envelope.event_type,
-                    self._key,
                     self._codec.encode_value(envelope),
                 )
             )
-        with self._conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
-                " event_id, event_type, key, value)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                rows,
-            )
         new_cursor = self._cursor + len(self._pending)
-        self._conn.execute(
-            "UPDATE stream_cursor SET position = %s, updated_at = now()"
-            " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s",
-            (new_cursor, s.tenant_id, s.catalog_id, s.history_epoch),
-        )
-        self._conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(s)))
+        # Steps 3-5 as one statement: one round trip whatever the batch size. The
+        # arrays go in binary; the counts prove every row and the cursor were written.
+        written = self._conn.execute(
+            "WITH new_rows AS ("
+            " INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
+            " event_id, event_type, key, value)"
+            " SELECT %(t)s, %(c)s, %(e)s, r.position, r.event_id, r.event_type, %(key)b, r.value"
+            " FROM unnest(%(positions)b::bigint[], %(ids)b::uuid[], %(types)b::text[],"
+            " %(values)b::bytea[]) AS r(position, event_id, event_type, value)"
+            " RETURNING 1),"
+            " moved AS ("
+            " UPDATE stream_cursor SET position = %(cursor)s, updated_at = now()"
+            " WHERE tenant_id = %(t)s AND catalog_id = %(c)s AND history_epoch = %(e)s"
+            " RETURNING 1)"
+            " SELECT (SELECT count(*) FROM new_rows), (SELECT count(*) FROM moved),"
+            " pg_notify(%(channel)s, %(stream)s)",
+            {
+                "t": s.tenant_id,
+                "c": s.catalog_id,
+                "e": s.history_epoch,
+                "key": self._key,
+                "positions": [r[0] for r in rows],
+                "ids": [r[1] for r in rows],
+                "types": [r[2] for r in rows],
+                "values": [r[3] for r in rows],
+                "cursor": new_cursor,
+                "channel": NOTIFY_CHANNEL,
+                "stream": str(s),
+            },
+        ).fetchone()
+        if written is None or written[0] != len(rows) or written[1] != 1:
+            raise RuntimeError(f"stream {s}: outbox write incomplete ({written}); rolling back")
         self._cursor = new_cursor
         self._pending.clear()
         return envelopes

@@ -7,7 +7,7 @@ accepted change can never commit without its events (INV-06).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -26,7 +26,9 @@ class Transaction:
     def __init__(self, conn: psycopg.Connection) -> None:
         self._conn = conn
 
-    def execute(self, query: str, params: Sequence[Any] | None = None) -> psycopg.Cursor[Any]:
+    def execute(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> psycopg.Cursor[Any]:
         return self._conn.execute(query, params)
 
     def executemany(self, query: str, params: Sequence[Sequence[Any]]) -> None:

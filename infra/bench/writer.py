@@ -2,9 +2,10 @@
 
 Both sides run the same Unit of Work from the same connection pool, upsert the same
 item row with the same statement, build and encode the same envelope with the same
-codec, and insert its bytes with the same ``executemany`` and the same NOTIFY. What
-only the gapless side does is the stream's cursor: ``SELECT … FOR UPDATE`` on the
-cursor row before the first change, ``UPDATE`` of the cursor at commit, a foreign key
+codec, and insert its bytes with one statement of the same shape (binary arrays
+through ``unnest``, with the NOTIFY in the same statement). What only the gapless
+side does is the stream's cursor: ``SELECT … FOR UPDATE`` on the cursor row before
+the first change, the ``UPDATE`` of the cursor inside that statement, a foreign key
 from the outbox row to it, and the wait for that row lock when writers share a
 stream. The baseline's outbox numbers rows with an IDENTITY column instead, which
 hands numbers to transactions that later roll back and lets a reader see position
@@ -124,25 +125,28 @@ def write_sequenced(
                 occurred_at=event.occurred_at,
                 payload=event.payload,
             )
-            rows.append(
-                (
-                    tenant,
-                    CATALOG,
-                    epoch,
-                    envelope.event_id,
-                    envelope.event_type,
-                    key,
-                    CODEC.encode_value(envelope),
-                )
-            )
-        uow.tx.executemany(
-            "INSERT INTO bench_seq_outbox (tenant_id, catalog_id, history_epoch,"
+            rows.append((envelope.event_id, envelope.event_type, CODEC.encode_value(envelope)))
+        uow.tx.execute(
+            "WITH new_rows AS ("
+            " INSERT INTO bench_seq_outbox (tenant_id, catalog_id, history_epoch,"
             " event_id, event_type, key, value)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            rows,
+            " SELECT %(t)s, %(c)s, %(e)s, r.event_id, r.event_type, %(key)b, r.value"
+            " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[])"
+            " AS r(event_id, event_type, value) RETURNING 1)"
+            " SELECT (SELECT count(*) FROM new_rows)"
+            + (", pg_notify(%(channel)s, %(stream)s)" if notify else ""),
+            {
+                "t": tenant,
+                "c": CATALOG,
+                "e": epoch,
+                "key": key,
+                "ids": [r[0] for r in rows],
+                "types": [r[1] for r in rows],
+                "values": [r[2] for r in rows],
+                "channel": NOTIFY_CHANNEL,
+                "stream": f"{tenant}/{CATALOG}",
+            },
         )
-        if notify:
-            uow.tx.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"{tenant}/{CATALOG}"))
         uow.commit()
 
 
