@@ -46,4 +46,5 @@ def upgrade_all(
     settings = settings or DatabaseSettings()
     for database in DATABASES:
         echo(f"migrating {database}")
-        command.upgrade(alembic_config(database, dsn_for(database, settings)), "head")
+        # "heads": independent branches (e.g. two features in flight) all apply.
+        command.upgrade(alembic_config(database, dsn_for(database, settings)), "heads")
