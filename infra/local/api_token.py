@@ -6,11 +6,13 @@ API is configured with the token's SHA-256 only, the way a deployment would be.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 
 from infra.local.layout import Layout
+from producers.auth import token_hash
+
+__all__ = ["dev_token", "token_hash"]
 
 
 def dev_token(layout: Layout) -> str:
@@ -21,7 +23,3 @@ def dev_token(layout: Layout) -> str:
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_urlsafe(32))
     return path.read_text().strip()
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
