@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
@@ -29,6 +30,22 @@ class TailFilter:
         )
 
 
+def _plain(value: Any) -> Any:
+    """A payload field as JSON-ready values (the newer payloads hold UUIDs, times,
+    nested records and tuples)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    return value
+
+
 def event_json(event: Envelope, partition: int, offset: int) -> dict[str, Any]:
     payload = event.payload
     body: dict[str, Any]
@@ -42,6 +59,8 @@ def event_json(event: Envelope, partition: int, offset: int) -> dict[str, Any]:
         }
     elif isinstance(payload, CatalogItemRetired):
         body = {"reason": payload.reason}
+    else:
+        body = {f.name: _plain(getattr(payload, f.name)) for f in fields(payload)}
     return {
         "partition": partition,
         "offset": offset,

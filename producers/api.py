@@ -18,6 +18,15 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from producers.deps import Res, Resources
 from producers.errors import ErrorBody, error_response, install_error_handlers
+from producers.intake.collectors import CollectorVerifier
+from producers.intake.enqueue import JobEnqueuer
+from producers.intake.evidence import EvidenceStore
+from producers.intake.exceptions import IntakeError
+from producers.intake.limits import CaptureBodyLimit, request_limit
+from producers.intake.metrics import IntakeCollector
+from producers.intake.routes import CAPTURES_PATH, IntakeResources
+from producers.intake.routes import router as intake_router
+from producers.intake.service import IntakeService
 from producers.resolver.exceptions import DomainError
 from producers.retention.exceptions import RetentionError
 from producers.retention.metrics import RetentionCollector
@@ -26,10 +35,13 @@ from producers.settings import ApiSettings
 
 DESCRIPTION = """\
 The resolver's HTTP API. Every request carries `Authorization: Bearer <token>`; a
-token may act on the tenants it is scoped to (`GAPLESS_API_TOKENS`). Every error
-answers `{"code": "...", "message": "..."}` with a stable code: `UNAUTHENTICATED`
-(401), `TENANT_SCOPE_DENIED` (403), `*_NOT_FOUND` (404), `VALIDATION_FAILED` (422),
-`CURSOR_PRUNED`, `LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), …
+token may act on the tenants it is scoped to (`GAPLESS_API_TOKENS`). Collectors post
+captures with a signed JWT of a registered credential instead. Every error answers
+`{"code": "...", "message": "..."}` with a stable code: `UNAUTHENTICATED` (401),
+`TENANT_SCOPE_DENIED`, `INSTANCE_SCOPE_DENIED` (403), `NOT_FOUND`, `*_NOT_FOUND`
+(404), `IDEMPOTENCY_KEY_REUSED` (409), `PAYLOAD_TOO_LARGE` (413),
+`UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED` (422), `CURSOR_PRUNED`,
+`LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE` (503), …
 """
 
 
@@ -43,6 +55,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
         name="resolver-api",
     )
     epochs = EpochSource(settings.control_dsn)
+    enqueuer = JobEnqueuer(
+        settings.kafka_bootstrap, settings.jobs_topic, settings.enqueue_timeout_seconds
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -50,6 +65,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         try:
             yield
         finally:
+            enqueuer.close()
             pool.close()
             epochs.close()
 
@@ -63,13 +79,26 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.resources = Resources(pool, epochs, settings.lease_max_ttl_seconds)
     install_error_handlers(
         app,
-        coded=(RetentionError, DomainError),
+        coded=(RetentionError, DomainError, IntakeError),
         unavailable=(psycopg.OperationalError,),  # PoolTimeout is one too
     )
     app.include_router(retention_router)
+    app.state.intake = IntakeResources(
+        CollectorVerifier(settings),
+        IntakeService(pool, EvidenceStore.from_settings(settings), enqueuer, settings),
+        settings.content_types(),
+        settings.intake_max_artifact_bytes,
+    )
+    app.add_middleware(
+        CaptureBodyLimit,
+        path=CAPTURES_PATH,
+        max_bytes=request_limit(settings.intake_max_artifact_bytes),
+    )
+    app.include_router(intake_router)
 
     registry = CollectorRegistry()
     registry.register(RetentionCollector(pool.connection))
+    registry.register(IntakeCollector(pool.connection))
 
     @app.get("/healthz", tags=["operations"], responses={503: {"model": ErrorBody}})
     def healthz(res: Res) -> Response:
@@ -83,7 +112,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
 
     @app.get("/metrics", tags=["operations"], response_class=Response)
     def metrics() -> Response:
-        """Prometheus metrics: retention positions, consumer lag, lease expiry."""
+        """Prometheus metrics: retention positions, consumer lag, lease expiry, the
+        intake job backlog."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -7,9 +7,10 @@ from pydantic_settings import SettingsConfigDict
 
 from db.settings import ENV_PREFIX, DatabaseSettings
 from producers.auth import Grant, parse_grants
+from producers.intake.settings import IntakeSettings
 
 
-class ApiSettings(DatabaseSettings):
+class ApiSettings(DatabaseSettings, IntakeSettings):
     # A token pasted where its hash belongs must not end up in an error message.
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True

@@ -14,6 +14,7 @@ slower than encoding. Unions of records are written with the branch named as a
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from io import BytesIO
 from pathlib import Path
@@ -25,9 +26,14 @@ from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from schemas.events import (
     AggregateRef,
     CatalogItemRetired,
+    CatalogItemSplit,
     CatalogItemUpserted,
+    DecisionRecorded,
     Envelope,
+    EvidenceRef,
+    ListingMapped,
     Payload,
+    ShippingPolicyVersioned,
     StreamKey,
 )
 from schemas.exceptions import CodecError, CodecErrorCode
@@ -44,6 +50,10 @@ ENVELOPE = "gapless.catalog.Envelope"
 STREAM_KEY = "gapless.catalog.StreamKey"
 UPSERTED = "gapless.catalog.CatalogItemUpserted"
 RETIRED = "gapless.catalog.CatalogItemRetired"
+DECISION_RECORDED = "gapless.catalog.DecisionRecorded"
+LISTING_MAPPED = "gapless.catalog.ListingMapped"
+POLICY_VERSIONED = "gapless.catalog.ShippingPolicyVersioned"
+ITEM_SPLIT = "gapless.catalog.CatalogItemSplit"
 
 MAGIC = b"\xc3\x01"
 HEADER_LENGTH = len(MAGIC) + 8
@@ -177,13 +187,120 @@ def _retired(record: dict[str, Any]) -> CatalogItemRetired:
     return CatalogItemRetired(reason=record["reason"])
 
 
+def _decision_record(payload: DecisionRecorded) -> tuple[str, dict[str, Any]]:
+    return (
+        DECISION_RECORDED,
+        {
+            "action": payload.action,
+            "actor": payload.actor,
+            "actor_kind": payload.actor_kind,
+            "rationale": payload.rationale,
+            "evidence": [
+                {"capture_id": e.capture_id, "locator": e.locator} for e in payload.evidence
+            ],
+            "prior_decision_ids": [str(d) for d in payload.prior_decision_ids],
+            "case_id": payload.case_id,
+            "case_revision": payload.case_revision,
+        },
+    )
+
+
+def _decision(record: dict[str, Any]) -> DecisionRecorded:
+    return DecisionRecorded(
+        action=record["action"],
+        actor=record["actor"],
+        actor_kind=record["actor_kind"],
+        rationale=record["rationale"],
+        evidence=tuple(
+            EvidenceRef(capture_id=e["capture_id"], locator=e["locator"])
+            for e in record["evidence"]
+        ),
+        prior_decision_ids=tuple(uuid.UUID(d) for d in record["prior_decision_ids"]),
+        case_id=record["case_id"],
+        case_revision=record["case_revision"],
+    )
+
+
+def _mapped_record(payload: ListingMapped) -> tuple[str, dict[str, Any]]:
+    return (
+        LISTING_MAPPED,
+        {
+            "item_id": payload.item_id,
+            "item_revision": payload.item_revision,
+            "decision_id": payload.decision_id,
+        },
+    )
+
+
+def _mapped(record: dict[str, Any]) -> ListingMapped:
+    return ListingMapped(
+        item_id=record["item_id"],
+        item_revision=record["item_revision"],
+        decision_id=record["decision_id"],
+    )
+
+
+def _versioned_record(payload: ShippingPolicyVersioned) -> tuple[str, dict[str, Any]]:
+    return (
+        POLICY_VERSIONED,
+        {
+            "scope": payload.scope,
+            "effective_from": payload.effective_from,
+            "effective_to": payload.effective_to,
+            "terms": payload.terms,
+            "decision_id": payload.decision_id,
+        },
+    )
+
+
+def _versioned(record: dict[str, Any]) -> ShippingPolicyVersioned:
+    return ShippingPolicyVersioned(
+        scope=record["scope"],
+        effective_from=record["effective_from"],
+        effective_to=record["effective_to"],
+        terms=record["terms"],
+        decision_id=record["decision_id"],
+    )
+
+
+def _split_record(payload: CatalogItemSplit) -> tuple[str, dict[str, Any]]:
+    return (
+        ITEM_SPLIT,
+        {
+            "source_item_id": payload.source_item_id,
+            "source_revision": payload.source_revision,
+            "successor_item_ids": list(payload.successor_item_ids),
+            "remaps": payload.remaps,
+            "decision_id": payload.decision_id,
+        },
+    )
+
+
+def _split(record: dict[str, Any]) -> CatalogItemSplit:
+    return CatalogItemSplit(
+        source_item_id=record["source_item_id"],
+        source_revision=record["source_revision"],
+        successor_item_ids=tuple(record["successor_item_ids"]),
+        remaps=record["remaps"],
+        decision_id=record["decision_id"],
+    )
+
+
 _PAYLOAD_RECORDS: dict[type[Any], Callable[[Any], tuple[str, dict[str, Any]]]] = {
     CatalogItemUpserted: _upserted_record,
     CatalogItemRetired: _retired_record,
+    DecisionRecorded: _decision_record,
+    ListingMapped: _mapped_record,
+    ShippingPolicyVersioned: _versioned_record,
+    CatalogItemSplit: _split_record,
 }
 _PAYLOADS: dict[str, Callable[[dict[str, Any]], Payload]] = {
     UPSERTED: _upserted,
     RETIRED: _retired,
+    DECISION_RECORDED: _decision,
+    LISTING_MAPPED: _mapped,
+    POLICY_VERSIONED: _versioned,
+    ITEM_SPLIT: _split,
 }
 
 

@@ -61,10 +61,122 @@ class CatalogItemRetired:
     reason: str
 
 
-Payload = CatalogItemUpserted | CatalogItemRetired
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceRef:
+    """Where evidence for a decision is: a capture and a locator inside it."""
+
+    capture_id: str
+    locator: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionRecorded:
+    """An immutable decision, by a reviewer (``actor_kind`` "human") or a rule.
+
+    ``case_id``/``case_revision`` name the review-case revision it was made against,
+    if it was made on a case.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "decision.recorded"
+
+    action: str
+    actor: str
+    actor_kind: str
+    rationale: str
+    evidence: tuple[EvidenceRef, ...]
+    prior_decision_ids: tuple[uuid.UUID, ...] = ()
+    case_id: str | None = None
+    case_revision: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "evidence", tuple(self.evidence))
+        object.__setattr__(self, "prior_decision_ids", tuple(self.prior_decision_ids))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListingMapped:
+    """A listing mapped onto an item, at the item revision that was active then."""
+
+    EVENT_TYPE: ClassVar[str] = "listing_mapping.mapped"
+
+    item_id: str
+    item_revision: int
+    decision_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShippingPolicyVersioned:
+    """One version of a shipping policy in one scope, valid over [from, to).
+
+    The version is the aggregate revision; ``effective_to`` None is an open end.
+    Times must be timezone-aware and are kept in UTC, like ``occurred_at``.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "shipping_policy.versioned"
+
+    scope: str
+    effective_from: datetime
+    effective_to: datetime | None = None
+    terms: Mapping[str, str] = field(default_factory=dict)
+    decision_id: uuid.UUID
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "effective_from", _utc(self.effective_from, "effective_from"))
+        if self.effective_to is not None:
+            object.__setattr__(self, "effective_to", _utc(self.effective_to, "effective_to"))
+        object.__setattr__(self, "terms", MappingProxyType(dict(self.terms)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogItemSplit:
+    """An item split into successors; ``remaps`` maps listing id to successor item id.
+
+    The source item itself stays, with status "split" at ``source_revision`` (its own
+    ``catalog_item.upserted`` event says so).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "item_split.recorded"
+
+    source_item_id: str
+    source_revision: int
+    successor_item_ids: tuple[str, ...]
+    remaps: Mapping[str, str] = field(default_factory=dict)
+    decision_id: uuid.UUID
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "successor_item_ids", tuple(self.successor_item_ids))
+        object.__setattr__(self, "remaps", MappingProxyType(dict(self.remaps)))
+
+
+def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is UTC:
+        return value
+    if value.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware, got {value!r}")
+    return value.astimezone(UTC)
+
+
+Payload = (
+    CatalogItemUpserted
+    | CatalogItemRetired
+    | DecisionRecorded
+    | ListingMapped
+    | ShippingPolicyVersioned
+    | CatalogItemSplit
+)
 
 PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
-    {cls.EVENT_TYPE: cls for cls in (CatalogItemUpserted, CatalogItemRetired)}
+    {
+        cls.EVENT_TYPE: cls
+        for cls in (
+            CatalogItemUpserted,
+            CatalogItemRetired,
+            DecisionRecorded,
+            ListingMapped,
+            ShippingPolicyVersioned,
+            CatalogItemSplit,
+        )
+    }
 )
 """Payload class by ``event_type``, for consumers that dispatch on the type name."""
 
@@ -89,11 +201,7 @@ class Envelope:
     payload: Payload
 
     def __post_init__(self) -> None:
-        occurred_at = self.occurred_at
-        if occurred_at.tzinfo is not UTC:
-            if occurred_at.utcoffset() is None:
-                raise ValueError(f"occurred_at must be timezone-aware, got {occurred_at!r}")
-            object.__setattr__(self, "occurred_at", occurred_at.astimezone(UTC))
+        object.__setattr__(self, "occurred_at", _utc(self.occurred_at, "occurred_at"))
         if type(self.dependencies) is not tuple:
             object.__setattr__(self, "dependencies", tuple(self.dependencies))
 

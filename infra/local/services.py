@@ -12,7 +12,7 @@ import fcntl
 import os
 from collections.abc import Callable, Iterator
 
-from infra.local import kafka, postgres, s3
+from infra.local import collector_keys, kafka, postgres, s3
 from infra.local.api_token import dev_token, token_hash
 from infra.local.errors import ServiceError
 from infra.local.layout import Layout, current_layout
@@ -81,7 +81,8 @@ def local_environment() -> dict[str, str]:
     """The GAPLESS_* variables that point the pipeline at these local services.
 
     Reading the S3 keys creates them on first use (so this matches what `up`
-    will hand the gateway); nothing is started.
+    will hand the gateway), and so does reading the collector dev key pair;
+    nothing is started.
     """
     layout = current_layout()
     creds = s3.credentials(layout)
@@ -101,4 +102,8 @@ def local_environment() -> dict[str, str]:
         "GAPLESS_S3_SECRET_KEY": creds.secret_key,
         "GAPLESS_EVIDENCE_BUCKET": s3.EVIDENCE_BUCKET,
         "GAPLESS_EXPORTS_BUCKET": s3.EXPORTS_BUCKET,
+        # Collectors: tokens signed with the local dev key (gapless collector-token).
+        "GAPLESS_COLLECTOR_JWT_PUBLIC_KEY": collector_keys.public_key_pem(layout),
+        "GAPLESS_COLLECTOR_JWT_ISSUER": collector_keys.ISSUER,
+        "GAPLESS_COLLECTOR_JWT_AUDIENCE": collector_keys.AUDIENCE,
     }

@@ -5,7 +5,10 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-import db.tables.retention  # noqa: F401  (its tables join the resolver metadata)
+# Importing a table module adds its tables to the resolver metadata.
+import db.tables.domain
+import db.tables.intake
+import db.tables.retention  # noqa: F401
 from db.tables.resolver import metadata
 
 config = context.config

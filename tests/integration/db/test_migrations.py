@@ -9,7 +9,14 @@ from sqlalchemy import MetaData, create_engine
 
 from db.migrate import Database, dsn_for, sqlalchemy_url
 from db.settings import DatabaseSettings
-from db.tables import control, product, resolver, retention  # noqa: F401  (joins resolver)
+from db.tables import (  # noqa: F401  (domain, intake, retention join resolver)
+    control,
+    domain,
+    intake,
+    product,
+    resolver,
+    retention,
+)
 
 METADATA: dict[Database, MetaData] = {
     "resolver": resolver.metadata,

@@ -29,20 +29,27 @@ from schemas.codec import (
     schema_fingerprint,
 )
 from schemas.events import (
+    PAYLOAD_TYPES,
     AggregateRef,
     CatalogItemRetired,
+    CatalogItemSplit,
     CatalogItemUpserted,
+    DecisionRecorded,
     Envelope,
+    EvidenceRef,
+    ListingMapped,
+    ShippingPolicyVersioned,
     StreamKey,
 )
 from schemas.exceptions import CodecError, CodecErrorCode
 
 LONGS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 TEXT = st.text()
+UTC_TIMES = st.datetimes(timezones=st.just(UTC))
 
 aggregate_refs = st.builds(AggregateRef, type=TEXT, id=TEXT, revision=LONGS)
-payloads = st.one_of(
-    st.builds(
+PAYLOAD_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
+    CatalogItemUpserted: st.builds(
         CatalogItemUpserted,
         class_id=TEXT,
         status=TEXT,
@@ -50,8 +57,41 @@ payloads = st.one_of(
         parent_item_id=st.none() | TEXT,
         attributes=st.dictionaries(TEXT, TEXT, max_size=8),
     ),
-    st.builds(CatalogItemRetired, reason=TEXT),
-)
+    CatalogItemRetired: st.builds(CatalogItemRetired, reason=TEXT),
+    DecisionRecorded: st.builds(
+        DecisionRecorded,
+        action=TEXT,
+        actor=TEXT,
+        actor_kind=TEXT,
+        rationale=TEXT,
+        evidence=st.lists(st.builds(EvidenceRef, capture_id=TEXT, locator=TEXT), max_size=4).map(
+            tuple
+        ),
+        prior_decision_ids=st.lists(st.uuids(), max_size=3).map(tuple),
+        case_id=st.none() | TEXT,
+        case_revision=st.none() | LONGS,
+    ),
+    ListingMapped: st.builds(
+        ListingMapped, item_id=TEXT, item_revision=LONGS, decision_id=st.uuids()
+    ),
+    ShippingPolicyVersioned: st.builds(
+        ShippingPolicyVersioned,
+        scope=TEXT,
+        effective_from=UTC_TIMES,
+        effective_to=st.none() | UTC_TIMES,
+        terms=st.dictionaries(TEXT, TEXT, max_size=4),
+        decision_id=st.uuids(),
+    ),
+    CatalogItemSplit: st.builds(
+        CatalogItemSplit,
+        source_item_id=TEXT,
+        source_revision=LONGS,
+        successor_item_ids=st.lists(TEXT, max_size=4).map(tuple),
+        remaps=st.dictionaries(TEXT, TEXT, max_size=4),
+        decision_id=st.uuids(),
+    ),
+}
+payloads = st.one_of(*PAYLOAD_STRATEGIES.values())
 envelopes = st.builds(
     Envelope,
     tenant_id=TEXT,
@@ -145,6 +185,10 @@ def test_decoded_envelope_keeps_types_and_time_zone() -> None:
     assert isinstance(decoded.event_id, uuid.UUID)
     assert isinstance(decoded.dependencies, tuple)
     assert decoded.event_type == "catalog_item.upserted"
+
+
+def test_every_payload_type_is_in_the_round_trip_strategy() -> None:
+    assert set(PAYLOAD_STRATEGIES) == set(PAYLOAD_TYPES.values())
 
 
 def test_retired_payload_round_trips_with_its_event_type() -> None:

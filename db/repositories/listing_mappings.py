@@ -1,0 +1,67 @@
+"""SQL for listing mappings, run inside a Unit of Work's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from db.unit_of_work import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class MappingRow:
+    listing_id: str
+    item_id: str
+    item_revision: int
+    decision_id: uuid.UUID
+    revision: int
+
+
+def save(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    listing_id: str,
+    item_id: str,
+    item_revision: int,
+    decision_id: uuid.UUID,
+) -> int:
+    """Insert or update the mapping with ``revision + 1``; returns the new revision."""
+    row = tx.execute(
+        "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
+        " item_revision, decision_id, revision) VALUES (%s, %s, %s, %s, %s, %s, 1)"
+        " ON CONFLICT (tenant_id, catalog_id, listing_id) DO UPDATE SET"
+        " item_id = excluded.item_id, item_revision = excluded.item_revision,"
+        " decision_id = excluded.decision_id, revision = listing_mapping.revision + 1,"
+        " updated_at = now() RETURNING revision",
+        (tenant_id, catalog_id, listing_id, item_id, item_revision, decision_id),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def for_item_for_update(
+    tx: Transaction, tenant_id: str, catalog_id: str, item_id: str
+) -> list[MappingRow]:
+    """The mappings targeting an item, locked until the transaction ends.
+
+    A split moves them to its successors: the lock keeps any writer (one that did not
+    take the stream's cursor lock included) from remapping one of them meanwhile, so
+    the split's check that its remaps cover every listing stays true until COMMIT.
+    """
+    rows = tx.execute(
+        "SELECT listing_id, item_id, item_revision, decision_id, revision FROM listing_mapping"
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s"
+        " ORDER BY listing_id FOR UPDATE",
+        (tenant_id, catalog_id, item_id),
+    ).fetchall()
+    return [MappingRow(*r) for r in rows]
+
+
+def get(tx: Transaction, tenant_id: str, catalog_id: str, listing_id: str) -> MappingRow | None:
+    row = tx.execute(
+        "SELECT listing_id, item_id, item_revision, decision_id, revision FROM listing_mapping"
+        " WHERE tenant_id = %s AND catalog_id = %s AND listing_id = %s",
+        (tenant_id, catalog_id, listing_id),
+    ).fetchone()
+    return MappingRow(*row) if row else None

@@ -1,0 +1,67 @@
+"""SQL for review cases, run inside a Unit of Work's transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from db.unit_of_work import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class CaseRow:
+    case_id: str
+    subject_type: str
+    subject_id: str
+    status: str
+    revision: int
+
+
+def insert(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    case_id: str,
+    subject_type: str,
+    subject_id: str,
+) -> bool:
+    """Open a case at revision 1; False if the case id is taken."""
+    row = tx.execute(
+        "INSERT INTO review_case (tenant_id, catalog_id, case_id, subject_type, subject_id,"
+        " status, revision) VALUES (%s, %s, %s, %s, %s, 'open', 1)"
+        " ON CONFLICT DO NOTHING RETURNING 1",
+        (tenant_id, catalog_id, case_id, subject_type, subject_id),
+    ).fetchone()
+    return row is not None
+
+
+def advance(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    case_id: str,
+    expected_revision: int,
+    status: str,
+) -> int | None:
+    """Move the case from ``expected_revision`` to the next; None if it is not there.
+
+    The ``revision = expected`` condition is the optimistic check of INV-04: of two
+    decisions made against the same revision, the second's UPDATE waits for the
+    first's row lock, then re-checks the condition against the committed row and
+    matches nothing.
+    """
+    row = tx.execute(
+        "UPDATE review_case SET revision = revision + 1, status = %s, updated_at = now()"
+        " WHERE tenant_id = %s AND catalog_id = %s AND case_id = %s AND revision = %s"
+        " RETURNING revision",
+        (status, tenant_id, catalog_id, case_id, expected_revision),
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
+def get(tx: Transaction, tenant_id: str, catalog_id: str, case_id: str) -> CaseRow | None:
+    row = tx.execute(
+        "SELECT case_id, subject_type, subject_id, status, revision FROM review_case"
+        " WHERE tenant_id = %s AND catalog_id = %s AND case_id = %s",
+        (tenant_id, catalog_id, case_id),
+    ).fetchone()
+    return CaseRow(*row) if row else None

@@ -1,0 +1,72 @@
+"""Typed intake errors; ``code`` is stable and machine-readable and ``http_status``
+is what the API answers with."""
+
+from __future__ import annotations
+
+
+class IntakeError(Exception):
+    code = "INTAKE_ERROR"
+    http_status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class IdempotencyKeyReused(IntakeError):
+    """The instance already used this idempotency key for a different request."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+    http_status = 409
+
+
+class PayloadTooLarge(IntakeError):
+    code = "PAYLOAD_TOO_LARGE"
+    http_status = 413
+
+
+class UnsupportedMediaType(IntakeError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    http_status = 415
+
+
+class ReceiptNotFound(IntakeError):
+    code = "NOT_FOUND"
+    http_status = 404
+
+
+class InstanceScopeDenied(IntakeError):
+    """The receipt belongs to another collector instance (of the caller's tenant)."""
+
+    code = "INSTANCE_SCOPE_DENIED"
+    http_status = 403
+
+
+class EvidenceUnavailable(IntakeError):
+    """The evidence bucket did not take the artifact within the retry budget (or every
+    slot of the concurrency limit stayed busy); nothing was recorded, so retrying the
+    same request is safe."""
+
+    code = "EVIDENCE_UNAVAILABLE"
+    http_status = 503
+
+
+class EvidenceRejected(IntakeError):
+    """The object store refused the artifact for a reason retrying will not fix."""
+
+    code = "EVIDENCE_REJECTED"
+    http_status = 502
+
+
+class CollectorRegistryError(IntakeError):
+    """An operator's credential command conflicts with what is registered."""
+
+    code = "COLLECTOR_REGISTRY_CONFLICT"
+    http_status = 409
+
+
+class CollectorKeysUnavailable(IntakeError):
+    """The issuer's key set (JWKS) cannot be fetched, so no token can be checked."""
+
+    code = "UNAVAILABLE"
+    http_status = 503

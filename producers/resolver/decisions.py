@@ -1,0 +1,156 @@
+"""The one write path of accepted changes (AW-01): a decision and the facts it accepts.
+
+Every accepted change, by a reviewer or an automatic rule, is a ``Decision``: who
+decided what and why, on which evidence, against which review-case revision, and the
+facts it accepts. ``record_decision`` runs it as one transaction of the Unit of Work.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from db.repositories import decisions as decision_rows
+from db.repositories import review_cases as cases
+from db.stream_writer import PendingEvent
+from db.unit_of_work import UnitOfWork
+from producers.resolver.exceptions import (
+    CaseNotFound,
+    EvidenceMissing,
+    InvalidDecision,
+    PriorDecisionNotFound,
+    StaleRevision,
+)
+from producers.resolver.listing_mappings import MapListing, map_listing
+from producers.resolver.review_cases import CaseRevision
+from producers.resolver.shipping_policies import VersionShippingPolicy, version_policy
+from producers.resolver.splits import SplitItem, split_item
+from schemas.events import AggregateRef, DecisionRecorded, EvidenceRef
+
+AGGREGATE = "decision"
+ACTOR_KINDS = ("human", "rule")
+
+Fact = MapListing | VersionShippingPolicy | SplitItem
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A decision to record; validated on construction (pure, no I/O).
+
+    ``case`` is None for an automatic rule acting outside any review case.
+    ``prior_decision_ids`` name the earlier decisions this one rests on or corrects.
+    """
+
+    tenant_id: str
+    catalog_id: str
+    action: str
+    actor: str
+    rationale: str
+    evidence: tuple[EvidenceRef, ...]
+    facts: tuple[Fact, ...] = ()
+    actor_kind: str = "human"
+    case: CaseRevision | None = None
+    prior_decision_ids: tuple[uuid.UUID, ...] = ()
+    decision_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+    def __post_init__(self) -> None:
+        if not self.evidence:
+            raise EvidenceMissing(
+                f"decision {self.action!r} by {self.actor!r} cites no evidence (capture + locator)"
+            )
+        if any(not e.capture_id or not e.locator for e in self.evidence):
+            raise EvidenceMissing("every evidence reference needs a capture id and a locator")
+        if not self.action or not self.actor:
+            raise InvalidDecision("a decision needs an action and an actor")
+        if self.actor_kind not in ACTOR_KINDS:
+            raise InvalidDecision(f"actor kind {self.actor_kind!r} is not one of {ACTOR_KINDS}")
+        if self.decision_id in self.prior_decision_ids:
+            raise InvalidDecision("a decision cannot name itself as a prior decision")
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a recorded decision changed: the new case revision and every aggregate
+    revision it produced an event for, in event order."""
+
+    decision_id: uuid.UUID
+    case_revision: int | None
+    aggregates: tuple[AggregateRef, ...]
+
+
+def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
+    """Record ``decision`` and accept its facts, all or nothing; then commit.
+
+    1. lock the stream's cursor (before reading or changing any exported state);
+    2. move the review case from the expected revision to the next, or fail with
+       ``StaleRevision`` (INV-04) — the zero-row UPDATE changes nothing;
+    3. check the prior decisions exist and insert the immutable decision row (INV-05);
+    4. apply each fact with ``revision + 1`` and its invariant checks (INV-01, INV-03,
+       INV-08), each naming the decision;
+    5. queue one event per affected aggregate revision with its dependencies: the
+       decision's first, then the facts' in the order they were applied;
+    6. the Unit of Work writes the outbox rows at the next positions and COMMITs.
+    A domain error or crash anywhere before step 6 completes rolls everything back:
+    no case revision, decision, fact, outbox row or position is consumed.
+    """
+    d = decision
+    writer = uow.stream(d.tenant_id, d.catalog_id)
+    tx = uow.tx
+
+    case_revision: int | None = None
+    if d.case is not None:
+        case_revision = cases.advance(
+            tx, d.tenant_id, d.catalog_id, d.case.case_id, d.case.expected_revision, "decided"
+        )
+        if case_revision is None:
+            current = cases.get(tx, d.tenant_id, d.catalog_id, d.case.case_id)
+            if current is None:
+                raise CaseNotFound(f"no case {d.case.case_id!r} in {d.tenant_id}/{d.catalog_id}")
+            raise StaleRevision(
+                f"case {d.case.case_id!r} is at revision {current.revision}, "
+                f"the decision was made against {d.case.expected_revision}"
+            )
+
+    unknown = decision_rows.missing(tx, d.tenant_id, d.catalog_id, d.prior_decision_ids)
+    if unknown:
+        raise PriorDecisionNotFound(f"no prior decisions {sorted(map(str, unknown))}")
+    decision_rows.insert(
+        tx,
+        d.tenant_id,
+        d.catalog_id,
+        d.decision_id,
+        action=d.action,
+        actor=d.actor,
+        actor_kind=d.actor_kind,
+        rationale=d.rationale,
+        evidence=[{"capture_id": e.capture_id, "locator": e.locator} for e in d.evidence],
+        case_id=d.case.case_id if d.case else None,
+        case_revision=d.case.expected_revision if d.case else None,
+        prior_decision_ids=d.prior_decision_ids,
+    )
+    writer.append(
+        PendingEvent(
+            aggregate=AggregateRef(type=AGGREGATE, id=str(d.decision_id), revision=1),
+            payload=DecisionRecorded(
+                action=d.action,
+                actor=d.actor,
+                actor_kind=d.actor_kind,
+                rationale=d.rationale,
+                evidence=d.evidence,
+                prior_decision_ids=d.prior_decision_ids,
+                case_id=d.case.case_id if d.case else None,
+                case_revision=d.case.expected_revision if d.case else None,
+            ),
+        )
+    )
+
+    for fact in d.facts:
+        if isinstance(fact, MapListing):
+            map_listing(uow, d.tenant_id, d.catalog_id, d.decision_id, fact)
+        elif isinstance(fact, VersionShippingPolicy):
+            version_policy(uow, d.tenant_id, d.catalog_id, d.decision_id, fact)
+        else:
+            split_item(uow, d.tenant_id, d.catalog_id, d.decision_id, fact)
+
+    envelopes = uow.commit()
+    return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))

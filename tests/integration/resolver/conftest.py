@@ -1,0 +1,72 @@
+"""Fixtures of the resolver domain tests: Units of Work whose connections run as the
+application role, so every test also proves the role's grants suffice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.settings import DatabaseSettings
+from db.tables.domain import APP_ROLE
+from db.unit_of_work import UnitOfWork
+from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from schemas.codec import CODEC
+from schemas.events import EvidenceRef
+
+EVIDENCE = (EvidenceRef(capture_id="cap-1", locator="$.offers[0]"),)
+
+UowFactory = Callable[[], UnitOfWork]
+
+
+def as_app_role(conn: psycopg.Connection) -> None:
+    conn.execute(f"SET ROLE {APP_ROLE}")
+    conn.commit()
+
+
+@pytest.fixture()
+def app_pool(clean_db: DatabaseSettings) -> Iterator[ConnectionPool]:
+    pool = ConnectionPool(
+        clean_db.resolver_dsn, min_size=1, max_size=8, configure=as_app_role, open=True
+    )
+    yield pool
+    pool.close()
+
+
+@pytest.fixture()
+def uow(app_pool: ConnectionPool, clean_db: DatabaseSettings) -> UowFactory:
+    epochs = EpochSource(clean_db.control_dsn)
+    return lambda: UnitOfWork(app_pool, epochs, CODEC)
+
+
+def add_item(uow: UowFactory, item_id: str, tenant: str = "t1", catalog: str = "c1") -> None:
+    with uow() as u:
+        record_item(u, ItemChange(tenant, catalog, item_id, "shoe", f"item {item_id}"))
+        u.commit()
+
+
+def retire(uow: UowFactory, item_id: str, tenant: str = "t1", catalog: str = "c1") -> None:
+    with uow() as u:
+        retire_item(u, tenant, catalog, item_id, "discontinued")
+        u.commit()
+
+
+def assert_contiguous_outbox(dsn: str) -> None:
+    """Every stream's outbox holds exactly positions 1..cursor."""
+    with psycopg.connect(dsn) as conn:
+        streams = conn.execute(
+            "SELECT tenant_id, catalog_id, history_epoch, position FROM stream_cursor"
+        ).fetchall()
+        for tenant, catalog, epoch, cursor in streams:
+            positions = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT position FROM outbox WHERE tenant_id = %s AND catalog_id = %s"
+                    " AND history_epoch = %s ORDER BY position",
+                    (tenant, catalog, epoch),
+                )
+            ]
+            assert positions == list(range(1, cursor + 1)), (tenant, catalog, epoch)
