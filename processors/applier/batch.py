@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -235,7 +235,18 @@ class Applier:
 
         generation = {s: p.generation for s, p in locked.items()}
         events = [d.event for d in fresh.values()]
-        parked = parking.waiting_on(conn, {aggregate_key(e) for e in events}, self._codec)
+        # Parked events wait only on aggregates of their own tenant and catalog. Where
+        # nothing is parked, no aggregate has anything waiting and the lookups are
+        # skipped; the progress locks keep this batch's streams from parking meanwhile.
+        catalogs = {(e.tenant_id, e.catalog_id) for e in events}
+        nothing_parked = catalogs - parking.catalogs_with_parked(conn, catalogs)
+
+        def waiting_on(keys: Iterable[AggregateKey]) -> list[Parked]:
+            return parking.waiting_on(
+                conn, (k for k in keys if (k[0], k[1]) not in nothing_parked), self._codec
+            )
+
+        parked = waiting_on({aggregate_key(e) for e in events})
         keys = {k for e in events for k in named_keys(e)} | parking.keys_named(parked)
         revisions = self._revisions(conn, keys, generation)
 
@@ -245,7 +256,7 @@ class Applier:
         def load_more(
             more: list[AggregateKey],
         ) -> tuple[list[Parked], dict[AggregateKey, int]]:
-            found = parking.waiting_on(conn, more, self._codec)
+            found = waiting_on(more)
             by_id.update((p.event.event_id, p) for p in found)
             return found, self._revisions(conn, parking.keys_named(found), generation)
 

@@ -1,4 +1,9 @@
-"""The inbox: one row per event id ever received, with the event's outcome."""
+"""The inbox: one row per event id ever received, with the event's outcome.
+
+Each function here is one statement however many events it handles: the rows go to
+the server as binary arrays (``%b``) and ``unnest`` turns them back into rows.
+``executemany`` would execute one statement per event.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ def known(conn: psycopg.Connection, event_ids: Iterable[uuid.UUID]) -> set[uuid.
     ids = list(event_ids)
     if not ids:
         return set()
-    rows = conn.execute("SELECT event_id FROM inbox WHERE event_id = ANY(%s)", (ids,)).fetchall()
+    rows = conn.execute(
+        "SELECT event_id FROM inbox WHERE event_id = ANY(%b::uuid[])", (ids,)
+    ).fetchall()
     return {r[0] for r in rows}
 
 
@@ -39,21 +46,23 @@ def record(conn: psycopg.Connection, decided: Iterable[tuple[Envelope, str]]) ->
     ]
     if not rows:
         return
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO inbox (event_id, tenant_id, catalog_id, history_epoch, position,"
-            " event_type, outcome) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (event_id) DO NOTHING",
-            rows,
-        )
+    conn.execute(
+        "INSERT INTO inbox (event_id, tenant_id, catalog_id, history_epoch, position,"
+        " event_type, outcome)"
+        " SELECT * FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::int8[], %b::int8[],"
+        " %b::text[], %b::text[])"
+        " ON CONFLICT (event_id) DO NOTHING",
+        [list(column) for column in zip(*rows, strict=True)],
+    )
 
 
 def set_outcomes(conn: psycopg.Connection, outcomes: Mapping[uuid.UUID, str]) -> None:
     """Record the final outcome of parked events released in this batch."""
     if not outcomes:
         return
-    with conn.cursor() as cur:
-        cur.executemany(
-            "UPDATE inbox SET outcome = %s, decided_at = now() WHERE event_id = %s",
-            [(outcome, event_id) for event_id, outcome in outcomes.items()],
-        )
+    conn.execute(
+        "UPDATE inbox SET outcome = k.outcome, decided_at = now()"
+        " FROM unnest(%b::uuid[], %b::text[]) AS k(event_id, outcome)"
+        " WHERE inbox.event_id = k.event_id",
+        (list(outcomes.keys()), list(outcomes.values())),
+    )

@@ -37,20 +37,32 @@ def record(conn: psycopg.Connection, consumer: str, messages: Iterable[RawMessag
 
     A partition seen for the first time starts at the batch. Afterwards the offset
     only moves when the batch starts at or before it (no hole) and ends beyond it.
+    One statement for all partitions. ``excluded`` only carries the table's columns,
+    so the condition looks up the run's first offset in the arrays again.
     """
     runs = contiguous_runs(messages)
     if not runs:
         return
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO consumer_offset (consumer, topic, partition, next_offset)"
-            " VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (consumer, topic, partition) DO UPDATE"
-            " SET next_offset = excluded.next_offset, updated_at = now()"
-            " WHERE consumer_offset.next_offset >= %s"
-            " AND consumer_offset.next_offset < excluded.next_offset",
-            [(consumer, t, p, last + 1, first) for (t, p), (first, last) in runs.items()],
-        )
+    conn.execute(
+        "INSERT INTO consumer_offset (consumer, topic, partition, next_offset)"
+        " SELECT %(consumer)s, r.topic, r.partition, r.next_offset"
+        " FROM unnest(%(topics)b::text[], %(partitions)b::int4[], %(nexts)b::int8[])"
+        " AS r(topic, partition, next_offset)"
+        " ON CONFLICT (consumer, topic, partition) DO UPDATE"
+        " SET next_offset = excluded.next_offset, updated_at = now()"
+        " WHERE consumer_offset.next_offset < excluded.next_offset"
+        " AND consumer_offset.next_offset >= ("
+        "  SELECT f.first FROM unnest(%(topics)b::text[], %(partitions)b::int4[],"
+        "  %(firsts)b::int8[]) AS f(topic, partition, first)"
+        "  WHERE f.topic = excluded.topic AND f.partition = excluded.partition)",
+        {
+            "consumer": consumer,
+            "topics": [topic for topic, _ in runs],
+            "partitions": [partition for _, partition in runs],
+            "nexts": [last + 1 for _, last in runs.values()],
+            "firsts": [first for first, _ in runs.values()],
+        },
+    )
 
 
 def load(conn: psycopg.Connection, consumer: str, topic: str) -> dict[int, int]:

@@ -37,45 +37,66 @@ def lock(
 
     The row lock serializes appliers of one stream: during a rebalance two workers
     can briefly hold the same partition, and without the lock both could judge the
-    same event new. Rows are locked in sorted order so two appliers cannot deadlock.
+    same event new. Rows are created, then locked, in one order (the streams sorted
+    byte-wise, which ``COLLATE "C"`` makes PostgreSQL's order too), so two appliers
+    cannot deadlock. Two statements, whatever the number of streams.
     """
     wanted = sorted(set(streams))
     result: dict[Stream, StreamProgress] = {}
     if not wanted:
         return result
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            [(consumer, *s) for s in wanted],
-        )
-    for stream in wanted:
-        row = conn.execute(
-            "SELECT position, generation FROM stream_progress WHERE consumer = %s"
-            " AND tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE",
-            (consumer, *stream),
-        ).fetchone()
-        assert row is not None
-        result[stream] = StreamProgress(int(row[0]), int(row[1]))
+    params = {
+        "consumer": consumer,
+        "tenants": [s[0] for s in wanted],
+        "catalogs": [s[1] for s in wanted],
+        "epochs": [s[2] for s in wanted],
+    }
+    conn.execute(
+        "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch)"
+        " SELECT %(consumer)s, k.t, k.c, k.e"
+        " FROM unnest(%(tenants)b::text[], %(catalogs)b::text[], %(epochs)b::int8[])"
+        " WITH ORDINALITY AS k(t, c, e, n) ORDER BY k.n ON CONFLICT DO NOTHING",
+        params,
+    )
+    rows = conn.execute(
+        "SELECT sp.tenant_id, sp.catalog_id, sp.history_epoch, sp.position, sp.generation"
+        " FROM stream_progress sp"
+        " JOIN unnest(%(tenants)b::text[], %(catalogs)b::text[], %(epochs)b::int8[])"
+        " AS k(t, c, e) ON sp.tenant_id = k.t AND sp.catalog_id = k.c"
+        " AND sp.history_epoch = k.e"
+        " WHERE sp.consumer = %(consumer)s"
+        ' ORDER BY sp.tenant_id COLLATE "C", sp.catalog_id COLLATE "C", sp.history_epoch'
+        " FOR UPDATE OF sp",
+        params,
+    ).fetchall()
+    for t, c, e, position, generation in rows:
+        result[(t, c, int(e))] = StreamProgress(int(position), int(generation))
+    assert len(result) == len(wanted)
     return result
 
 
-def contiguous_end(conn: psycopg.Connection, stream: Stream, position: int) -> int:
-    """The greatest P >= ``position`` such that every position in (position, P] is terminal.
+# Numbering the terminal positions above ``current`` 1, 2, 3…, a position belongs to
+# the contiguous run exactly when position - row_number = ``current``.
+_CONTIGUOUS_END = (
+    "SELECT coalesce(max(p), %(current)s) AS p FROM ("
+    " SELECT p, p - row_number() OVER (ORDER BY p) AS shift FROM ("
+    "  SELECT DISTINCT position AS p FROM inbox"
+    "  WHERE tenant_id = %(tenant)s AND catalog_id = %(catalog)s"
+    "  AND history_epoch = %(epoch)s AND position > %(current)s"
+    "  AND outcome <> 'parked') terminal"
+    ") numbered WHERE shift = %(current)s"
+)
 
-    Numbering the terminal positions above ``position`` 1, 2, 3…, a position belongs
-    to the contiguous run exactly when position - row_number = ``position``.
-    """
+
+def contiguous_end(conn: psycopg.Connection, stream: Stream, position: int) -> int:
+    """The greatest P >= ``position`` such that every position in (position, P] is terminal."""
+    tenant, catalog, epoch = stream
     row = conn.execute(
-        "SELECT max(p) FROM ("
-        " SELECT p, p - row_number() OVER (ORDER BY p) AS shift FROM ("
-        "  SELECT DISTINCT position AS p FROM inbox"
-        "  WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
-        "  AND position > %s AND outcome <> 'parked') terminal"
-        ") numbered WHERE shift = %s",
-        (*stream, position, position),
+        _CONTIGUOUS_END,
+        {"tenant": tenant, "catalog": catalog, "epoch": epoch, "current": position},
     ).fetchone()
-    return int(row[0]) if row and row[0] is not None else position
+    assert row is not None
+    return int(row[0])
 
 
 def advance(
@@ -83,24 +104,32 @@ def advance(
 ) -> int:
     """Move progress to the end of the contiguous run and add the batch's counts.
 
-    ``GREATEST`` keeps progress from ever moving backwards, whatever the caller read.
+    One statement: the run's end is computed and stored together. ``GREATEST`` keeps
+    progress from ever moving backwards, whatever the caller read.
     """
-    new = contiguous_end(conn, stream, current)
-    conn.execute(
-        "UPDATE stream_progress SET position = GREATEST(position, %s),"
-        " applied_count = applied_count + %s, duplicate_count = duplicate_count + %s,"
-        " parked_count = parked_count + %s, released_count = released_count + %s,"
-        " ignored_count = ignored_count + %s, updated_at = now()"
-        " WHERE consumer = %s AND tenant_id = %s AND catalog_id = %s AND history_epoch = %s",
-        (
-            new,
-            counts.applied,
-            counts.duplicates,
-            counts.parked,
-            counts.released,
-            counts.ignored,
-            consumer,
-            *stream,
-        ),
-    )
-    return new
+    tenant, catalog, epoch = stream
+    row = conn.execute(
+        f"WITH run AS ({_CONTIGUOUS_END})"
+        " UPDATE stream_progress SET position = GREATEST(position, run.p),"
+        " applied_count = applied_count + %(applied)s,"
+        " duplicate_count = duplicate_count + %(duplicates)s,"
+        " parked_count = parked_count + %(parked)s,"
+        " released_count = released_count + %(released)s,"
+        " ignored_count = ignored_count + %(ignored)s, updated_at = now()"
+        " FROM run WHERE consumer = %(consumer)s AND tenant_id = %(tenant)s"
+        " AND catalog_id = %(catalog)s AND history_epoch = %(epoch)s"
+        " RETURNING run.p",
+        {
+            "tenant": tenant,
+            "catalog": catalog,
+            "epoch": epoch,
+            "current": current,
+            "consumer": consumer,
+            "applied": counts.applied,
+            "duplicates": counts.duplicates,
+            "parked": counts.parked,
+            "released": counts.released,
+            "ignored": counts.ignored,
+        },
+    ).fetchone()
+    return int(row[0]) if row is not None else contiguous_end(conn, stream, current)
