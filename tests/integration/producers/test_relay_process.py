@@ -1,0 +1,83 @@
+"""The relay as a deployed process: health, metrics, and a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.settings import DatabaseSettings
+from db.unit_of_work import UnitOfWork
+from producers.resolver.catalog_items import ItemChange, record_item
+from schemas.codec import CODEC
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _published(settings: DatabaseSettings) -> int:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(published_position), 0) FROM stream_publication"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_relay_serves_health_and_metrics_and_stops_cleanly_on_sigterm(
+    clean_db: DatabaseSettings, topic: str
+) -> None:
+    port = _free_port()
+    env = dict(os.environ, GAPLESS_EVENTS_TOPIC=topic, GAPLESS_RELAY_HTTP_PORT=str(port))
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "relay"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert relay.poll() is None, relay.stdout.read() if relay.stdout else ""
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "relay health endpoint never answered"
+                time.sleep(0.2)
+        assert health.status_code == 200
+
+        pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1, open=True)
+        epochs = EpochSource(clean_db.control_dsn)
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            for i in range(5):
+                record_item(uow, ItemChange("t1", "c1", f"i{i}", "lamp", "lamp"))
+            uow.commit()
+        pool.close()
+        epochs.close()
+        # NOTIFY wakes the relay; it publishes without waiting for its poll.
+        deadline = time.monotonic() + 15
+        while _published(clean_db) < 5:
+            assert time.monotonic() < deadline, "relay did not publish"
+            time.sleep(0.1)
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        assert "gapless_relay_published_total 5.0" in metrics
+
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(timeout=20) == 0
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.wait()
+    output = relay.stdout.read().decode() if relay.stdout else ""
+    assert "relay stopped" in output
