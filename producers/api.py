@@ -28,6 +28,7 @@ from producers.intake.routes import CAPTURES_PATH, IntakeResources
 from producers.intake.routes import router as intake_router
 from producers.intake.service import IntakeService
 from producers.resolver.exceptions import DomainError
+from producers.resolver.routes import router as resolver_router
 from producers.retention.exceptions import RetentionError
 from producers.retention.metrics import RetentionCollector
 from producers.retention.routes import router as retention_router
@@ -39,8 +40,11 @@ token may act on the tenants it is scoped to (`GAPLESS_API_TOKENS`). Collectors 
 captures with a signed JWT of a registered credential instead. Every error answers
 `{"code": "...", "message": "..."}` with a stable code: `UNAUTHENTICATED` (401),
 `TENANT_SCOPE_DENIED`, `INSTANCE_SCOPE_DENIED` (403), `NOT_FOUND`, `*_NOT_FOUND`
-(404), `IDEMPOTENCY_KEY_REUSED` (409), `PAYLOAD_TOO_LARGE` (413),
-`UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED` (422), `CURSOR_PRUNED`,
+(404), `IDEMPOTENCY_KEY_REUSED`, `STALE_REVISION`, `TARGET_NOT_ACTIVE`,
+`OVERLAPPING_POLICY_WINDOW`, `SOURCE_NOT_ACTIVE`, `ITEM_ALREADY_EXISTS` (409),
+`PAYLOAD_TOO_LARGE` (413), `UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED`,
+`EVIDENCE_MISSING`, `INVALID_DECISION`, `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
+`PRIOR_DECISION_NOT_FOUND` (422), `CURSOR_PRUNED`,
 `LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE` (503), …
 """
 
@@ -54,6 +58,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
         open=False,
         name="resolver-api",
     )
+    uow_pool = ConnectionPool(
+        settings.resolver_dsn,
+        min_size=1,
+        max_size=settings.api_pool_size,
+        open=False,
+        name="resolver-api-uow",
+    )
     epochs = EpochSource(settings.control_dsn)
     enqueuer = JobEnqueuer(
         settings.kafka_bootstrap, settings.jobs_topic, settings.enqueue_timeout_seconds
@@ -62,10 +73,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         pool.open()
+        uow_pool.open()
         try:
             yield
         finally:
             enqueuer.close()
+            uow_pool.close()
             pool.close()
             epochs.close()
 
@@ -76,13 +89,14 @@ def create_app(settings: ApiSettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.grants = settings.grants()
-    app.state.resources = Resources(pool, epochs, settings.lease_max_ttl_seconds)
+    app.state.resources = Resources(pool, uow_pool, epochs, settings.lease_max_ttl_seconds)
     install_error_handlers(
         app,
         coded=(RetentionError, DomainError, IntakeError),
         unavailable=(psycopg.OperationalError,),  # PoolTimeout is one too
     )
     app.include_router(retention_router)
+    app.include_router(resolver_router)
     app.state.intake = IntakeResources(
         CollectorVerifier(settings),
         IntakeService(pool, EvidenceStore.from_settings(settings), enqueuer, settings),

@@ -11,15 +11,26 @@ from fastapi import Depends, Request
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from db.unit_of_work import UnitOfWork
+from schemas.codec import CODEC
 
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """What the API process opened once at start-up (see ``producers.api``)."""
+    """What the API process opened once at start-up (see ``producers.api``).
+
+    ``pool`` is in autocommit mode (each operation runs its own short transactions);
+    ``uow_pool`` is not: a Unit of Work owns one transaction on one of its
+    connections from the first statement to ``commit()`` or rollback.
+    """
 
     pool: ConnectionPool
+    uow_pool: ConnectionPool
     epochs: EpochSource
     lease_max_ttl_seconds: int
+
+    def unit_of_work(self) -> UnitOfWork:
+        return UnitOfWork(self.uow_pool, self.epochs, CODEC)
 
 
 def resources(request: Request) -> Resources:

@@ -41,6 +41,16 @@ def get_for_share(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str
     return _row(row) if row else None
 
 
+def get(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> ItemRow | None:
+    """Read an item without locking it (for reads outside the write path)."""
+    row = tx.execute(
+        f"SELECT {_COLUMNS} FROM catalog_item"
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s",
+        (tenant_id, catalog_id, item_id),
+    ).fetchone()
+    return _row(row) if row else None
+
+
 def save(
     tx: Transaction,
     tenant_id: str,

@@ -24,6 +24,7 @@ class DecisionRow:
     case_id: str | None
     case_revision: int | None
     decided_at: datetime
+    prior_decision_ids: list[uuid.UUID]
 
 
 def insert(
@@ -81,6 +82,14 @@ def missing(
     return [r[0] for r in rows]
 
 
+_COLUMNS = (
+    "d.decision_id, d.action, d.actor, d.actor_kind, d.rationale, d.evidence, d.case_id,"
+    " d.case_revision, d.decided_at, ARRAY(SELECT p.prior_decision_id FROM decision_prior p"
+    " WHERE p.tenant_id = d.tenant_id AND p.catalog_id = d.catalog_id"
+    " AND p.decision_id = d.decision_id ORDER BY p.prior_decision_id)"
+)
+
+
 def _row(values: Any) -> DecisionRow:
     return DecisionRow(*values)
 
@@ -88,9 +97,39 @@ def _row(values: Any) -> DecisionRow:
 def for_case(tx: Transaction, tenant_id: str, catalog_id: str, case_id: str) -> list[DecisionRow]:
     """A case's decisions, oldest first."""
     rows = tx.execute(
-        "SELECT decision_id, action, actor, actor_kind, rationale, evidence, case_id,"
-        " case_revision, decided_at FROM decision"
-        " WHERE tenant_id = %s AND catalog_id = %s AND case_id = %s ORDER BY case_revision",
+        f"SELECT {_COLUMNS} FROM decision d"
+        " WHERE d.tenant_id = %s AND d.catalog_id = %s AND d.case_id = %s"
+        " ORDER BY d.case_revision",
         (tenant_id, catalog_id, case_id),
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
+def for_item(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> list[DecisionRow]:
+    """The decisions whose accepted facts touch an item, oldest first.
+
+    Derived from the facts as they stand: the decisions behind the listing mappings
+    now on the item, behind a split of the item or one that created it (and the
+    split's remaps onto it), and those made on review cases about the item (subject
+    type ``catalog_item``). A mapping later moved off the item by a plain remap keeps
+    no row naming the item, so its decision is not found here.
+    """
+    scope = (tenant_id, catalog_id)
+    rows = tx.execute(
+        f"SELECT {_COLUMNS} FROM decision d WHERE d.tenant_id = %s AND d.catalog_id = %s"
+        " AND d.decision_id IN ("
+        " SELECT decision_id FROM listing_mapping"
+        "  WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s"
+        " UNION SELECT decision_id FROM item_split"
+        "  WHERE tenant_id = %s AND catalog_id = %s AND source_item_id = %s"
+        " UNION SELECT s.decision_id FROM item_split s JOIN item_split_successor x"
+        "  USING (tenant_id, catalog_id, split_id)"
+        "  WHERE s.tenant_id = %s AND s.catalog_id = %s AND x.item_id = %s"
+        " UNION SELECT c.decision_id FROM decision c JOIN review_case r"
+        "  USING (tenant_id, catalog_id, case_id)"
+        "  WHERE r.tenant_id = %s AND r.catalog_id = %s"
+        "  AND r.subject_type = 'catalog_item' AND r.subject_id = %s)"
+        " ORDER BY d.decided_at, d.decision_id",
+        (*scope, *scope, item_id, *scope, item_id, *scope, item_id, *scope, item_id),
     ).fetchall()
     return [_row(r) for r in rows]

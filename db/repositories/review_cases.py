@@ -65,3 +65,23 @@ def get(tx: Transaction, tenant_id: str, catalog_id: str, case_id: str) -> CaseR
         (tenant_id, catalog_id, case_id),
     ).fetchone()
     return CaseRow(*row) if row else None
+
+
+def page(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    status: str | None,
+    after: str | None,
+    limit: int,
+) -> list[CaseRow]:
+    """Cases in case-id order after ``after`` (keyset pagination), optionally of one
+    status; at most ``limit``."""
+    rows = tx.execute(
+        "SELECT case_id, subject_type, subject_id, status, revision FROM review_case"
+        " WHERE tenant_id = %s AND catalog_id = %s"
+        " AND (%s::text IS NULL OR status = %s) AND (%s::text IS NULL OR case_id > %s)"
+        " ORDER BY case_id LIMIT %s",
+        (tenant_id, catalog_id, status, status, after, after, limit),
+    ).fetchall()
+    return [CaseRow(*r) for r in rows]
