@@ -1,4 +1,5 @@
-"""Product database tables: projections, inbox, parking, durable progress, quarantine."""
+"""Product database tables: projections (items, listing mappings, shipping-policy
+versions), inbox, parking, durable progress, quarantine."""
 
 from __future__ import annotations
 
@@ -127,6 +128,46 @@ product_item = Table(
     Column("position", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "item_id"),
+)
+
+# The listing-mapping projection: the item each listing maps to, at the item revision
+# the resolver saw active. One row per listing; ``revision`` is the mapping's own.
+product_listing_mapping = Table(
+    "product_listing_mapping",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("listing_id", Text, nullable=False),
+    Column("item_id", Text, nullable=False),
+    Column("item_revision", BigInteger, nullable=False),
+    Column("decision_id", Uuid, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "listing_id"),
+)
+
+# The shipping-policy projection: every version of every policy (a version is the
+# policy's aggregate revision), each valid over [effective_from, effective_to). All
+# versions are kept, not only the newest: versions in other scopes or windows stay
+# in force. The resolver's exclusion constraint already keeps windows apart.
+product_shipping_policy_version = Table(
+    "product_shipping_policy_version",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("policy_id", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("effective_from", DateTime(timezone=True), nullable=False),
+    Column("effective_to", DateTime(timezone=True)),
+    Column("terms", JSONB, nullable=False),
+    Column("decision_id", Uuid, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "policy_id", "version"),
 )
 
 QUARANTINE_STATUSES = ("open", "retried", "skipped")

@@ -26,7 +26,7 @@ from processors.applier.plan import (
     plan_batch,
 )
 from processors.applier.quarantine import quarantine
-from processors.projections import catalog_items
+from processors.projections import registry
 from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.exceptions import CodecError, CodecErrorCode
@@ -204,7 +204,7 @@ class Applier:
         3. old-epoch events get the audited terminal outcome ``ignored_old_epoch``;
         4. load applied revisions and the parked events the batch may release;
         5. plan: applied / ignored_stale / parked, releasing parked dependants;
-        6. write inbox outcomes, parking, and the projection;
+        6. write inbox outcomes, parking, and every projection (``projections.registry``);
         7. advance each stream's contiguous progress (never backwards).
         COMMIT (by the caller's ``transaction()``) makes all of it durable together;
         a crash before it leaves nothing, and redelivery starts over. A crash after
@@ -289,7 +289,7 @@ class Applier:
             else:
                 c.ignored += 1
         for gen, events_of_gen in _by_generation(plan.to_apply, generation).items():
-            catalog_items.write(conn, gen, catalog_items.fold(events_of_gen).values())
+            registry.apply(conn, gen, events_of_gen)
 
         extra = {e.stream for e in released_events} - locked.keys()
         if extra:
@@ -314,7 +314,7 @@ class Applier:
         gens = {g for g in generation.values()} or {1}
         found: dict[AggregateKey, int] = {}
         for gen in gens:
-            found.update(catalog_items.load_revisions(conn, gen, keys))
+            found.update(registry.load_revisions(conn, gen, keys))
         return found
 
 

@@ -153,3 +153,8 @@ def write(conn: psycopg.Connection, generation: int, changes: Iterable[Change]) 
                 generation,
             ),
         )
+
+
+def apply(conn: psycopg.Connection, generation: int, events: Iterable[Envelope]) -> None:
+    """Fold the applied events of a batch and write them: what the applier calls."""
+    write(conn, generation, fold(events).values())

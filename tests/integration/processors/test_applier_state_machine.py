@@ -2,13 +2,15 @@
 
 Hypothesis builds a valid history the way the resolver does (positions 1..N per
 stream, revisions counting up per item, a child depending on its parent's current
-revision, a retirement on the item's own previous revision), then delivers it in an
+revision, a retirement on the item's own previous revision, a listing mapped onto an
+active item's current revision, a shipping-policy version), then delivers it in an
 arbitrary schedule: reordered, duplicated (also within one batch), redelivered whole
 as after a crash before the ack, dependencies arriving late, random batch sizes.
 
 After every batch, progress never moves backwards, equals the end of the contiguous
 run of terminal outcomes, and never covers a position that was not delivered; every
-projection row is a state the item really had, with its dependencies applied. Once
+projection row (item, mapping, policy version) is a state its aggregate really had,
+with its dependencies applied. Once
 every event has been delivered, the projection and progress equal the history applied
 once in order, which the generator's own model of the resolver provides.
 """
@@ -30,22 +32,34 @@ from db.settings import DatabaseSettings
 from processors.applier.batch import DEFAULT_CONSUMER, Applier, BatchResult
 from processors.applier.messages import RawMessage
 from schemas.codec import CODEC
-from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted, Envelope
+from schemas.events import (
+    AggregateRef,
+    CatalogItemRetired,
+    CatalogItemUpserted,
+    Envelope,
+    ListingMapped,
+    ShippingPolicyVersioned,
+)
 from schemas.topics import EVENTS_TOPIC
 
 TENANT = "applier-sm"  # its own tenant: other tests may share the database
 CATALOGS = ("c1", "c2")
 ITEM_IDS = ("i0", "i1", "i2", "i3", "i4")
 AGGREGATE = "catalog_item"
+MAPPING = "listing_mapping"
+POLICY = "shipping_policy"
+LISTING_IDS = ("L0", "L1", "L2")
+POLICY_IDS = ("std", "exp")
+DECISION = uuid.UUID(int=1)
 TERMINAL = {"applied", "ignored_stale", "ignored_old_epoch"}
 PRODUCT_TABLES = (
-    "inbox, parked_dependency, parked_event, product_item, stream_progress, quarantine,"
-    " consumer_offset"
+    "inbox, parked_dependency, parked_event, product_item, product_listing_mapping,"
+    " product_shipping_policy_version, stream_progress, quarantine, consumer_offset"
 )
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 Stream = tuple[str, str, int]
-ItemKey = tuple[str, str, str]  # tenant, catalog, item
+ItemKey = tuple[str, str, str]  # tenant, catalog, item (or listing, or policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +76,27 @@ class Row:
 
 
 @dataclass(frozen=True, slots=True)
+class MappingRow:
+    """A product_listing_mapping row as the applier should write it."""
+
+    item_id: str
+    item_revision: int
+    revision: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRow:
+    """A product_shipping_policy_version row as the applier should write it."""
+
+    scope: str
+    effective_from: datetime
+    effective_to: datetime | None
+    terms: dict[str, str]
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
 class History:
     """Events in the order the resolver accepted them, and what they add up to."""
 
@@ -70,28 +105,109 @@ class History:
     states: dict[ItemKey, dict[int, Row]]
     final: dict[ItemKey, Row]
     ends: dict[Stream, int]
+    # Every revision of each listing mapping, and every version of each policy (all
+    # versions stay projected, so these are also what the projection ends with).
+    mappings: dict[ItemKey, dict[int, MappingRow]]
+    policies: dict[ItemKey, dict[int, PolicyRow]]
 
-    def event_of(self, item: ItemKey, revision: int) -> Envelope:
+    def event_of(self, key: ItemKey, revision: int, type_: str = AGGREGATE) -> Envelope:
         return next(
             e
             for e in self.events
-            if (e.tenant_id, e.catalog_id, e.aggregate.id) == item
+            if (e.tenant_id, e.catalog_id, e.aggregate.id) == key
+            and e.aggregate.type == type_
             and e.aggregate.revision == revision
         )
+
+    def final_mappings(self) -> dict[ItemKey, MappingRow]:
+        return {key: by_rev[max(by_rev)] for key, by_rev in self.mappings.items()}
+
+
+def domain_event(
+    catalog: str,
+    position: int,
+    aggregate: AggregateRef,
+    payload: ListingMapped | ShippingPolicyVersioned,
+    *dependencies: AggregateRef,
+) -> Envelope:
+    return Envelope(
+        tenant_id=TENANT,
+        catalog_id=catalog,
+        history_epoch=1,
+        position=position,
+        event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"{catalog}/{position}"),
+        aggregate=aggregate,
+        dependencies=dependencies,
+        occurred_at=T0 + timedelta(seconds=position),
+        payload=payload,
+    )
 
 
 @st.composite
 def histories(draw: st.DrawFn) -> History:
-    """One or two streams of item upserts (some under a parent) and retirements."""
+    """One or two streams of item upserts (some under a parent), retirements, listing
+    mappings and shipping-policy versions."""
     catalogs = draw(st.sampled_from([CATALOGS[:1], CATALOGS]))
     events: list[Envelope] = []
     states: dict[ItemKey, dict[int, Row]] = {}
+    mappings: dict[ItemKey, dict[int, MappingRow]] = {}
+    policies: dict[ItemKey, dict[int, PolicyRow]] = {}
     ends: dict[Stream, int] = {}
     for catalog in catalogs:
         items: dict[str, Row] = {}  # the resolver's current state of each item
         length = draw(st.integers(1, 14), label=f"events in {catalog}")
         for position in range(1, length + 1):
-            retiring = bool(items) and draw(st.integers(0, 3), label="kind") == 0
+            kind = draw(st.integers(0, 5), label="kind")
+            active = sorted(i for i, r in items.items() if r.status == "active")
+            if kind == 4 and active:
+                # The resolver maps only onto an active item, at its current revision.
+                item = draw(st.sampled_from(active), label="map onto")
+                listing = draw(st.sampled_from(LISTING_IDS), label="listing")
+                revisions = mappings.setdefault((TENANT, catalog, listing), {})
+                revision = len(revisions) + 1
+                target = items[item].revision
+                revisions[revision] = MappingRow(item, target, revision, position)
+                events.append(
+                    domain_event(
+                        catalog,
+                        position,
+                        AggregateRef(type=MAPPING, id=listing, revision=revision),
+                        ListingMapped(item_id=item, item_revision=target, decision_id=DECISION),
+                        AggregateRef(type=AGGREGATE, id=item, revision=target),
+                    )
+                )
+                continue
+            if kind == 5:
+                policy = draw(st.sampled_from(POLICY_IDS), label="policy")
+                versions = policies.setdefault((TENANT, catalog, policy), {})
+                version = len(versions) + 1
+                start = T0 + timedelta(days=10 * version)
+                # Windows one after another, as the resolver's exclusion constraint
+                # requires of versions in one scope.
+                versions[version] = PolicyRow(
+                    draw(st.sampled_from(["DE", "AT"]), label="scope"),
+                    start,
+                    start + timedelta(days=10),
+                    {"version": str(version)},
+                    position,
+                )
+                version_row = versions[version]
+                events.append(
+                    domain_event(
+                        catalog,
+                        position,
+                        AggregateRef(type=POLICY, id=policy, revision=version),
+                        ShippingPolicyVersioned(
+                            scope=version_row.scope,
+                            effective_from=version_row.effective_from,
+                            effective_to=version_row.effective_to,
+                            terms=version_row.terms,
+                            decision_id=DECISION,
+                        ),
+                    )
+                )
+                continue
+            retiring = bool(items) and kind == 0
             if retiring:
                 item = draw(st.sampled_from(sorted(items)), label="retire")
                 revision = items[item].revision + 1
@@ -149,7 +265,7 @@ def histories(draw: st.DrawFn) -> History:
             )
         ends[(TENANT, catalog, 1)] = length
     final = {key: by_revision[max(by_revision)] for key, by_revision in states.items()}
-    return History(events, states, final, ends)
+    return History(events, states, final, ends, mappings, policies)
 
 
 class Observed:
@@ -213,6 +329,35 @@ class Observed:
             class_id, status, title, parent, attributes, revision, position = rest
             found[(tenant, catalog, item)] = Row(
                 class_id, status, title, parent, attributes, int(revision), int(position)
+            )
+        return found
+
+    def mappings(self) -> dict[ItemKey, MappingRow]:
+        rows = self.conn.execute(
+            "SELECT generation, tenant_id, catalog_id, listing_id, item_id, item_revision,"
+            " decision_id, revision, position FROM product_listing_mapping"
+            " WHERE tenant_id = %s",
+            (TENANT,),
+        ).fetchall()
+        found: dict[ItemKey, MappingRow] = {}
+        for generation, tenant, catalog, listing, item, item_rev, decision, rev, pos in rows:
+            assert generation == 1 and decision == DECISION
+            found[(tenant, catalog, listing)] = MappingRow(item, item_rev, rev, pos)
+        return found
+
+    def policies(self) -> dict[ItemKey, dict[int, PolicyRow]]:
+        rows = self.conn.execute(
+            "SELECT generation, tenant_id, catalog_id, policy_id, version, scope,"
+            " effective_from, effective_to, terms, decision_id, position"
+            " FROM product_shipping_policy_version WHERE tenant_id = %s",
+            (TENANT,),
+        ).fetchall()
+        found: dict[ItemKey, dict[int, PolicyRow]] = {}
+        for generation, tenant, catalog, policy, version, *rest in rows:
+            scope, start, end, terms, decision, position = rest
+            assert generation == 1 and decision == DECISION
+            found.setdefault((tenant, catalog, policy), {})[version] = PolicyRow(
+                scope, start, end, terms, position
             )
         return found
 
@@ -280,7 +425,7 @@ class Delivery:
 
     def snapshot(self) -> tuple[object, ...]:
         o = self.observed
-        return (o.items(), o.progress(), o.inbox(), o.parked())
+        return (o.items(), o.mappings(), o.policies(), o.progress(), o.inbox(), o.parked())
 
     def check(self, result: BatchResult) -> None:
         history, o = self.history, self.observed
@@ -299,6 +444,8 @@ class Delivery:
         released = [e for e in history.events if e.event_id in self.parked - parked]
         if released:
             event("stored parked events released")
+        if any(e.aggregate.type == MAPPING for e in released):
+            event("a parked listing mapping released")
         released_aggregates = {(e.catalog_id, e.aggregate.id) for e in released}
         if any(
             (e.catalog_id, d.id) in released_aggregates for e in released for d in e.dependencies
@@ -331,6 +478,21 @@ class Delivery:
                 assert dep_row is not None and dep_row.revision >= dep.revision, (
                     f"{key} r{row.revision} applied before {dep.id} r{dep.revision}"
                 )
+        # Likewise each mapping, which is never there before its item revision is; and
+        # each policy version.
+        for key, mapping in o.mappings().items():
+            assert mapping == history.mappings[key].get(mapping.revision), f"{key} never was"
+            origin = history.event_of(key, mapping.revision, MAPPING)
+            assert inbox.get(origin.event_id) == "applied"
+            target = items.get((key[0], key[1], mapping.item_id))
+            assert target is not None and target.revision >= mapping.item_revision, (
+                f"{key} r{mapping.revision} applied before its item r{mapping.item_revision}"
+            )
+        for key, versions in o.policies().items():
+            for version, policy in versions.items():
+                assert policy == history.policies[key][version]
+                origin = history.event_of(key, version, POLICY)
+                assert inbox.get(origin.event_id) == "applied"
 
     def check_converged(self) -> None:
         """Everything was delivered: the result of applying the history once in order."""
@@ -338,6 +500,8 @@ class Delivery:
         n = len(history.events)
         assert self.delivered == set(range(n))
         assert o.items() == history.final
+        assert o.mappings() == history.final_mappings()
+        assert o.policies() == history.policies
         assert o.progress() == history.ends
         assert o.parked() == set() and o.parked_dependencies() == set()
         inbox = o.inbox()

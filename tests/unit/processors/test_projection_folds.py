@@ -1,0 +1,152 @@
+"""The listing-mapping and shipping-policy folds, and the registry that routes a
+batch's events to them (pure: no database)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from processors.applier.plan import APPLIED, IGNORED_STALE, PARKED, plan_batch
+from processors.projections import listing_mappings, registry, shipping_policies
+from schemas.events import (
+    AggregateRef,
+    CatalogItemUpserted,
+    DecisionRecorded,
+    Envelope,
+    EvidenceRef,
+    ListingMapped,
+    Payload,
+    ShippingPolicyVersioned,
+)
+
+DECISION = uuid.uuid4()
+T0 = datetime(2027, 1, 1, tzinfo=UTC)
+
+
+def event(
+    position: int, aggregate: AggregateRef, payload: Payload, *deps: AggregateRef
+) -> Envelope:
+    return Envelope(
+        tenant_id="t1",
+        catalog_id="c1",
+        history_epoch=1,
+        position=position,
+        event_id=uuid.uuid4(),
+        aggregate=aggregate,
+        dependencies=deps,
+        occurred_at=T0,
+        payload=payload,
+    )
+
+
+def ref(type_: str, id_: str, revision: int) -> AggregateRef:
+    return AggregateRef(type=type_, id=id_, revision=revision)
+
+
+def mapped(position: int, listing: str, revision: int, item: str, item_revision: int) -> Envelope:
+    return event(
+        position,
+        ref("listing_mapping", listing, revision),
+        ListingMapped(item_id=item, item_revision=item_revision, decision_id=DECISION),
+        ref("catalog_item", item, item_revision),
+    )
+
+
+def versioned(position: int, policy: str, version: int, scope: str = "DE") -> Envelope:
+    start = T0 + timedelta(days=30 * version)
+    return event(
+        position,
+        ref("shipping_policy", policy, version),
+        ShippingPolicyVersioned(
+            scope=scope,
+            effective_from=start,
+            effective_to=start + timedelta(days=30),
+            terms={"carrier": "dhl"},
+            decision_id=DECISION,
+        ),
+    )
+
+
+def upserted(position: int, item: str, revision: int) -> Envelope:
+    return event(
+        position,
+        ref("catalog_item", item, revision),
+        CatalogItemUpserted(class_id="shoe", status="active", title=item),
+    )
+
+
+def decided(position: int) -> Envelope:
+    return event(
+        position,
+        ref("decision", str(uuid.uuid4()), 1),
+        DecisionRecorded(
+            action="accept",
+            actor="ana",
+            actor_kind="human",
+            rationale="r",
+            evidence=(EvidenceRef(capture_id="c", locator="l"),),
+        ),
+    )
+
+
+def test_mapping_fold_keeps_the_latest_revision_per_listing_and_ignores_other_events() -> None:
+    events = [
+        upserted(1, "i1", 1),
+        mapped(2, "L1", 1, "i1", 1),
+        versioned(3, "std", 1),
+        mapped(4, "L1", 2, "i2", 3),
+        mapped(5, "L2", 1, "i1", 1),
+    ]
+    rows = listing_mappings.fold(events)
+    assert sorted(rows) == [
+        ("t1", "c1", "listing_mapping", "L1"),
+        ("t1", "c1", "listing_mapping", "L2"),
+    ]
+    l1 = rows[("t1", "c1", "listing_mapping", "L1")]
+    assert (l1.item_id, l1.item_revision, l1.revision, l1.position) == ("i2", 3, 2, 4)
+    assert l1.decision_id == DECISION
+
+
+def test_mapping_fold_never_goes_back_to_a_lower_revision() -> None:
+    rows = listing_mappings.fold([mapped(4, "L1", 2, "i2", 3), mapped(2, "L1", 1, "i1", 1)])
+    assert rows[("t1", "c1", "listing_mapping", "L1")].revision == 2
+
+
+def test_policy_fold_keeps_every_version_once() -> None:
+    v1, v2 = versioned(1, "std", 1), versioned(2, "std", 2, scope="AT")
+    rows = shipping_policies.fold([v1, mapped(3, "L1", 1, "i1", 1), v2, v1])
+    assert sorted(v for _, v in rows) == [1, 2]
+    second = rows[(("t1", "c1", "shipping_policy", "std"), 2)]
+    assert second.scope == "AT" and second.terms == {"carrier": "dhl"}
+    assert second.effective_from == T0 + timedelta(days=60)
+    assert second.effective_to == T0 + timedelta(days=90)
+    assert second.position == 2
+
+
+def test_a_decision_is_applied_alone_and_has_no_projection() -> None:
+    decision = decided(1)
+    plan = plan_batch([decision], {}, [], lambda keys: ([], {}))
+    assert plan.outcomes == {decision.event_id: APPLIED}
+    assert all(p.aggregate != "decision" for p in registry.PROJECTIONS)
+
+
+def test_a_mapping_parks_until_exactly_its_item_revision_is_applied() -> None:
+    mapping = mapped(3, "L1", 1, "i1", 2)
+    key = ("t1", "c1", "catalog_item", "i1")
+    assert plan_batch([mapping], {key: 1}, [], lambda keys: ([], {})).outcomes == {
+        mapping.event_id: PARKED
+    }
+    assert plan_batch([mapping], {key: 2}, [], lambda keys: ([], {})).outcomes == {
+        mapping.event_id: APPLIED
+    }
+
+
+def test_an_earlier_policy_version_is_stale_only_within_the_unbroken_run() -> None:
+    # load_revisions reports the unbroken run 1..n, so with only version 2 stored the
+    # planner sees 0 and still applies version 1; with 1..2 stored it is stale.
+    v1 = versioned(1, "std", 1)
+    key = ("t1", "c1", "shipping_policy", "std")
+    assert plan_batch([v1], {}, [], lambda keys: ([], {})).outcomes[v1.event_id] == APPLIED
+    assert (
+        plan_batch([v1], {key: 2}, [], lambda keys: ([], {})).outcomes[v1.event_id] == IGNORED_STALE
+    )
