@@ -4,46 +4,17 @@ the item revision it depends on."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
-
 from processors.applier.plan import APPLIED, PARKED, plan_batch
 from processors.projections.catalog_items import ItemState, fold
 from schemas.events import (
-    AggregateRef,
     CatalogItemSplit,
     CatalogItemUpserted,
     DecisionRecorded,
-    Envelope,
     EvidenceRef,
     ListingMapped,
-    Payload,
     ShippingPolicyVersioned,
 )
-
-DECISION = uuid.uuid4()
-T0 = datetime(2027, 1, 1, tzinfo=UTC)
-
-
-def event(
-    position: int, aggregate: AggregateRef, payload: Payload, *deps: AggregateRef
-) -> Envelope:
-    return Envelope(
-        tenant_id="t1",
-        catalog_id="c1",
-        history_epoch=1,
-        position=position,
-        event_id=uuid.uuid4(),
-        aggregate=aggregate,
-        dependencies=deps,
-        occurred_at=T0,
-        payload=payload,
-    )
-
-
-def ref(type_: str, id_: str, revision: int) -> AggregateRef:
-    return AggregateRef(type=type_, id=id_, revision=revision)
-
+from tests.unit.processors.builders import DECISION, T0, event, ref
 
 ITEM_I1 = ref("catalog_item", "i1", 1)
 EVENTS = [

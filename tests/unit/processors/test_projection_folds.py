@@ -4,43 +4,19 @@ batch's events to them (pure: no database)."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from processors.applier.plan import APPLIED, IGNORED_STALE, PARKED, plan_batch
 from processors.projections import listing_mappings, registry, shipping_policies
 from schemas.events import (
-    AggregateRef,
     CatalogItemUpserted,
     DecisionRecorded,
     Envelope,
     EvidenceRef,
     ListingMapped,
-    Payload,
     ShippingPolicyVersioned,
 )
-
-DECISION = uuid.uuid4()
-T0 = datetime(2027, 1, 1, tzinfo=UTC)
-
-
-def event(
-    position: int, aggregate: AggregateRef, payload: Payload, *deps: AggregateRef
-) -> Envelope:
-    return Envelope(
-        tenant_id="t1",
-        catalog_id="c1",
-        history_epoch=1,
-        position=position,
-        event_id=uuid.uuid4(),
-        aggregate=aggregate,
-        dependencies=deps,
-        occurred_at=T0,
-        payload=payload,
-    )
-
-
-def ref(type_: str, id_: str, revision: int) -> AggregateRef:
-    return AggregateRef(type=type_, id=id_, revision=revision)
+from tests.unit.processors.builders import DECISION, T0, event, ref
 
 
 def mapped(position: int, listing: str, revision: int, item: str, item_revision: int) -> Envelope:
