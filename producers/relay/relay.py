@@ -55,6 +55,7 @@ class Relay:
         self._poll_seconds = poll_seconds
         self._after_publish = after_publish
         self._conn: psycopg.Connection | None = None
+        self._turn = 0
         self.last_pass = 0.0
 
     def _connection(self) -> psycopg.Connection:
@@ -63,56 +64,81 @@ class Relay:
         return self._conn
 
     def publish_stream(self, conn: psycopg.Connection, stream: StreamId) -> int:
-        """Publish one batch of a stream; returns how many rows it published.
+        """Publish one batch of one stream; returns how many rows it published."""
+        return self.publish_streams(conn, [stream])
 
-        One transaction:
-        1. claim the stream (advisory lock for this transaction) or skip it;
-        2. read its published position P, then up to ``batch_size`` rows above P in
-           position order, and check they are exactly P+1 … P+n;
-        3. produce them in that order and wait for every delivery report;
-        4. move the published position to P+n (one single-row UPDATE, never
-           backwards); COMMIT releases the claim.
-        What a crash leaves: before 3, nothing sent and nothing recorded (the server
-        drops the claim with the connection); during 3 or after it and before 4's
-        COMMIT, some or all of P+1 … P+n in Kafka with the position still at P, so
-        the next claim sends them again and consumers drop the duplicates by event
-        id. A failed or missing delivery report raises before 4, so no position is
-        recorded that Kafka did not confirm. Never loss: a position only moves past
-        rows whose every delivery was confirmed. Nothing here locks a row a writer
-        locks, so writers and the relay never wait for each other.
+    def publish_streams(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
+        """Publish up to ``batch_size`` rows from several streams in one transaction.
+
+        1. claim each stream (advisory lock for this transaction) or skip it; read its
+           published position P and the rows above P in position order (within what
+           is left of the batch), and check they are exactly P+1 … P+n — a stream
+           whose rows do not line up is skipped and reported (``OutboxGap``);
+        2. produce every claimed stream's rows, each stream in its own order, and
+           wait once for every delivery report;
+        3. move each stream's published position to its P+n (a single-row UPDATE,
+           never backwards); COMMIT releases the claims.
+        What a crash leaves: before 2, nothing sent and nothing recorded (the server
+        drops the claims with the connection); during 2 or after it and before 3's
+        COMMIT, some or all rows in Kafka with every position unchanged, so the next
+        claims send them again and consumers drop the duplicates by event id. A
+        failed or missing delivery report raises before 3, so no position moves past
+        a row Kafka did not confirm. Waiting once for several streams is what keeps
+        the relay close to a bare producer. Nothing here locks a row a writer locks,
+        so writers and the relay never wait for each other.
         """
+        claimed: list[tuple[StreamId, list[OutboxRow]]] = []
         with conn.transaction():
-            if not try_claim_stream(conn, stream):
+            budget = self._batch_size
+            for stream in streams:
+                if budget <= 0:
+                    break
+                if not try_claim_stream(conn, stream):
+                    continue
+                after = published_position(conn, stream)
+                rows = read_after(conn, stream, after, budget)
+                if not rows:
+                    continue
+                last = rows[-1].position
+                if rows[0].position != after + 1 or last != after + len(rows):
+                    FAILURES.inc()
+                    log.error(
+                        "%s",
+                        OutboxGap(
+                            f"{stream}: rows above published position {after} are"
+                            f" {rows[0].position}…{last}, {len(rows)} of them; skipped"
+                        ),
+                    )
+                    continue
+                claimed.append((stream, rows))
+                budget -= len(rows)
+            if not claimed:
                 return 0
-            after = published_position(conn, stream)
-            rows = read_after(conn, stream, after, self._batch_size)
-            if not rows:
-                return 0
-            last = rows[-1].position
-            if rows[0].position != after + 1 or last != after + len(rows):
-                raise OutboxGap(
-                    f"{stream}: rows above published position {after} are"
-                    f" {rows[0].position}…{last}, {len(rows)} of them"
-                )
-            self._publisher.publish(rows)
-            if self._after_publish is not None:
-                self._after_publish(stream, rows)
-            mark_published(conn, stream, last)
-        PUBLISHED.inc(len(rows))
-        return len(rows)
+            self._publisher.publish([row for _, rows in claimed for row in rows])
+            for stream, rows in claimed:
+                if self._after_publish is not None:
+                    self._after_publish(stream, rows)
+                mark_published(conn, stream, rows[-1].position)
+        total = sum(len(rows) for _, rows in claimed)
+        PUBLISHED.inc(total)
+        return total
 
     def run_once(self) -> int:
         """One pass over every stream with unpublished rows; returns rows published."""
         conn = self._connection()
         with conn.transaction():
             streams = streams_with_unpublished(conn, limit=1000)
+        # One batch per pass across the streams, starting one stream later each pass
+        # so that a busy stream early in the list cannot starve the others.
+        if streams:
+            self._turn = (self._turn + 1) % len(streams)
+            streams = streams[self._turn :] + streams[: self._turn]
         total = 0
-        for stream in streams:
-            try:
-                total += self.publish_stream(conn, stream)
-            except RelayError as exc:
-                FAILURES.inc()
-                log.warning("publish failed for %s, will retry: %s", stream, exc)
+        try:
+            total = self.publish_streams(conn, streams)
+        except RelayError as exc:
+            FAILURES.inc()
+            log.warning("publish failed, will retry: %s", exc)
         self.last_pass = time.time()
         LAST_PASS.set(self.last_pass)
         return total

@@ -266,3 +266,39 @@ def test_relay_and_writers_never_wait_for_each_other(
     Relay(clean_db.resolver_dsn, publisher, after_publish=write_while_claimed).run_once()
     assert writers_finished == [True], "a writer waited for the relay's claim"
     assert _published(clean_db) == second < _outbox_count(clean_db)
+
+
+def test_one_pass_publishes_several_small_streams_with_one_wait(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """Small backlogs of several streams go out in one pass (one delivery wait), each
+    stream in its own order; the batch budget spills the rest into later passes."""
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+    streams = [StreamId("t1", f"c{n}", 1) for n in range(1, 4)]
+    for stream in streams:
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            for i in range(4):
+                record_item(uow, ItemChange("t1", stream.catalog_id, f"i{i}", "lamp", "l"))
+            uow.commit()
+    pool.close()
+    epochs.close()
+
+    waits: list[int] = []
+    publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
+    publish = publisher.publish
+
+    def counting(rows: list[OutboxRow]) -> None:
+        waits.append(len(rows))
+        publish(rows)
+
+    publisher.publish = counting  # type: ignore[method-assign]
+    assert Relay(clean_db.resolver_dsn, publisher, batch_size=100).run_once() == 12
+    assert waits == [12]
+    assert [_published(clean_db, s) for s in streams] == [4, 4, 4]
+
+    for stream in streams:
+        with psycopg.connect(clean_db.resolver_dsn) as conn:
+            mark_published(conn, stream, 0)  # a no-op: positions never go back
+            conn.commit()
+    assert [_published(clean_db, s) for s in streams] == [4, 4, 4]
