@@ -21,16 +21,12 @@ from producers.resolver.exceptions import (
     PriorDecisionNotFound,
     StaleRevision,
 )
-from producers.resolver.listing_mappings import MapListing, map_listing
+from producers.resolver.facts import DecisionScope, Fact
 from producers.resolver.review_cases import CaseRevision
-from producers.resolver.shipping_policies import VersionShippingPolicy, version_policy
-from producers.resolver.splits import SplitItem, split_item
 from schemas.events import AggregateRef, DecisionRecorded, EvidenceRef
 
 AGGREGATE = "decision"
 ACTOR_KINDS = ("human", "rule")
-
-Fact = MapListing | VersionShippingPolicy | SplitItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +140,9 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
         )
     )
 
+    scope = DecisionScope(d.tenant_id, d.catalog_id, d.decision_id)
     for fact in d.facts:
-        if isinstance(fact, MapListing):
-            map_listing(uow, d.tenant_id, d.catalog_id, d.decision_id, fact)
-        elif isinstance(fact, VersionShippingPolicy):
-            version_policy(uow, d.tenant_id, d.catalog_id, d.decision_id, fact)
-        else:
-            split_item(uow, d.tenant_id, d.catalog_id, d.decision_id, fact)
+        fact.accept(uow, scope)
 
     envelopes = uow.commit()
     return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))

@@ -12,7 +12,8 @@ from pydantic import AwareDatetime, BaseModel, Field
 
 from db.repositories.decisions import DecisionRow
 from db.repositories.review_cases import CaseRow
-from producers.resolver.decisions import Fact, Recorded
+from producers.resolver.decisions import Recorded
+from producers.resolver.facts import Fact
 from producers.resolver.listing_mappings import MapListing
 from producers.resolver.shipping_policies import VersionShippingPolicy
 from producers.resolver.splits import SplitItem, Successor

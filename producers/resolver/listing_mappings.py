@@ -10,6 +10,7 @@ from db.repositories import listing_mappings as mappings
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
 from producers.resolver.exceptions import TargetNotActive
+from producers.resolver.facts import DecisionScope
 from schemas.events import AggregateRef, ListingMapped
 
 AGGREGATE = "listing_mapping"
@@ -22,6 +23,9 @@ class MapListing:
 
     listing_id: str
     item_id: str
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        map_listing(uow, scope.tenant_id, scope.catalog_id, scope.decision_id, self)
 
 
 def map_listing(

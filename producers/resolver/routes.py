@@ -18,7 +18,8 @@ from producers.auth import Caller
 from producers.deps import Conn, Res
 from producers.errors import error_responses
 from producers.resolver import queries
-from producers.resolver.decisions import Decision, Fact, Recorded, record_decision
+from producers.resolver.decisions import Decision, Recorded, record_decision
+from producers.resolver.facts import Fact
 from producers.resolver.http_models import (
     CaseDetail,
     CasePage,

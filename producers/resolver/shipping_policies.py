@@ -13,6 +13,7 @@ from db.repositories import shipping_policies as policies
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
 from producers.resolver.exceptions import InvalidPolicyWindow, OverlappingPolicyWindow
+from producers.resolver.facts import DecisionScope
 from schemas.events import AggregateRef, ShippingPolicyVersioned
 
 AGGREGATE = "shipping_policy"
@@ -39,6 +40,9 @@ class VersionShippingPolicy:
                 f"policy {self.policy_id!r}: window [{self.effective_from}, {self.effective_to})"
                 " is empty"
             )
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        version_policy(uow, scope.tenant_id, scope.catalog_id, scope.decision_id, self)
 
 
 def version_policy(

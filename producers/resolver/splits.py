@@ -18,6 +18,7 @@ from producers.resolver.exceptions import (
     ParentNotActive,
     SourceNotActive,
 )
+from producers.resolver.facts import DecisionScope
 from producers.resolver.listing_mappings import mapped_event
 from schemas.events import AggregateRef, CatalogItemSplit, CatalogItemUpserted
 
@@ -57,6 +58,9 @@ class SplitItem:
             raise InvalidSplit(
                 f"split of {self.source_item_id!r} remaps onto non-successors {strays}"
             )
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        split_item(uow, scope.tenant_id, scope.catalog_id, scope.decision_id, self)
 
 
 def split_item(
