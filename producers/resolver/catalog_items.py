@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from db.repositories import catalog_items as items
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
-from producers.resolver.exceptions import ItemNotFound, ParentNotActive
+from producers.resolver.exceptions import InvalidDecision, ItemNotFound, ParentNotActive
+from producers.resolver.facts import DecisionScope
 from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted
 
 AGGREGATE = "catalog_item"
@@ -22,6 +23,25 @@ class ItemChange:
     title: str
     parent_item_id: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        if (self.tenant_id, self.catalog_id) != (scope.tenant_id, scope.catalog_id):
+            raise InvalidDecision(
+                f"item {self.item_id!r} belongs to {self.tenant_id}/{self.catalog_id}, "
+                f"not to the decision's {scope.tenant_id}/{scope.catalog_id}"
+            )
+        record_item(uow, self)
+
+
+@dataclass(frozen=True, slots=True)
+class RetireItem:
+    """Accept that ``item_id`` is no longer offered (it is never deleted)."""
+
+    item_id: str
+    reason: str
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        retire_item(uow, scope.tenant_id, scope.catalog_id, self.item_id, self.reason)
 
 
 def record_item(uow: UnitOfWork, change: ItemChange) -> int:
