@@ -7,6 +7,7 @@ from sqlalchemy import create_engine
 
 # Importing a table module adds its tables to the resolver metadata.
 import db.tables.domain
+import db.tables.identity
 import db.tables.intake
 import db.tables.retention  # noqa: F401
 from db.tables.resolver import metadata

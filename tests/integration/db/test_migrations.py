@@ -12,6 +12,7 @@ from db.settings import DatabaseSettings
 from db.tables import (  # noqa: F401  (domain, intake, retention join resolver)
     control,
     domain,
+    identity,
     intake,
     product,
     resolver,
