@@ -271,7 +271,9 @@ def backfill_generation(
     (``backfilling`` with no keys, or ``ready`` with the previous run's rows); run
     it again. Items are read without the stream's cursor lock, so writers are not
     held up; an item written meanwhile makes the backfill stale, which activation
-    detects (``BackfillStale``).
+    detects (``BackfillStale``). An approval of the same generation arriving during
+    the backfill waits for it while holding the cursor lock, so that catalog's
+    writers wait too: approve after the backfill answered.
     """
     key = GenerationKey(tenant_id, catalog_id, class_id, generation)
     tx = uow.tx

@@ -4,6 +4,7 @@ constraint under races, and the recovery of interrupted backfills."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -657,3 +658,47 @@ def test_an_assignment_racing_the_next_activation_never_stays_active_in_a_retire
             " WHERE g.status = 'retired' AND k.state IN ('ready', 'active')"
         ).fetchone()
     assert misplaced == (0,)
+
+
+def test_a_backfill_partitions_every_class_into_keys_candidates_and_unkeyed(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    """Random catalogs (few brands and part numbers, so hashes collide, some fields
+    missing or blank): every active item of the class with an identity is exactly a
+    key holder or a candidate of its hash, keys never share a hash, and a collision
+    exists exactly for the hashes several items share."""
+    rng = random.Random(20261201)
+    brands = ["ACME", " acme", "Globex", "", None]
+    mpns = ["X-1", "x-1 ", "X-2", "  ", None]
+    for round_number in range(6):
+        class_id = f"class-{round_number}"
+        expected: dict[str, str] = {}
+        for n in range(rng.randint(0, 25)):
+            attributes = {}
+            for name, choices in (("brand", brands), ("mpn", mpns)):
+                value = rng.choice(choices)
+                if value is not None:
+                    attributes[name] = value
+            item_id = f"{class_id}-i{n}"
+            add(uow, item_id, class_id=class_id, **attributes)
+            digest = identity_hash(BRAND_MPN, attributes)
+            if rng.random() < 0.2:
+                decide(uow, RetireItem(item_id, "gone"))
+            elif digest is not None:
+                expected[item_id] = digest
+        report = create_and_backfill(uow, T, C, class_id, BRAND_MPN)
+        with uow() as u:
+            key = report.generation.key
+            keys = repo.keys_by_item(u.tx, key)
+            candidates = repo.candidates_by_item(u.tx, key)
+            collisions = {c.identity_hash: c for c in repo.collisions(u.tx, key)}
+        assert not set(keys) & set(candidates)
+        assert {**keys, **candidates} == expected
+        assert len(set(keys.values())) == len(keys)
+        sharing: dict[str, list[str]] = {}
+        for item_id, digest in expected.items():
+            sharing.setdefault(digest, []).append(item_id)
+        assert {d for d, ids in sharing.items() if len(ids) > 1} == set(collisions)
+        for digest, collision in collisions.items():
+            assert sorted(sharing[digest]) == list(collision.candidate_item_ids)
+        assert report.key_count == len(keys) and report.collision_count == len(collisions)
