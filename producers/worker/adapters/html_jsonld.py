@@ -402,7 +402,7 @@ def _decode(part: RawPart) -> str:
 
 def _nodes(data: Any, locator: str) -> Iterator[_Node]:
     """Top-level nodes of one JSON-LD block: the node itself, each node of a list or of
-    ``@graph``, and a node's ``mainEntity``."""
+    ``@graph``, and a node's ``mainEntity``; a bare ``{"@id"}`` reference is skipped."""
     if isinstance(data, list):
         for index, item in enumerate(data):
             yield from _nodes(item, f"{locator}{pointer(index)}")
@@ -412,6 +412,8 @@ def _nodes(data: Any, locator: str) -> Iterator[_Node]:
             for index, item in enumerate(graph):
                 yield from _nodes(item, f"{locator}{pointer('@graph', index)}")
             return
+        if set(data) == {"@id"}:
+            return  # a reference to a node stated elsewhere, not a node
         node = _Node(locator, data)
         yield node
         entity = data.get("mainEntity")

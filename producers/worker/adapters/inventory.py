@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar, cast
 
 from producers.worker.exceptions import InvalidInventory
 
@@ -164,6 +164,30 @@ class PendingInventory(enum.Enum):
 
 
 PENDING_SOURCE_FIELD_INVENTORY: Final = PendingInventory.PENDING
+
+
+def baseline_problems(
+    inventories: Mapping[str, SourceFieldInventory[Any] | PendingInventory],
+    baseline: frozenset[str],
+) -> list[str]:
+    """What breaks the ratchet, given each adapter's inventory by adapter name: a pending
+    adapter the baseline does not list, and a baseline entry that has since enrolled
+    (or no longer exists). Empty when the baseline is exactly the pending adapters."""
+    pending = {name for name, held in inventories.items() if held is PENDING_SOURCE_FIELD_INVENTORY}
+    problems = [
+        f"{name}: has no source-field inventory and is not listed in {BASELINE_FILE}"
+        for name in sorted(pending - baseline)
+    ]
+    problems += [
+        f"{name}: enrolled a source-field inventory; delete its line from {BASELINE_FILE}"
+        for name in sorted(baseline - pending)
+        if name in inventories
+    ]
+    problems += [
+        f"{name}: listed in {BASELINE_FILE} but no adapter has that name"
+        for name in sorted(baseline - set(inventories))
+    ]
+    return problems
 
 
 def pending_inventory_baseline() -> frozenset[str]:

@@ -23,8 +23,16 @@ UNCLASSIFIED = "unclassified"
 MAX_DEPTH = 64  # nesting a reader follows before calling the capture malformed
 
 
+_MESSAGE_CHARS = 300
+_AMOUNT_DIGITS = 18  # an amount's magnitude stays within 10**-18 … 10**18
+
+
 class ItemProblem(Exception):
+    """One product breaks a rule; ``message`` quotes the value, so it is bounded."""
+
     def __init__(self, code: str, message: str) -> None:
+        if len(message) > _MESSAGE_CHARS:
+            message = message[: _MESSAGE_CHARS - 1] + "…"
         super().__init__(message)
         self.code = code
         self.message = message
@@ -63,6 +71,11 @@ def price(value: Any, name: str) -> str | None:
         raise ItemProblem(INVALID_FIELD, f"{name} {raw!r} is not a decimal amount") from None
     if not amount.is_finite() or amount < 0:
         raise ItemProblem(INVALID_FIELD, f"{name} {raw!r} is not a non-negative amount")
+    if amount.is_zero():
+        return "0"
+    if not -_AMOUNT_DIGITS <= amount.adjusted() <= _AMOUNT_DIGITS:
+        # Written out in full, 1E+999999 would be a million digits.
+        raise ItemProblem(INVALID_FIELD, f"{name} {raw!r} is out of range")
     return format(amount.normalize(), "f")
 
 
