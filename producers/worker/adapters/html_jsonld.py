@@ -368,11 +368,8 @@ def _read_page(part: RawPart) -> _Page:
         raise AdapterError(UNSUPPORTED_CONTENT, f"{NAME} reads HTML documents, not {essence!r}")
     html = _decode(part)
     reader = _PageReader()
-    try:
-        reader.feed(html)
-        reader.close()
-    except AssertionError as exc:  # html.parser asserts on a few impossible inputs
-        raise AdapterError(MALFORMED_CAPTURE, f"the page does not parse as HTML: {exc}") from exc
+    reader.feed(html)
+    reader.close()
     nodes: list[_Node] = []
     for index, block in enumerate(reader.blocks):
         try:
@@ -472,6 +469,8 @@ def _one(value: Any, name: str) -> dict[str, Any]:
 
 
 def _brand(value: Any) -> str | None:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
     if isinstance(value, dict):
         return text(value.get("name"), "brand.name")
     return text(value, "brand")
