@@ -405,17 +405,26 @@ def test_an_items_decision_history(client: TestClient, uow: UowFactory) -> None:
         201,
     )["decision_id"]
     split = ok(client.post(f"{CATALOG}/items/i1/split", json=split_body()), 201)["decision_id"]
+    open_cases(uow, "move-9")
+    moved = ok(
+        client.post(
+            f"{CATALOG}/review-cases/move-9/decisions",
+            json=decision(1, map_listing("L9", "i1-red")),
+        ),
+        201,
+    )["decision_id"]
 
     history = ok(client.get(f"{CATALOG}/items/i1/decisions"))
     assert history["item_id"] == "i1"
-    # The mappings have moved to the successors; i1 keeps its case and its split.
-    assert [d["decision_id"] for d in history["decisions"]] == [looked, split]
+    # The split moved L1 and L2 to the successors; the decision that mapped them
+    # onto i1 is still part of i1's history, beside its case and its split.
+    assert [d["decision_id"] for d in history["decisions"]] == [mapped, looked, split]
     red = ok(client.get(f"{CATALOG}/items/i1-red/decisions"))
-    assert [d["decision_id"] for d in red["decisions"]] == [split]
+    assert [d["decision_id"] for d in red["decisions"]] == [split, moved]
+    # L9 left i2 by a plain remap; the decision that had mapped it there stays.
     assert [
         d["decision_id"] for d in ok(client.get(f"{CATALOG}/items/i2/decisions"))["decisions"]
     ] == [other]
-    assert mapped not in {d["decision_id"] for d in history["decisions"]}
     error(client.get(f"{CATALOG}/items/nope/decisions"), 404, "ITEM_NOT_FOUND")
 
 

@@ -355,3 +355,79 @@ def test_committed_decisions_and_only_they_have_contiguous_outbox_rows(
         assert conn.execute("SELECT count(*) FROM decision").fetchone() == (2,)
         assert conn.execute("SELECT count(*) FROM listing_mapping").fetchone() == (2,)
     assert_contiguous_outbox(clean_db.resolver_dsn)
+
+
+# --- decision effects: what each decision changed and relied on -------------------------
+
+
+def effects(dsn: str, decision_id: uuid.UUID) -> list[tuple[str, str, str, int]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT role, aggregate_type, aggregate_id, revision FROM decision_effect"
+            " WHERE decision_id = %s ORDER BY role, aggregate_type, aggregate_id, revision",
+            (decision_id,),
+        ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def test_a_decision_records_every_revision_it_changed_and_relied_on(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    add_item(uow, "i1")
+    mapped = decide(uow, MapListing("L1", "i1"), MapListing("L2", "i1"))
+    assert effects(clean_db.resolver_dsn, mapped) == [
+        ("changed", "decision", str(mapped), 1),
+        ("changed", "listing_mapping", "L1", 1),
+        ("changed", "listing_mapping", "L2", 1),
+        ("relied_on", "catalog_item", "i1", 1),  # once, though both mappings rest on it
+    ]
+    split = SplitItem("i1", (Successor("i1-a", "a"),), {"L1": "i1-a", "L2": "i1-a"})
+    split_by = decide(uow, split, action="split")
+    # Every event of the decision is a 'changed' row; the split's own dependencies
+    # (source and successor) are revisions it changed, so nothing is relied on.
+    assert effects(clean_db.resolver_dsn, split_by) == [
+        ("changed", "catalog_item", "i1", 2),
+        ("changed", "catalog_item", "i1-a", 1),
+        ("changed", "decision", str(split_by), 1),
+        ("changed", "item_split", str(split.split_id), 1),
+        ("changed", "listing_mapping", "L1", 2),
+        ("changed", "listing_mapping", "L2", 2),
+    ]
+    # One 'changed' row per outbox event a decision wrote (the first event, item i1,
+    # was written without one).
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        changed = conn.execute(
+            "SELECT aggregate_type, aggregate_id, revision FROM decision_effect"
+            " WHERE role = 'changed'"
+        ).fetchall()
+    assert sorted(changed) == sorted(row[2:] for row in outbox(clean_db.resolver_dsn)[1:])
+
+
+def test_a_refused_decision_leaves_no_effects(uow: UowFactory, clean_db: DatabaseSettings) -> None:
+    add_item(uow, "i1")
+    with pytest.raises(TargetNotActive):
+        decide(uow, MapListing("L1", "i1"), MapListing("L2", "gone"))
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM decision_effect").fetchone() == (0,)
+
+
+def test_effects_are_immutable_and_one_decision_per_revision(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    first = decide(uow)
+    second = decide(uow)
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        conn.execute(f"SET ROLE {APP_ROLE}")
+        for statement in ("UPDATE decision_effect SET revision = 2", "DELETE FROM decision_effect"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+            conn.rollback()
+            conn.execute(f"SET ROLE {APP_ROLE}")
+        # A second decision cannot claim a revision the first one produced.
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                "INSERT INTO decision_effect (tenant_id, catalog_id, aggregate_type,"
+                " aggregate_id, revision, role, decision_id)"
+                " VALUES ('t1', 'c1', 'decision', %s, 1, 'changed', %s)",
+                (str(first), second),
+            )
