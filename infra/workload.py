@@ -15,9 +15,12 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.unit_of_work import UnitOfWork
-from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from producers.resolver.catalog_items import ItemChange, RetireItem
+from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import DomainError
+from producers.resolver.facts import Fact
 from schemas.codec import CODEC
+from schemas.events import Envelope, EvidenceRef
 
 CLASSES = ("shoe", "jacket", "lamp", "kettle", "desk")
 COLOURS = ("red", "blue", "green", "black", "white")
@@ -25,6 +28,14 @@ COLOURS = ("red", "blue", "green", "black", "white")
 
 class _Abandon(Exception):
     """Raised inside a Unit of Work to roll it back on purpose."""
+
+
+class _AbandonedUnitOfWork(UnitOfWork):
+    """A Unit of Work that rolls back where it would commit: everything the decision
+    wrote (decision, facts, effects, the cursor lock) is undone, no position used."""
+
+    def commit(self) -> list[Envelope]:
+        raise _Abandon()
 
 
 @dataclass
@@ -75,34 +86,44 @@ def run_workload(
             for _ in range(rng.randint(1, 3)):
                 s.next_id += 1
                 planned.append((f"p{s.next_id}", None))
+        facts: list[Fact] = []
+        new_products: list[str] = []
+        new_variants: list[str] = []
+        with s.lock:
+            products = list(s.products)
+            variants = list(s.variants)
+        for item_id, _ in planned:
+            roll = rng.random()
+            if roll < 0.3 or not products:
+                facts.append(_change(s, item_id, rng))
+                new_products.append(item_id)
+            elif roll < 0.7:
+                vid = f"{rng.choice(products)}-v{item_id[1:]}"
+                facts.append(_change(s, vid, rng, parent=vid.split("-v")[0]))
+                new_variants.append(vid)
+            elif roll < 0.95 or not variants:
+                facts.append(_change(s, rng.choice(products), rng))
+            else:
+                target = rng.choice(variants)
+                facts.append(RetireItem(target, "discontinued"))
+                with s.lock:
+                    if target in s.variants:
+                        s.variants.remove(target)
+        decision = Decision(
+            s.tenant_id,
+            s.catalog_id,
+            "accept",
+            "rule:demo-catalog-sync",
+            "the source lists these items",
+            (EvidenceRef(capture_id=f"demo-capture-{rng.getrandbits(32):08x}", locator="$"),),
+            facts=tuple(facts),
+            actor_kind="rule",
+        )
         try:
-            with UnitOfWork(pool, epochs, CODEC) as uow:
-                new_products: list[str] = []
-                new_variants: list[str] = []
-                for item_id, _ in planned:
-                    roll = rng.random()
-                    with s.lock:
-                        products = list(s.products)
-                        variants = list(s.variants)
-                    if roll < 0.3 or not products:
-                        record_item(uow, _change(s, item_id, rng))
-                        new_products.append(item_id)
-                    elif roll < 0.7:
-                        vid = f"{rng.choice(products)}-v{item_id[1:]}"
-                        record_item(uow, _change(s, vid, rng, parent=vid.split("-v")[0]))
-                        new_variants.append(vid)
-                    elif roll < 0.95 or not variants:
-                        target = rng.choice(products)
-                        record_item(uow, _change(s, target, rng))
-                    else:
-                        target = rng.choice(variants)
-                        retire_item(uow, s.tenant_id, s.catalog_id, target, "discontinued")
-                        with s.lock:
-                            if target in s.variants:
-                                s.variants.remove(target)
-                if abandon:
-                    raise _Abandon()
-                envelopes = uow.commit()
+            unit = _AbandonedUnitOfWork if abandon else UnitOfWork
+            with unit(pool, epochs, CODEC) as uow:
+                record_decision(uow, decision)
+                envelopes = uow.envelopes
             with s.lock:
                 s.products.extend(new_products)
                 s.variants.extend(new_variants)

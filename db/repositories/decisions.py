@@ -154,8 +154,10 @@ def for_item(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> 
     only the current one: each decision that changed the item (created, updated,
     retired or split it, or created it as a successor) or accepted a fact resting on
     one of its revisions (a listing mapped onto it, even if since moved elsewhere; a
-    variant under it); and the decisions on review cases about the item (subject
-    type ``catalog_item``), which may have changed nothing.
+    variant under it); the decision behind its current revision (for an item older
+    than the effect rows, the import decision of migration resolver_0005dx); and the
+    decisions on review cases about the item (subject type ``catalog_item``), which
+    may have changed nothing.
     """
     scope = (tenant_id, catalog_id)
     rows = tx.execute(
@@ -164,11 +166,13 @@ def for_item(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> 
         " SELECT decision_id FROM decision_effect"
         "  WHERE tenant_id = %s AND catalog_id = %s"
         "  AND aggregate_type = 'catalog_item' AND aggregate_id = %s"
+        " UNION SELECT decision_id FROM catalog_item"
+        "  WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s"
         " UNION SELECT c.decision_id FROM decision c JOIN review_case r"
         "  USING (tenant_id, catalog_id, case_id)"
         "  WHERE r.tenant_id = %s AND r.catalog_id = %s"
         "  AND r.subject_type = 'catalog_item' AND r.subject_id = %s)"
         " ORDER BY d.decided_at, d.decision_id",
-        (*scope, *scope, item_id, *scope, item_id),
+        (*scope, *scope, item_id, *scope, item_id, *scope, item_id),
     ).fetchall()
     return [_row(r) for r in rows]

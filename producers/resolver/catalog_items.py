@@ -1,7 +1,12 @@
-"""Accepted catalog-item changes: the domain rules and the events they produce."""
+"""Accepted catalog-item changes: the domain rules and the events they produce.
+
+Both are facts a ``Decision`` accepts (``record_decision``); each item revision names
+the decision that accepted it (INV-05).
+"""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from db.repositories import catalog_items as items
@@ -30,7 +35,7 @@ class ItemChange:
                 f"item {self.item_id!r} belongs to {self.tenant_id}/{self.catalog_id}, "
                 f"not to the decision's {scope.tenant_id}/{scope.catalog_id}"
             )
-        record_item(uow, self)
+        record_item(uow, self, scope.decision_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +46,19 @@ class RetireItem:
     reason: str
 
     def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
-        retire_item(uow, scope.tenant_id, scope.catalog_id, self.item_id, self.reason)
+        retire_item(
+            uow, scope.tenant_id, scope.catalog_id, self.item_id, self.reason, scope.decision_id
+        )
 
 
-def record_item(uow: UnitOfWork, change: ItemChange) -> int:
-    """Accept a new revision of an item; returns the revision.
+def record_item(uow: UnitOfWork, change: ItemChange, decision_id: uuid.UUID) -> int:
+    """Accept a new revision of an item; returns the revision. Part of
+    ``record_decision``, which has inserted the decision row ``decision_id`` names.
 
     1. lock the stream's cursor (before reading any exported state);
     2. if the item has a parent, share-lock it and require it active; the event then
        depends on the parent's current revision;
-    3. write the item with ``revision + 1`` and queue its event.
+    3. write the item with ``revision + 1`` naming the decision, and queue its event.
     The Unit of Work's commit writes the outbox row; nothing is visible before it.
     """
     writer = uow.stream(change.tenant_id, change.catalog_id)
@@ -75,6 +83,7 @@ def record_item(uow: UnitOfWork, change: ItemChange) -> int:
         change.title,
         change.parent_item_id,
         change.attributes,
+        decision_id,
     )
     writer.append(
         PendingEvent(
@@ -92,8 +101,16 @@ def record_item(uow: UnitOfWork, change: ItemChange) -> int:
     return revision
 
 
-def retire_item(uow: UnitOfWork, tenant_id: str, catalog_id: str, item_id: str, reason: str) -> int:
-    """Retire an item (it is never deleted); returns the new revision."""
+def retire_item(
+    uow: UnitOfWork,
+    tenant_id: str,
+    catalog_id: str,
+    item_id: str,
+    reason: str,
+    decision_id: uuid.UUID,
+) -> int:
+    """Retire an item (it is never deleted); returns the new revision, which names
+    ``decision_id``. Part of ``record_decision``."""
     writer = uow.stream(tenant_id, catalog_id)
     current = items.get_for_share(uow.tx, tenant_id, catalog_id, item_id)
     if current is None:
@@ -108,6 +125,7 @@ def retire_item(uow: UnitOfWork, tenant_id: str, catalog_id: str, item_id: str, 
         current.title,
         current.parent_item_id,
         current.attributes,
+        decision_id,
     )
     writer.append(
         PendingEvent(

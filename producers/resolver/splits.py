@@ -113,6 +113,7 @@ def split_item(
         source.title,
         source.parent_item_id,
         source.attributes,
+        decision_id,
     )
     writer.append(
         _item_event(
@@ -137,6 +138,7 @@ def split_item(
             successor.title,
             source.parent_item_id,
             dict(successor.attributes),
+            decision_id,
         )
         successor_refs.append(AggregateRef(type=ITEM, id=successor.item_id, revision=revision))
         writer.append(

@@ -1,5 +1,5 @@
 """resolver_0005dx gives decisions recorded before it the effect rows their facts
-still show."""
+still show, and every existing item the decision behind its current revision."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def _old_state(conn: psycopg.Connection) -> None:
     conn.execute(
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
         " revision) VALUES ('t', 'c', 'i1', 'shoe', 'split', 'i1', 2),"
-        " ('t', 'c', 'i1-a', 'shoe', 'active', 'a', 1), ('t', 'c', 'i2', 'shoe', 'active', 'b', 3)"
+        " ('t', 'c', 'i1-a', 'shoe', 'active', 'a', 1), ('t', 'c', 'i2', 'shoe', 'active', 'b', 3),"
+        " ('t', 'c2', 'j1', 'lamp', 'active', 'j', 1), ('t', 'c2', 'j2', 'lamp', 'retired', 'k', 2)"
     )
     conn.execute(
         "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
@@ -92,7 +93,60 @@ def test_effects_are_rebuilt_from_the_facts(scratch_dsn: str) -> None:
         ]
     )
 
+
+def test_every_item_names_the_split_that_wrote_it_or_an_import_decision(
+    scratch_dsn: str,
+) -> None:
+    with psycopg.connect(scratch_dsn) as conn:
+        _old_state(conn)
+    command.upgrade(alembic_config("resolver", scratch_dsn), "resolver_0005dx")
+    with psycopg.connect(scratch_dsn) as conn:
+        items = dict(
+            conn.execute(
+                "SELECT catalog_id || '/' || item_id, decision_id FROM catalog_item"
+            ).fetchall()
+        )
+        imports = conn.execute(
+            "SELECT catalog_id, decision_id, action, actor_kind, evidence, case_id FROM decision"
+            " WHERE actor = 'migration:resolver_0005dx' ORDER BY catalog_id"
+        ).fetchall()
+        imported_effects = conn.execute(
+            "SELECT count(*) FROM decision_effect WHERE decision_id = ANY(%s)",
+            ([i[1] for i in imports],),
+        ).fetchone()
+        nullable = conn.execute(
+            "SELECT is_nullable FROM information_schema.columns"
+            " WHERE table_name = 'catalog_item' AND column_name = 'decision_id'"
+        ).fetchone()
+    # One import decision per tenant and catalog holding unattributed items.
+    assert [(c, a, k, e, case) for c, _, a, k, e, case in imports] == [
+        (
+            catalog,
+            "import",
+            "rule",
+            [{"capture_id": "migration:resolver_0005dx", "locator": "catalog_item"}],
+            None,
+        )
+        for catalog in ("c", "c2")
+    ]
+    by_catalog = {c: d for c, d, *_ in imports}
+    assert items == {
+        "c/i1": SPLIT,  # the split wrote its current revision (2)
+        "c/i1-a": SPLIT,  # a successor, still at the revision the split created
+        "c/i2": by_catalog["c"],
+        "c2/j1": by_catalog["c2"],
+        "c2/j2": by_catalog["c2"],
+    }
+    assert imported_effects == (0,)  # the imports produced no events
+    assert nullable == ("NO",)
+
     command.downgrade(alembic_config("resolver", scratch_dsn), "resolver_0004d")
     with psycopg.connect(scratch_dsn) as conn:
         assert conn.execute("SELECT to_regclass('decision_effect')").fetchone() == (None,)
-        assert conn.execute("SELECT count(*) FROM decision").fetchone() == (4,)
+        column = conn.execute(
+            "SELECT count(*) FROM information_schema.columns"
+            " WHERE table_name = 'catalog_item' AND column_name = 'decision_id'"
+        ).fetchone()
+        assert column == (0,)
+        # Decisions are never deleted, the import decisions included.
+        assert conn.execute("SELECT count(*) FROM decision").fetchone() == (6,)

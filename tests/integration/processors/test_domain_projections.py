@@ -17,7 +17,7 @@ from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import DEFAULT_CONSUMER, Applier
 from processors.applier.messages import RawMessage
-from producers.resolver.catalog_items import ItemChange, record_item
+from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.listing_mappings import MapListing
 from producers.resolver.shipping_policies import VersionShippingPolicy
@@ -33,6 +33,7 @@ from schemas.events import (
     ShippingPolicyVersioned,
 )
 from schemas.topics import EVENTS_TOPIC
+from tests.fixtures.decisions import accept
 
 TENANT, CATALOG = "t1", "c1"
 T0 = datetime(2027, 1, 1, tzinfo=UTC)
@@ -160,8 +161,7 @@ def test_the_resolvers_mapping_waits_for_its_item_and_the_projection_matches(
     epochs = EpochSource(clean_db.control_dsn)
     try:
         with UnitOfWork(pool, epochs, CODEC) as uow:
-            record_item(uow, ItemChange(TENANT, CATALOG, "i1", "shoe", "a shoe"))
-            uow.commit()
+            accept(uow, TENANT, CATALOG, ItemChange(TENANT, CATALOG, "i1", "shoe", "a shoe"))
         with UnitOfWork(pool, epochs, CODEC) as uow:
             record_decision(
                 uow,
@@ -193,25 +193,26 @@ def test_the_resolvers_mapping_waits_for_its_item_and_the_projection_matches(
     messages = [RawMessage(EVENTS_TOPIC, 0, p - 1, None, bytes(v)) for p, v in rows]
     events = [CODEC.decode_value(m.value or b"") for m in messages]
     assert [e.event_type for e in events] == [
+        "decision.recorded",
         "catalog_item.upserted",
         "decision.recorded",
         "listing_mapping.mapped",
         "shipping_policy.versioned",
     ]
-    mapped = events[2]
+    mapped = events[3]
     assert mapped.dependencies == (AggregateRef(type="catalog_item", id="i1", revision=1),)
 
-    first = applier.apply(messages[:0:-1])  # everything but the item, last first
-    assert (first.applied, first.parked) == (2, 1)
+    first = applier.apply([*messages[:1:-1], messages[0]])  # all but the item, last first
+    assert (first.applied, first.parked) == (3, 1)
     assert parked(clean_db.product_dsn) == {mapped.event_id}
     assert mappings(clean_db.product_dsn) == []
-    assert progress(clean_db.product_dsn) == 0  # position 1 (the item) is missing
+    assert progress(clean_db.product_dsn) == 1  # position 2 (the item) is missing
 
-    second = applier.apply(messages[:1])
+    second = applier.apply(messages[1:2])
     assert (second.applied, second.released) == (2, 1)
     assert parked(clean_db.product_dsn) == set()
     assert set(inbox(clean_db.product_dsn).values()) == {"applied"}
-    assert progress(clean_db.product_dsn) == 4
+    assert progress(clean_db.product_dsn) == 5
     assert [r[1:6] for r in mappings(clean_db.product_dsn)] == accepted_mappings
     assert [r[:7] for r in policies(clean_db.product_dsn)] == accepted_policies
 

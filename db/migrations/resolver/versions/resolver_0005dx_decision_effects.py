@@ -1,13 +1,23 @@
-"""decision effects
+"""decision effects; every catalog item names its decision
 
-Adds ``decision_effect``: every aggregate revision a decision produced an event for,
-and every other revision those events depend on, written by ``record_decision`` in
-the decision's own transaction. Rows for decisions recorded before this revision are
-rebuilt from what the fact tables still say (the current revision of each listing
-mapping and policy version, and each split with its successors and remaps); revisions
-the facts no longer hold cannot be recovered and stay without a row.
+1. ``decision_effect``: every aggregate revision a decision produced an event for,
+   and every other revision those events depend on, written by ``record_decision`` in
+   the decision's own transaction. Rows for decisions recorded before this revision
+   are rebuilt from what the fact tables still say (the current revision of each
+   listing mapping and policy version, and each split with its successors and
+   remaps); revisions the facts no longer hold cannot be recovered and stay without
+   a row. The application role may read and insert effects, never change or delete
+   them.
+2. ``catalog_item.decision_id`` (NOT NULL, foreign key to ``decision``, INV-05).
+   Existing items are attributed honestly: a split's source and successors, at the
+   revision the split wrote, to the split's decision; every other item to one
+   auditable import decision per tenant and catalog (actor
+   ``migration:resolver_0005dx``, actor kind 'rule', evidence naming this migration
+   and the table), since no decision was recorded when they were written. The import
+   decisions produced no events and get no effect rows; an item's history finds them
+   through the item's ``decision_id``.
 
-The application role may read and insert effects, never change or delete them.
+Everything runs in the migration's one transaction.
 
 Revision ID: resolver_0005dx
 Revises: resolver_0004d
@@ -28,6 +38,13 @@ depends_on: str | Sequence[str] | None = None
 
 APP_ROLE = "gapless_resolver_app"
 _SCOPE = ["tenant_id", "catalog_id"]
+IMPORT_ACTOR = "migration:resolver_0005dx"
+IMPORT_EVIDENCE = '[{"capture_id": "migration:resolver_0005dx", "locator": "catalog_item"}]'
+IMPORT_RATIONALE = (
+    "The item was written before every item revision had to name its decision;"
+    " no review or rule decision was recorded for it, so this import decision"
+    " accepts the revision it had when migration resolver_0005dx ran."
+)
 
 # (aggregate type, aggregate id, revision, decision) of every revision a recorded
 # decision produced that the fact tables still hold.
@@ -64,7 +81,8 @@ SELECT s.tenant_id, s.catalog_id, 'catalog_item', r.to_item_id, 1, s.decision_id
 
 
 def upgrade() -> None:
-    """Upgrade schema: the table, the rows of earlier decisions, the grant."""
+    """Upgrade schema: effects (table, earlier decisions' rows, grant), then the
+    items' decision column, filled before it becomes NOT NULL."""
     op.create_table(
         "decision_effect",
         sa.Column("tenant_id", sa.Text(), nullable=False),
@@ -109,10 +127,55 @@ def upgrade() -> None:
         " ON CONFLICT DO NOTHING"
     )
     op.execute(f"GRANT SELECT, INSERT ON decision_effect TO {APP_ROLE}")
+    _items_name_their_decision()
+
+
+def _items_name_their_decision() -> None:
+    op.add_column("catalog_item", sa.Column("decision_id", sa.Uuid(), nullable=True))
+    # What a split wrote: its source at the split's revision, its successors at 1.
+    op.execute(
+        "UPDATE catalog_item i SET decision_id = s.decision_id FROM item_split s"
+        " WHERE (i.tenant_id, i.catalog_id, i.item_id, i.revision)"
+        " = (s.tenant_id, s.catalog_id, s.source_item_id, s.source_revision)"
+    )
+    op.execute(
+        "UPDATE catalog_item i SET decision_id = s.decision_id"
+        " FROM item_split s JOIN item_split_successor x USING (tenant_id, catalog_id, split_id)"
+        " WHERE (i.tenant_id, i.catalog_id, i.item_id, i.revision)"
+        " = (x.tenant_id, x.catalog_id, x.item_id, 1)"
+    )
+    op.execute(
+        sa.text(
+            "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
+            " actor_kind, rationale, evidence)"
+            " SELECT tenant_id, catalog_id, gen_random_uuid(), 'import', :actor, 'rule',"
+            " :rationale, CAST(:evidence AS jsonb)"
+            " FROM (SELECT DISTINCT tenant_id, catalog_id FROM catalog_item"
+            "  WHERE decision_id IS NULL) AS unattributed"
+        ).bindparams(actor=IMPORT_ACTOR, rationale=IMPORT_RATIONALE, evidence=IMPORT_EVIDENCE)
+    )
+    op.execute(
+        sa.text(
+            "UPDATE catalog_item i SET decision_id = d.decision_id FROM decision d"
+            " WHERE i.decision_id IS NULL AND d.actor = :actor"
+            " AND (d.tenant_id, d.catalog_id) = (i.tenant_id, i.catalog_id)"
+        ).bindparams(actor=IMPORT_ACTOR)
+    )
+    op.alter_column("catalog_item", "decision_id", nullable=False)
+    op.create_foreign_key(
+        "catalog_item_decision_fk",
+        "catalog_item",
+        "decision",
+        [*_SCOPE, "decision_id"],
+        ["tenant_id", "catalog_id", "decision_id"],
+    )
 
 
 def downgrade() -> None:
-    """Downgrade schema: drop the effects (the decisions and facts stay)."""
+    """Downgrade schema: drop the items' decision column and the effects. The import
+    decisions stay: decisions are never deleted, and later ones may name them."""
+    op.drop_constraint("catalog_item_decision_fk", "catalog_item", type_="foreignkey")
+    op.drop_column("catalog_item", "decision_id")
     op.execute(f"REVOKE ALL ON decision_effect FROM {APP_ROLE}")
     op.drop_index("decision_effect_changed_once", table_name="decision_effect")
     op.drop_table("decision_effect")
