@@ -1,5 +1,6 @@
-"""Fixtures of the resolver domain tests: Units of Work whose connections run as the
-application role, so every test also proves the role's grants suffice."""
+"""Fixtures of the resolver domain tests: Units of Work whose connections log in as the
+services do (``GAPLESS_RESOLVER_DSN``, a member of the application role), so every
+test also proves the role's grants suffice."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
-from db.tables.domain import APP_ROLE
 from db.unit_of_work import UnitOfWork
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from schemas.codec import CODEC
@@ -23,16 +23,9 @@ EVIDENCE = (EvidenceRef(capture_id="cap-1", locator="$.offers[0]"),)
 UowFactory = Callable[[], UnitOfWork]
 
 
-def as_app_role(conn: psycopg.Connection) -> None:
-    conn.execute(f"SET ROLE {APP_ROLE}")
-    conn.commit()
-
-
 @pytest.fixture()
 def app_pool(clean_db: DatabaseSettings) -> Iterator[ConnectionPool]:
-    pool = ConnectionPool(
-        clean_db.resolver_dsn, min_size=1, max_size=8, configure=as_app_role, open=True
-    )
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=8, open=True)
     yield pool
     pool.close()
 

@@ -11,7 +11,6 @@ import psycopg.errors
 import pytest
 
 from db.settings import DatabaseSettings
-from db.tables.domain import APP_ROLE
 from producers.resolver.catalog_items import RetireItem
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import (
@@ -97,21 +96,21 @@ def test_a_decision_without_evidence_is_refused(uow: UowFactory) -> None:
 
 def test_postgres_refuses_empty_or_malformed_evidence(clean_db: DatabaseSettings) -> None:
     for evidence in ("[]", '[{"capture_id": "c"}]', '{"capture_id": "c", "locator": "l"}'):
-        with psycopg.connect(clean_db.resolver_dsn) as conn:
-            conn.execute(f"SET ROLE {APP_ROLE}")
-            with pytest.raises(psycopg.errors.CheckViolation):
-                conn.execute(
-                    "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
-                    " actor_kind, rationale, evidence) VALUES ('t1', 'c1', %s, 'a', 'b',"
-                    " 'human', 'r', %s::jsonb)",
-                    (uuid.uuid4(), evidence),
-                )
+        with (
+            psycopg.connect(clean_db.resolver_dsn) as conn,
+            pytest.raises(psycopg.errors.CheckViolation),
+        ):
+            conn.execute(
+                "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
+                " actor_kind, rationale, evidence) VALUES ('t1', 'c1', %s, 'a', 'b',"
+                " 'human', 'r', %s::jsonb)",
+                (uuid.uuid4(), evidence),
+            )
 
 
 def test_every_fact_names_an_existing_decision(uow: UowFactory, clean_db: DatabaseSettings) -> None:
     add_item(uow, "i1")
     with psycopg.connect(clean_db.resolver_dsn) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
         insert = (
             "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
             " item_revision, decision_id, revision) VALUES ('t1', 'c1', 'L1', 'i1', 1, %s, 1)"
@@ -131,7 +130,6 @@ def test_every_item_revision_names_an_existing_decision(
     with psycopg.connect(clean_db.resolver_dsn) as conn:
         assert conn.execute("SELECT decision_id FROM catalog_item").fetchone() == (retired,)
         assert created != str(retired)
-        conn.execute(f"SET ROLE {APP_ROLE}")
         insert = (
             "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
             " revision, decision_id) VALUES ('t1', 'c1', 'i2', 'shoe', 'active', 't', 1, %s)"
@@ -139,7 +137,6 @@ def test_every_item_revision_names_an_existing_decision(
         with pytest.raises(psycopg.errors.NotNullViolation):
             conn.execute(insert, (None,))
         conn.rollback()
-        conn.execute(f"SET ROLE {APP_ROLE}")
         with pytest.raises(psycopg.errors.ForeignKeyViolation):
             conn.execute(insert, (uuid.uuid4(),))
 
@@ -344,10 +341,11 @@ def test_the_application_role_cannot_delete_items_or_touch_decisions(
 ) -> None:
     add_item(uow, "i1")
     decide(uow)
-    with psycopg.connect(clean_db.resolver_dsn) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute(statement)
+    with (
+        psycopg.connect(clean_db.resolver_dsn) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute(statement)
 
 
 def test_the_application_role_may_prune_the_outbox(
@@ -355,7 +353,6 @@ def test_the_application_role_may_prune_the_outbox(
 ) -> None:
     decide(uow)
     with psycopg.connect(clean_db.resolver_dsn) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
         deleted = conn.execute("DELETE FROM outbox WHERE position = 1").rowcount
     assert deleted == 1
 
@@ -451,12 +448,10 @@ def test_effects_are_immutable_and_one_decision_per_revision(
     first = decide(uow)
     second = decide(uow)
     with psycopg.connect(clean_db.resolver_dsn) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
         for statement in ("UPDATE decision_effect SET revision = 2", "DELETE FROM decision_effect"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
             conn.rollback()
-            conn.execute(f"SET ROLE {APP_ROLE}")
         # A second decision cannot claim a revision the first one produced.
         with pytest.raises(psycopg.errors.UniqueViolation):
             conn.execute(

@@ -1,4 +1,4 @@
-"""decision effects; every catalog item names its decision
+"""decision effects; every catalog item names its decision; intake grants
 
 1. ``decision_effect``: every aggregate revision a decision produced an event for,
    and every other revision those events depend on, written by ``record_decision`` in
@@ -16,6 +16,10 @@
    and the table), since no decision was recorded when they were written. The import
    decisions produced no events and get no effect rows; an item's history finds them
    through the item's ``decision_id``.
+3. The application role's grants on the capture-intake tables (resolver_0004i, so
+   this revision depends on it), now that the services run as that role: collectors,
+   captures and receipts are inserted and read, never deleted; credentials are
+   revoked and jobs move on by UPDATE.
 
 Everything runs in the migration's one transaction.
 
@@ -34,10 +38,18 @@ from alembic import op
 revision: str = "resolver_0005dx"
 down_revision: str | Sequence[str] | None = "resolver_0004d"
 branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = "resolver_0004i"
 
 APP_ROLE = "gapless_resolver_app"
 _SCOPE = ["tenant_id", "catalog_id"]
+# What the services do to the intake tables; nothing deletes from them.
+_INTAKE_GRANTS = {
+    "collector_instance": "SELECT, INSERT",
+    "collector_credential": "SELECT, INSERT, UPDATE",
+    "capture": "SELECT, INSERT",
+    "receipt": "SELECT, INSERT",
+    "intake_job": "SELECT, INSERT, UPDATE",
+}
 IMPORT_ACTOR = "migration:resolver_0005dx"
 IMPORT_EVIDENCE = '[{"capture_id": "migration:resolver_0005dx", "locator": "catalog_item"}]'
 IMPORT_RATIONALE = (
@@ -128,6 +140,8 @@ def upgrade() -> None:
     )
     op.execute(f"GRANT SELECT, INSERT ON decision_effect TO {APP_ROLE}")
     _items_name_their_decision()
+    for table, privileges in _INTAKE_GRANTS.items():
+        op.execute(f"GRANT {privileges} ON {table} TO {APP_ROLE}")
 
 
 def _items_name_their_decision() -> None:
@@ -174,6 +188,7 @@ def _items_name_their_decision() -> None:
 def downgrade() -> None:
     """Downgrade schema: drop the items' decision column and the effects. The import
     decisions stay: decisions are never deleted, and later ones may name them."""
+    op.execute(f"REVOKE ALL ON {', '.join(_INTAKE_GRANTS)} FROM {APP_ROLE}")
     op.drop_constraint("catalog_item_decision_fk", "catalog_item", type_="foreignkey")
     op.drop_column("catalog_item", "decision_id")
     op.execute(f"REVOKE ALL ON decision_effect FROM {APP_ROLE}")
