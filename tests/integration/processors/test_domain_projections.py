@@ -1,4 +1,4 @@
-"""The listing-mapping and shipping-policy projections through ``Applier.apply``,
+"""The listing-mapping, shipping-policy and split projections through ``Applier.apply``,
 against the real product database (and, for the first test, the resolver's own
 events from a real decision)."""
 
@@ -24,6 +24,7 @@ from producers.resolver.shipping_policies import VersionShippingPolicy
 from schemas.codec import CODEC
 from schemas.events import (
     AggregateRef,
+    CatalogItemSplit,
     CatalogItemUpserted,
     DecisionRecorded,
     Envelope,
@@ -309,3 +310,49 @@ def test_duplicates_are_absorbed(clean_db: DatabaseSettings, applier: Applier) -
     assert len(policies(clean_db.product_dsn)) == 1
     assert set(inbox(clean_db.product_dsn).values()) == {"applied"}
     assert progress(clean_db.product_dsn) == 4
+
+
+def split_event(position: int, split_id: uuid.UUID) -> Envelope:
+    return envelope(
+        position,
+        AggregateRef(type="item_split", id=str(split_id), revision=1),
+        CatalogItemSplit(
+            source_item_id="i1",
+            source_revision=2,
+            successor_item_ids=("i1-a", "i1-b"),
+            remaps={"L1": "i1-b"},
+            decision_id=DECISION,
+        ),
+        AggregateRef(type="catalog_item", id="i1", revision=2),
+        AggregateRef(type="catalog_item", id="i1-a", revision=1),
+        AggregateRef(type="catalog_item", id="i1-b", revision=1),
+    )
+
+
+def splits(dsn: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT split_id, source_item_id, source_revision, successor_item_ids, remaps,"
+            " decision_id, revision, position FROM product_item_split"
+        ).fetchall()
+
+
+def test_a_split_waits_for_its_items_and_is_projected_once(
+    clean_db: DatabaseSettings, applier: Applier
+) -> None:
+    split_id = uuid.uuid4()
+    items = [item(1, "i1", 1), item(2, "i1", 2), item(3, "i1-a", 1), item(4, "i1-b", 1)]
+    early = applier.apply([message(split_event(5, split_id)), *map(message, items[:3])])
+    assert (early.applied, early.parked) == (3, 1)
+    assert splits(clean_db.product_dsn) == []
+
+    late = applier.apply([message(items[3])])
+    assert (late.applied, late.released) == (2, 1)
+    assert splits(clean_db.product_dsn) == [
+        (split_id, "i1", 2, ["i1-a", "i1-b"], {"L1": "i1-b"}, DECISION, 1, 5)
+    ]
+    # The same split re-emitted under another event id is stale, not a second row.
+    again = applier.apply([message(split_event(5, split_id))])
+    assert (again.applied, again.ignored) == (0, 1)
+    assert len(splits(clean_db.product_dsn)) == 1
+    assert progress(clean_db.product_dsn) == 5
