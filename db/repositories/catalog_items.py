@@ -63,9 +63,10 @@ def save(
     parent_item_id: str | None,
     attributes: dict[str, str],
     decision_id: uuid.UUID,
-) -> int:
+) -> int | None:
     """Insert or update the item with ``revision + 1``, naming the decision that
-    accepts this revision; returns the new revision."""
+    accepts this revision; returns the new revision, or None (and changes nothing)
+    if the item has been split: a split source keeps its last revision for good."""
     row = tx.execute(
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
         " parent_item_id, attributes, revision, decision_id)"
@@ -74,7 +75,7 @@ def save(
         " class_id = excluded.class_id, status = excluded.status, title = excluded.title,"
         " parent_item_id = excluded.parent_item_id, attributes = excluded.attributes,"
         " revision = catalog_item.revision + 1, decision_id = excluded.decision_id,"
-        " updated_at = now() RETURNING revision",
+        " updated_at = now() WHERE catalog_item.status <> 'split' RETURNING revision",
         (
             tenant_id,
             catalog_id,
@@ -87,8 +88,7 @@ def save(
             decision_id,
         ),
     ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return int(row[0]) if row else None
 
 
 def all_items(tx: Transaction, tenant_id: str, catalog_id: str) -> list[ItemRow]:

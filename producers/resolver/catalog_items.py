@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from db.repositories import catalog_items as items
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
-from producers.resolver.exceptions import InvalidDecision, ItemNotFound, ParentNotActive
+from producers.resolver.exceptions import (
+    InvalidDecision,
+    ItemNotFound,
+    ItemWasSplit,
+    ParentNotActive,
+)
 from producers.resolver.facts import DecisionScope
 from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted
 
@@ -58,7 +63,8 @@ def record_item(uow: UnitOfWork, change: ItemChange, decision_id: uuid.UUID) -> 
     1. lock the stream's cursor (before reading any exported state);
     2. if the item has a parent, share-lock it and require it active; the event then
        depends on the parent's current revision;
-    3. write the item with ``revision + 1`` naming the decision, and queue its event.
+    3. write the item with ``revision + 1`` naming the decision, and queue its event;
+       an item that was split is refused (``ItemWasSplit``): its row is left as is.
     The Unit of Work's commit writes the outbox row; nothing is visible before it.
     """
     writer = uow.stream(change.tenant_id, change.catalog_id)
@@ -85,6 +91,8 @@ def record_item(uow: UnitOfWork, change: ItemChange, decision_id: uuid.UUID) -> 
         change.attributes,
         decision_id,
     )
+    if revision is None:
+        raise ItemWasSplit(f"item {change.item_id!r} was split; its successors carry it on")
     writer.append(
         PendingEvent(
             aggregate=AggregateRef(type=AGGREGATE, id=change.item_id, revision=revision),
@@ -127,6 +135,8 @@ def retire_item(
         current.attributes,
         decision_id,
     )
+    if revision is None:
+        raise ItemWasSplit(f"item {item_id!r} was split; it cannot be retired")
     writer.append(
         PendingEvent(
             aggregate=AggregateRef(type=AGGREGATE, id=item_id, revision=revision),

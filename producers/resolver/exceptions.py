@@ -105,3 +105,11 @@ class ItemAlreadyExists(DomainError):
 
     code = "ITEM_ALREADY_EXISTS"
     http_status = 409
+
+
+class ItemWasSplit(DomainError):
+    """A split item stays as the split left it (INV-08): its successors carry it on, so
+    it can be neither changed nor retired."""
+
+    code = "ITEM_WAS_SPLIT"
+    http_status = 409

@@ -115,6 +115,8 @@ def split_item(
         source.attributes,
         decision_id,
     )
+    # Read active above under a share lock this UPDATE upgrades, so it is not split.
+    assert source_revision is not None
     writer.append(
         _item_event(
             source.item_id,
@@ -140,6 +142,7 @@ def split_item(
             dict(successor.attributes),
             decision_id,
         )
+        assert revision is not None  # a new row: checked absent above
         successor_refs.append(AggregateRef(type=ITEM, id=successor.item_id, revision=revision))
         writer.append(
             _item_event(

@@ -11,7 +11,7 @@ import psycopg.errors
 import pytest
 
 from db.settings import DatabaseSettings
-from producers.resolver.catalog_items import RetireItem
+from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import (
     CaseNotFound,
@@ -20,6 +20,7 @@ from producers.resolver.exceptions import (
     InvalidPolicyWindow,
     InvalidSplit,
     ItemAlreadyExists,
+    ItemWasSplit,
     OverlappingPolicyWindow,
     PriorDecisionNotFound,
     SourceNotActive,
@@ -309,6 +310,22 @@ def test_a_split_keeps_the_source_item_and_earlier_decisions(
         ("decision.recorded", "decision", str(created_i2_by)),
         ("catalog_item.upserted", "catalog_item", "i2"),
     ]
+
+
+def test_a_split_item_can_be_neither_changed_nor_retired(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    add_item(uow, "i1")
+    decide(uow, SplitItem("i1", (Successor("i1-a", "a"),)), action="split")
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        before = conn.execute("SELECT * FROM catalog_item ORDER BY item_id").fetchall()
+    change = ItemChange("t1", "c1", "i1", "shoe", "back from the dead")
+    rejected(ItemWasSplit, "ITEM_WAS_SPLIT", uow, change)
+    rejected(ItemWasSplit, "ITEM_WAS_SPLIT", uow, RetireItem("i1", "gone"))
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        after = conn.execute("SELECT * FROM catalog_item ORDER BY item_id").fetchall()
+    assert after == before
+    decide(uow, RetireItem("i1-a", "gone"))  # the successor lives on as any item does
 
 
 def test_the_source_status_reaches_consumers_as_an_item_upsert(
