@@ -11,7 +11,9 @@ import pytest
 from alembic import command
 
 from db.migrate import alembic_config
+from db.repositories.decisions import for_item
 from db.settings import DatabaseSettings
+from db.unit_of_work import Transaction
 
 MAPPED, SPLIT, POLICY, EMPTY = (uuid.uuid4() for _ in range(4))
 SPLIT_ID = uuid.uuid4()
@@ -139,6 +141,14 @@ def test_every_item_names_the_split_that_wrote_it_or_an_import_decision(
     }
     assert imported_effects == (0,)  # the imports produced no events
     assert nullable == ("NO",)
+    # An imported item's history names its import decision; a split successor's, the
+    # split (through its effect rows and its decision column alike).
+    with psycopg.connect(scratch_dsn) as conn:
+        tx = Transaction(conn)
+        # (L2 rests on i2's revision 3, so its mapping decision is there too.)
+        i2 = [d.decision_id for d in for_item(tx, "t", "c", "i2")]
+        assert i2 == [MAPPED, by_catalog["c"]]
+        assert [d.decision_id for d in for_item(tx, "t", "c", "i1-a")] == [SPLIT]
 
     command.downgrade(alembic_config("resolver", scratch_dsn), "resolver_0004d")
     with psycopg.connect(scratch_dsn) as conn:
