@@ -32,8 +32,9 @@ def alembic_config(database: Database, dsn: str) -> Config:
 
 
 def dsn_for(database: Database, settings: DatabaseSettings) -> str:
+    """The DSN migrations of ``database`` run with (the resolver's owner login)."""
     return {
-        "resolver": settings.resolver_dsn,
+        "resolver": settings.resolver_owner_dsn,
         "product": settings.product_dsn,
         "control": settings.control_dsn,
     }[database]

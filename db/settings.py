@@ -13,13 +13,26 @@ class DatabaseSettings(BaseSettings):
 
     The defaults point at the cluster that ``gapless up`` starts on loopback, so the
     same code runs unchanged against an external PostgreSQL when the variables are set.
+
+    The resolver database has two logins. Its services (API, relay, pruner, sweeper,
+    writers) connect with ``resolver_dsn`` as a login holding only the grants of the
+    application role ``gapless_resolver_app``: no DELETE on items and decisions, no
+    UPDATE on decisions (INV-05, INV-08), so not even a bug in a service can rewrite
+    history. Migrations connect with ``resolver_migration_dsn`` as the owner of the
+    tables, the one login that may change the schema and the grants.
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     resolver_dsn: str = Field(
-        default="postgresql://postgres@127.0.0.1:55432/resolver",
-        description="GAPLESS_RESOLVER_DSN: the resolver's accepted state and outbox.",
+        default="postgresql://gapless_resolver_service@127.0.0.1:55432/resolver",
+        description="GAPLESS_RESOLVER_DSN: the resolver's accepted state and outbox, as"
+        " the services' login (a member of gapless_resolver_app).",
+    )
+    resolver_migration_dsn: str | None = Field(
+        default=None,
+        description="GAPLESS_RESOLVER_MIGRATION_DSN: the same database as the owner of its"
+        " tables, for migrations; unset: GAPLESS_RESOLVER_DSN (one login for both).",
     )
     product_dsn: str = Field(
         default="postgresql://postgres@127.0.0.1:55432/product",
@@ -29,3 +42,8 @@ class DatabaseSettings(BaseSettings):
         default="postgresql://postgres@127.0.0.1:55432/control",
         description="GAPLESS_CONTROL_DSN: the trusted history-epoch authority.",
     )
+
+    @property
+    def resolver_owner_dsn(self) -> str:
+        """The resolver database as the owner of its tables (migrations, test set-up)."""
+        return self.resolver_migration_dsn or self.resolver_dsn

@@ -102,6 +102,12 @@ class StreamWriter:
     def append(self, event: PendingEvent) -> None:
         self._pending.append(event)
 
+    @property
+    def pending(self) -> tuple[PendingEvent, ...]:
+        """The events appended and not yet flushed, in append order (their positions
+        will follow this order)."""
+        return tuple(self._pending)
+
     def flush(self) -> list[Envelope]:
         """Allocate positions, write the outbox rows and move the cursor.
 

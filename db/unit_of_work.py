@@ -95,11 +95,14 @@ class UnitOfWork:
         writer = self._writers.get(key)
         if writer is None:
             epoch = self._epochs.epoch_for_write(tenant_id, catalog_id)
-            stream = StreamId(tenant_id, catalog_id, epoch)
-            conn = self._require()
-            writer = StreamWriter(conn, stream, lock_cursor(conn, stream), self._codec)
+            writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
             self._writers[key] = writer
         return writer
+
+    def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
+        """Lock the stream's cursor and return its writer. The benchmark's baseline
+        overrides this to measure the same write path without the cursor."""
+        return StreamWriter(conn, stream, lock_cursor(conn, stream), self._codec)
 
     def commit(self) -> list[Envelope]:
         """Write every stream's outbox rows, then COMMIT.

@@ -38,8 +38,12 @@ def use_local_services() -> dict[str, str]:
     """Point this process (and its children) at the services ``gapless up`` runs.
 
     Variables already set win, so the same commands run against external services.
+    A ``GAPLESS_RESOLVER_DSN`` set without ``GAPLESS_RESOLVER_MIGRATION_DSN`` is left
+    to serve as both (the local owner login would point at another database).
     """
     env = local_environment()
+    if "GAPLESS_RESOLVER_DSN" in os.environ:
+        env.pop("GAPLESS_RESOLVER_MIGRATION_DSN")
     for name, value in env.items():
         os.environ.setdefault(name, value)
-    return {name: os.environ[name] for name in env}
+    return {name: os.environ[name] for name in env if name in os.environ}

@@ -2,10 +2,13 @@
 
 1. start the local services (if needed), migrate, create topics;
 2. start the relay and the product agents as separate processes;
-3. write a concurrent workload, killing the relay and the agents once each midway
-   (``kill -9``) and restarting them, so recovery is part of every run;
+3. write a concurrent workload of real domain decisions (``infra.workload``: rules and
+   reviewers creating, mapping, versioning, splitting and retiring, with refusals and
+   rollbacks), killing the relay and the agents once each midway (``kill -9``) and
+   restarting them, so recovery is part of every run;
 4. wait until every stream's durable progress equals its committed cursor;
-5. compare the projection with the resolver's accepted state row by row;
+5. compare the projections (items, listing mappings, shipping policy versions,
+   splits) with the resolver's accepted state row by row;
 6. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
 """
 
@@ -31,6 +34,7 @@ from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.stream_writer import StreamId
 from infra.config import load, use_local_services
+from infra.projection_check import Comparison, compare
 from infra.workload import WorkloadStats, run_workload, streams_for
 
 Echo = Callable[[str], None]
@@ -106,10 +110,11 @@ def run_demo(
         echo("waiting for every stream's durable progress to reach its committed cursor…")
         caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
         elapsed = time.monotonic() - began
-        mismatches = _compare(settings, run_id)
+        comparison = compare(settings.resolver_dsn, settings.product_dsn, f"{run_id}-%")
+        mismatches = [str(d) for d in comparison.differences]
         echo("waiting for the agents to report their progress to the resolver…")
         reported = _wait_reported(settings, run_id, timeout=30.0)
-        summary = _summary(settings, run_id, stats, elapsed, caught_up, mismatches)
+        summary = _summary(settings, run_id, stats, elapsed, caught_up, comparison)
         summary["progress_reported"] = reported
         summary["events_pruned"] = _prune(settings, run_id)
     finally:
@@ -245,42 +250,13 @@ def _progress(settings: DatabaseSettings, run_id: str) -> dict[tuple[str, str, i
     return {(t, c, e): p for t, c, e, p in rows}
 
 
-_ITEM_COLUMNS = "tenant_id, catalog_id, item_id, class_id, status, title, parent_item_id,"
-_ITEM_COLUMNS += " attributes, revision"
-
-
-def _compare(settings: DatabaseSettings, run_id: str) -> list[str]:
-    """Row-by-row differences between accepted state and the serving projection."""
-    query = f"SELECT {_ITEM_COLUMNS} FROM {{table}} WHERE tenant_id LIKE %s {{extra}}"
-    with psycopg.connect(settings.resolver_dsn) as conn:
-        accepted = {
-            r[:3]: r
-            for r in conn.execute(
-                query.format(table="catalog_item", extra=""), (f"{run_id}-%",)
-            ).fetchall()
-        }
-    with psycopg.connect(settings.product_dsn) as conn:
-        projected = {
-            r[:3]: r
-            for r in conn.execute(
-                query.format(table="product_item", extra="AND generation = 1"), (f"{run_id}-%",)
-            ).fetchall()
-        }
-    problems = []
-    for key in sorted(accepted.keys() | projected.keys()):
-        a, p = accepted.get(key), projected.get(key)
-        if a != p:
-            problems.append(f"{'/'.join(key)}: accepted={a} projected={p}")
-    return problems
-
-
 def _summary(
     settings: DatabaseSettings,
     run_id: str,
     stats: WorkloadStats,
     elapsed: float,
     caught_up: bool,
-    mismatches: list[str],
+    comparison: Comparison,
 ) -> dict[str, Any]:
     like = (f"{run_id}-%",)
     with psycopg.connect(settings.resolver_dsn) as conn:
@@ -323,9 +299,15 @@ def _summary(
         "quarantined": int(quarantined[0]) if quarantined else 0,
         "transactions_committed": stats.transactions,
         "transactions_rolled_back": stats.rolled_back + stats.rejected,
+        "rolled_back_on_purpose": stats.rolled_back,
+        "rejected": stats.rejected,
+        "rejected_by_code": dict(sorted(stats.rejected_by_code.items())),
+        "decisions_by_operation": dict(sorted(stats.decisions.items())),
+        "review_cases_opened": stats.cases_opened,
         "items": items,
+        "rows_compared": comparison.rows,
         "caught_up": caught_up,
-        "mismatched_rows": len(mismatches),
+        "mismatched_rows": len(comparison.differences),
         "elapsed_s": round(elapsed, 2),
         "events_per_s": round(committed / elapsed, 1) if elapsed else 0.0,
     }

@@ -1,40 +1,110 @@
-"""A realistic catalog workload for the demo and the benchmark.
+"""A realistic catalog workload for the demo, made of real domain decisions.
 
-Several tenants and catalogs, products with variants that depend on them, revisions,
-retirements, concurrent writers, and some transactions that roll back on purpose.
+Several tenants and catalogs; concurrent writers; every change goes through
+``record_decision``, as automatic-rule or reviewer ("human") decisions citing
+evidence:
+- rules create and update products and variants (which depend on their product),
+  and map listings onto active items (or move them to another);
+- rules version shipping policies in consecutive, non-overlapping windows, and now
+  and then try a window overlapping one already accepted, which the exclusion
+  constraint refuses (counted as rejected, ``OVERLAPPING_POLICY_WINDOW``);
+- review cases are opened and decided by reviewers at the revision they read; some
+  get a second reviewer deciding the same revision (``STALE_REVISION``) and some a
+  correction at the next revision naming the decision it corrects;
+- products are split into successors with their listings remapped, and items are
+  retired;
+- about one transaction in ten is rolled back on purpose where it would commit.
+Writers race, so a plan can meet state another writer changed first (a target item
+just split or retired): the resolver refuses it with a typed error, counted as
+rejected by its code. The local picture of each catalog is updated only by commits.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.unit_of_work import UnitOfWork
-from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from producers.resolver.catalog_items import ItemChange, RetireItem
+from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import DomainError
+from producers.resolver.facts import Fact
+from producers.resolver.listing_mappings import MapListing
+from producers.resolver.review_cases import CaseRevision, open_case
+from producers.resolver.shipping_policies import VersionShippingPolicy
+from producers.resolver.splits import SplitItem, Successor
 from schemas.codec import CODEC
+from schemas.events import Envelope, EvidenceRef
 
 CLASSES = ("shoe", "jacket", "lamp", "kettle", "desk")
 COLOURS = ("red", "blue", "green", "black", "white")
+POLICIES = ("std", "express")
+SCOPES = ("DE", "FR", "AT")
+FIRST_WINDOW = datetime(2027, 1, 1, tzinfo=UTC)
+WINDOW = timedelta(days=30)
+RULE = "rule:catalog-sync"
+REVIEWERS = ("reviewer:ana", "reviewer:ben")
+
+# Operation mix: (name, weight).
+OPERATIONS = (
+    ("items", 40),
+    ("mappings", 20),
+    ("policy", 10),
+    ("review", 15),
+    ("split", 5),
+    ("retire", 10),
+)
 
 
 class _Abandon(Exception):
-    """Raised inside a Unit of Work to roll it back on purpose."""
+    """Raised where a Unit of Work would commit, to roll it back on purpose."""
+
+
+class _AbandonedUnitOfWork(UnitOfWork):
+    """Rolls back where it would commit: everything the decision wrote (decision,
+    facts, effects, the cursor lock) is undone and no position is used."""
+
+    def commit(self) -> list[Envelope]:
+        raise _Abandon()
 
 
 @dataclass
-class _Stream:
+class _Catalog:
+    """What the writers know about one catalog, from committed decisions only."""
+
     tenant_id: str
     catalog_id: str
     products: list[str] = field(default_factory=list)
-    variants: list[str] = field(default_factory=list)
+    variants: dict[str, str] = field(default_factory=dict)
+    """Active variant → its product."""
+    listings: dict[str, str] = field(default_factory=dict)
+    """Listing → the item it is mapped to."""
+    windows: dict[tuple[str, str], list[datetime]] = field(default_factory=dict)
+    """(policy, scope) → starts of the accepted windows."""
+    next_window: dict[tuple[str, str], datetime] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 0
+
+    def new_id(self, prefix: str) -> str:
+        self.next_id += 1
+        return f"{prefix}{self.next_id}"
+
+
+@dataclass
+class _Step:
+    """One decision to record, and what to note about the catalog if it commits."""
+
+    kind: str
+    decision: Decision
+    committed: Callable[[], None] = lambda: None
 
 
 @dataclass
@@ -43,6 +113,10 @@ class WorkloadStats:
     rolled_back: int = 0
     rejected: int = 0
     events: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    """Committed decisions by operation."""
+    rejected_by_code: Counter[str] = field(default_factory=Counter)
+    cases_opened: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -63,59 +137,44 @@ def run_workload(
     rollback_rate: float = 0.1,
     progress: Callable[[int], None] = lambda _: None,
 ) -> WorkloadStats:
-    """Commit about ``events`` accepted changes from ``writers`` concurrent threads."""
-    state = [_Stream(t, c) for t, c in streams]
+    """Commit about ``events`` events' worth of decisions from ``writers`` threads."""
+    catalogs = [_Catalog(t, c) for t, c in streams]
     stats = WorkloadStats()
+    names = [name for name, _ in OPERATIONS]
+    weights = [weight for _, weight in OPERATIONS]
 
-    def one_transaction(rng: random.Random) -> None:
-        s = rng.choice(state)
-        abandon = rng.random() < rollback_rate
-        planned: list[tuple[str, str | None]] = []
-        with s.lock:
-            for _ in range(rng.randint(1, 3)):
-                s.next_id += 1
-                planned.append((f"p{s.next_id}", None))
+    def record(step: _Step, rng: random.Random) -> uuid.UUID | None:
+        """Record one decision; its id if it committed."""
+        unit = _AbandonedUnitOfWork if rng.random() < rollback_rate else UnitOfWork
         try:
-            with UnitOfWork(pool, epochs, CODEC) as uow:
-                new_products: list[str] = []
-                new_variants: list[str] = []
-                for item_id, _ in planned:
-                    roll = rng.random()
-                    with s.lock:
-                        products = list(s.products)
-                        variants = list(s.variants)
-                    if roll < 0.3 or not products:
-                        record_item(uow, _change(s, item_id, rng))
-                        new_products.append(item_id)
-                    elif roll < 0.7:
-                        vid = f"{rng.choice(products)}-v{item_id[1:]}"
-                        record_item(uow, _change(s, vid, rng, parent=vid.split("-v")[0]))
-                        new_variants.append(vid)
-                    elif roll < 0.95 or not variants:
-                        target = rng.choice(products)
-                        record_item(uow, _change(s, target, rng))
-                    else:
-                        target = rng.choice(variants)
-                        retire_item(uow, s.tenant_id, s.catalog_id, target, "discontinued")
-                        with s.lock:
-                            if target in s.variants:
-                                s.variants.remove(target)
-                if abandon:
-                    raise _Abandon()
-                envelopes = uow.commit()
-            with s.lock:
-                s.products.extend(new_products)
-                s.variants.extend(new_variants)
-            with stats.lock:
-                stats.transactions += 1
-                stats.events += len(envelopes)
+            with unit(pool, epochs, CODEC) as uow:
+                record_decision(uow, step.decision)
+                envelopes = uow.envelopes
         except _Abandon:
             with stats.lock:
                 stats.rolled_back += 1
-        except DomainError:
-            # e.g. a variant of a product retired meanwhile: rejected, rolled back.
+            return None
+        except DomainError as exc:
             with stats.lock:
                 stats.rejected += 1
+                stats.rejected_by_code[exc.code] += 1
+            return None
+        step.committed()
+        with stats.lock:
+            stats.transactions += 1
+            stats.events += len(envelopes)
+            stats.decisions[step.kind] += 1
+        return step.decision.decision_id
+
+    def one_operation(rng: random.Random) -> None:
+        c = rng.choice(catalogs)
+        operation = rng.choices(names, weights)[0]
+        if operation == "review":
+            _review(c, rng, record, lambda case: _open(pool, epochs, stats, c, case))
+            return
+        step = PLANNERS[operation](c, rng)
+        if step is not None:
+            record(step, rng)
 
     def writer(seed: int) -> None:
         rng = random.Random(seed)
@@ -123,7 +182,7 @@ def run_workload(
             with stats.lock:
                 if stats.events >= events:
                     return
-            one_transaction(rng)
+            one_operation(rng)
             progress(stats.events)
 
     threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(writers)]
@@ -134,14 +193,220 @@ def run_workload(
     return stats
 
 
-def _change(s: _Stream, item_id: str, rng: random.Random, parent: str | None = None) -> ItemChange:
+def _evidence(rng: random.Random, locator: str) -> tuple[EvidenceRef, ...]:
+    return (EvidenceRef(capture_id=f"capture-{rng.getrandbits(40):010x}", locator=locator),)
+
+
+def _rule(c: _Catalog, rng: random.Random, action: str, *facts: Fact) -> Decision:
+    return Decision(
+        c.tenant_id,
+        c.catalog_id,
+        action,
+        RULE,
+        "the source lists this",
+        _evidence(rng, "$.offers"),
+        facts=facts,
+        actor_kind="rule",
+    )
+
+
+def _item(c: _Catalog, item_id: str, rng: random.Random, parent: str | None = None) -> ItemChange:
     cls = rng.choice(CLASSES)
     return ItemChange(
-        s.tenant_id,
-        s.catalog_id,
+        c.tenant_id,
+        c.catalog_id,
         item_id,
         cls,
         f"{rng.choice(COLOURS)} {cls} {item_id}",
         parent_item_id=parent,
         attributes={"colour": rng.choice(COLOURS), "size": str(rng.randint(1, 12))},
     )
+
+
+def _items(c: _Catalog, rng: random.Random) -> _Step:
+    """Create products and variants, and update active ones."""
+    facts: list[Fact] = []
+    products: list[str] = []
+    variants: dict[str, str] = {}
+    with c.lock:
+        for _ in range(rng.randint(1, 3)):
+            roll = rng.random()
+            if roll < 0.35 or not c.products:
+                products.append(c.new_id("p"))
+                facts.append(_item(c, products[-1], rng))
+            elif roll < 0.7:
+                parent = rng.choice(c.products)
+                variant = f"{parent}-v{c.new_id('')}"
+                variants[variant] = parent
+                facts.append(_item(c, variant, rng, parent))
+            elif roll < 0.85 or not c.variants:
+                facts.append(_item(c, rng.choice(c.products), rng))
+            else:
+                variant, parent = rng.choice(sorted(c.variants.items()))
+                facts.append(_item(c, variant, rng, parent))
+
+    def committed() -> None:
+        with c.lock:
+            c.products.extend(products)
+            c.variants.update(variants)
+
+    return _Step("items", _rule(c, rng, "accept", *facts), committed)
+
+
+def _active(c: _Catalog) -> list[str]:
+    return [*c.products, *c.variants]
+
+
+def _mappings(c: _Catalog, rng: random.Random) -> _Step | None:
+    """Map new listings onto active items, or move a mapped one to another item."""
+    with c.lock:
+        active = _active(c)
+        if not active:
+            return None
+        moves = {c.new_id("L"): rng.choice(active) for _ in range(rng.randint(1, 2))}
+        if c.listings and rng.random() < 0.3:
+            moves[rng.choice(sorted(c.listings))] = rng.choice(active)
+
+    def committed() -> None:
+        with c.lock:
+            c.listings.update(moves)
+
+    facts = [MapListing(listing, item) for listing, item in moves.items()]
+    return _Step("mappings", _rule(c, rng, "map", *facts), committed)
+
+
+def _policy(c: _Catalog, rng: random.Random) -> _Step:
+    """The next window of a policy in a scope, or (one time in five, once a window is
+    accepted) a window overlapping an accepted one, which PostgreSQL refuses."""
+    key = (f"{c.catalog_id}-{rng.choice(POLICIES)}", rng.choice(SCOPES))
+    with c.lock:
+        accepted = c.windows.get(key, [])
+        if accepted and rng.random() < 0.2:
+            start = rng.choice(accepted) + timedelta(days=10)
+        else:
+            start = c.next_window.get(key, FIRST_WINDOW)
+            c.next_window[key] = start + WINDOW
+    fact = VersionShippingPolicy(
+        key[0], key[1], start, start + WINDOW, {"rate": f"{rng.randint(3, 9)}.90"}
+    )
+
+    def committed() -> None:
+        with c.lock:
+            c.windows.setdefault(key, []).append(start)
+
+    return _Step("policy", _rule(c, rng, "version", fact), committed)
+
+
+def _split(c: _Catalog, rng: random.Random) -> _Step | None:
+    """Split a product into two successors, moving each of its listings to one."""
+    with c.lock:
+        if not c.products:
+            return None
+        source = c.products.pop(rng.randrange(len(c.products)))
+        # Its variants keep depending on a product that is no longer active: they
+        # can no longer change, so the writers leave them alone.
+        for variant in [v for v, p in c.variants.items() if p == source]:
+            del c.variants[variant]
+        successors = (c.new_id(f"{source}-s"), c.new_id(f"{source}-s"))
+        remaps = {
+            listing: rng.choice(successors)
+            for listing, item in sorted(c.listings.items())
+            if item == source
+        }
+    fact = SplitItem(source, tuple(Successor(s, f"part of {source}") for s in successors), remaps)
+
+    def committed() -> None:
+        with c.lock:
+            c.products.extend(successors)
+            c.listings.update(remaps)
+
+    decision = Decision(
+        c.tenant_id,
+        c.catalog_id,
+        "split",
+        rng.choice(REVIEWERS),
+        "two distinct products were merged",
+        _evidence(rng, "$.variants"),
+        facts=(fact,),
+    )
+    return _Step("split", decision, committed)
+
+
+def _retire(c: _Catalog, rng: random.Random) -> _Step | None:
+    """Retire a variant, or now and then a product (never deleted)."""
+    with c.lock:
+        if c.variants and (rng.random() < 0.7 or not c.products):
+            item = rng.choice(sorted(c.variants))
+            del c.variants[item]
+        elif c.products:
+            item = c.products.pop(rng.randrange(len(c.products)))
+            for variant in [v for v, p in c.variants.items() if p == item]:
+                del c.variants[variant]
+        else:
+            return None
+    return _Step("retire", _rule(c, rng, "retire", RetireItem(item, "discontinued")))
+
+
+PLANNERS: dict[str, Callable[[_Catalog, random.Random], _Step | None]] = {
+    "items": _items,
+    "mappings": _mappings,
+    "policy": _policy,
+    "split": _split,
+    "retire": _retire,
+}
+
+
+def _open(
+    pool: ConnectionPool, epochs: EpochSource, stats: WorkloadStats, c: _Catalog, case: str
+) -> None:
+    """Open a case (the resolver's own work queue: no cursor lock, no event)."""
+    with UnitOfWork(pool, epochs, CODEC) as uow:
+        open_case(uow, c.tenant_id, c.catalog_id, case, "listing", case.removeprefix("case-"))
+        uow.commit()
+    with stats.lock:
+        stats.cases_opened += 1
+
+
+def _review(
+    c: _Catalog,
+    rng: random.Random,
+    record: Callable[[_Step, random.Random], uuid.UUID | None],
+    open_: Callable[[str], None],
+) -> None:
+    """A reviewer maps a listing under a review case at revision 1. Half the time a
+    second reviewer, who read the same revision, decides too and is refused as stale;
+    a quarter of the time the first reviewer then corrects the mapping at revision 2."""
+    with c.lock:
+        active = _active(c)
+        if len(active) < 2:
+            return
+        listing = c.new_id("L")
+        first, second = rng.sample(active, 2)
+    case = f"case-{listing}"
+    open_(case)
+
+    def human(reviewer: str, item: str, revision: int, *prior: uuid.UUID) -> _Step:
+        def committed() -> None:
+            with c.lock:
+                c.listings[listing] = item
+
+        decision = Decision(
+            c.tenant_id,
+            c.catalog_id,
+            "correct" if prior else "map",
+            reviewer,
+            "the listing shows this product",
+            _evidence(rng, "$.title"),
+            facts=(MapListing(listing, item),),
+            case=CaseRevision(case, revision),
+            prior_decision_ids=prior,
+        )
+        return _Step("review", decision, committed)
+
+    decided = record(human(REVIEWERS[0], first, 1), rng)
+    if decided is None:
+        return
+    if rng.random() < 0.5:
+        record(human(REVIEWERS[1], second, 1), rng)  # refused: STALE_REVISION
+    if rng.random() < 0.25:
+        record(human(REVIEWERS[0], second, 2, decided), rng)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,16 +62,20 @@ def save(
     title: str,
     parent_item_id: str | None,
     attributes: dict[str, str],
-) -> int:
-    """Insert or update the item with ``revision + 1``; returns the new revision."""
+    decision_id: uuid.UUID,
+) -> int | None:
+    """Insert or update the item with ``revision + 1``, naming the decision that
+    accepts this revision; returns the new revision, or None (and changes nothing)
+    if the item has been split: a split source keeps its last revision for good."""
     row = tx.execute(
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
-        " parent_item_id, attributes, revision) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 1)"
+        " parent_item_id, attributes, revision, decision_id)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 1, %s)"
         " ON CONFLICT (tenant_id, catalog_id, item_id) DO UPDATE SET"
         " class_id = excluded.class_id, status = excluded.status, title = excluded.title,"
         " parent_item_id = excluded.parent_item_id, attributes = excluded.attributes,"
-        " revision = catalog_item.revision + 1, updated_at = now()"
-        " RETURNING revision",
+        " revision = catalog_item.revision + 1, decision_id = excluded.decision_id,"
+        " updated_at = now() WHERE catalog_item.status <> 'split' RETURNING revision",
         (
             tenant_id,
             catalog_id,
@@ -80,10 +85,10 @@ def save(
             title,
             parent_item_id,
             Jsonb(attributes),
+            decision_id,
         ),
     ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return int(row[0]) if row else None
 
 
 def all_items(tx: Transaction, tenant_id: str, catalog_id: str) -> list[ItemRow]:

@@ -68,6 +68,48 @@ def insert(
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One aggregate revision a decision changed or relied on (``decision_effect``)."""
+
+    role: str
+    aggregate_type: str
+    aggregate_id: str
+    revision: int
+
+
+def insert_effects(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    decision_id: uuid.UUID,
+    effects: Sequence[Effect],
+) -> None:
+    """Insert the decision's effect rows in one statement (binary arrays).
+
+    A second decision claiming to have changed a revision another decision changed
+    violates ``decision_effect_changed_once``.
+    """
+    if not effects:
+        return
+    tx.execute(
+        "INSERT INTO decision_effect (tenant_id, catalog_id, aggregate_type, aggregate_id,"
+        " revision, role, decision_id)"
+        " SELECT %(t)s, %(c)s, e.type, e.id, e.revision, e.role, %(d)s"
+        " FROM unnest(%(types)b::text[], %(ids)b::text[], %(revisions)b::int4[],"
+        " %(roles)b::text[]) AS e(type, id, revision, role)",
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "d": decision_id,
+            "types": [e.aggregate_type for e in effects],
+            "ids": [e.aggregate_id for e in effects],
+            "revisions": [e.revision for e in effects],
+            "roles": [e.role for e in effects],
+        },
+    )
+
+
 def missing(
     tx: Transaction, tenant_id: str, catalog_id: str, decision_ids: Sequence[uuid.UUID]
 ) -> list[uuid.UUID]:
@@ -106,30 +148,31 @@ def for_case(tx: Transaction, tenant_id: str, catalog_id: str, case_id: str) -> 
 
 
 def for_item(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> list[DecisionRow]:
-    """The decisions whose accepted facts touch an item, oldest first.
+    """The decisions in an item's history, oldest first.
 
-    Derived from the facts as they stand: the decisions behind the listing mappings
-    now on the item, behind a split of the item or one that created it (and the
-    split's remaps onto it), and those made on review cases about the item (subject
-    type ``catalog_item``). A mapping later moved off the item by a plain remap keeps
-    no row naming the item, so its decision is not found here.
+    Read from the decisions' effects, which keep every revision where the facts keep
+    only the current one: each decision that changed the item (created, updated,
+    retired or split it, or created it as a successor) or accepted a fact resting on
+    one of its revisions (a listing mapped onto it, even if since moved elsewhere; a
+    variant under it); the decision behind its current revision (for an item older
+    than the effect rows, the import decision of migration resolver_0005dx); and the
+    decisions on review cases about the item (subject type ``catalog_item``), which
+    may have changed nothing.
     """
     scope = (tenant_id, catalog_id)
     rows = tx.execute(
         f"SELECT {_COLUMNS} FROM decision d WHERE d.tenant_id = %s AND d.catalog_id = %s"
         " AND d.decision_id IN ("
-        " SELECT decision_id FROM listing_mapping"
+        " SELECT decision_id FROM decision_effect"
+        "  WHERE tenant_id = %s AND catalog_id = %s"
+        "  AND aggregate_type = 'catalog_item' AND aggregate_id = %s"
+        " UNION SELECT decision_id FROM catalog_item"
         "  WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s"
-        " UNION SELECT decision_id FROM item_split"
-        "  WHERE tenant_id = %s AND catalog_id = %s AND source_item_id = %s"
-        " UNION SELECT s.decision_id FROM item_split s JOIN item_split_successor x"
-        "  USING (tenant_id, catalog_id, split_id)"
-        "  WHERE s.tenant_id = %s AND s.catalog_id = %s AND x.item_id = %s"
         " UNION SELECT c.decision_id FROM decision c JOIN review_case r"
         "  USING (tenant_id, catalog_id, case_id)"
         "  WHERE r.tenant_id = %s AND r.catalog_id = %s"
         "  AND r.subject_type = 'catalog_item' AND r.subject_id = %s)"
         " ORDER BY d.decided_at, d.decision_id",
-        (*scope, *scope, item_id, *scope, item_id, *scope, item_id, *scope, item_id),
+        (*scope, *scope, item_id, *scope, item_id, *scope, item_id),
     ).fetchall()
     return [_row(r) for r in rows]

@@ -137,6 +137,43 @@ decision_prior = Table(
     CheckConstraint("decision_id <> prior_decision_id", name="decision_prior_not_self"),
 )
 
+EFFECT_ROLES = ("changed", "relied_on")
+
+# What a decision did, written in its own transaction and as immutable as it: one
+# 'changed' row per aggregate revision it produced an event for (the decision itself
+# included), and one 'relied_on' row per other aggregate revision one of those
+# events depends on (the item a listing was mapped onto, a variant's parent). Facts
+# keep only their current revision; these rows keep every one, so an item's history
+# still finds the decision that mapped a listing onto it after the listing moved.
+# An aggregate revision is produced by exactly one decision: the partial unique index.
+decision_effect = Table(
+    "decision_effect",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("aggregate_type", Text, nullable=False),
+    Column("aggregate_id", Text, nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("decision_id", Uuid, nullable=False),
+    PrimaryKeyConstraint(
+        *_SCOPE, "aggregate_type", "aggregate_id", "revision", "role", "decision_id"
+    ),
+    _decision_fk("decision_effect"),
+    CheckConstraint("role IN ('changed', 'relied_on')", name="decision_effect_role_known"),
+    CheckConstraint("revision >= 1", name="decision_effect_revision_positive"),
+)
+Index(
+    "decision_effect_changed_once",
+    decision_effect.c.tenant_id,
+    decision_effect.c.catalog_id,
+    decision_effect.c.aggregate_type,
+    decision_effect.c.aggregate_id,
+    decision_effect.c.revision,
+    unique=True,
+    postgresql_where=text("role = 'changed'"),
+)
+
 # A listing of a source mapped onto a catalog item (INV-01): ``item_revision`` is the
 # target's revision, active, when this mapping revision was accepted.
 listing_mapping = Table(

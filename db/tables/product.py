@@ -1,5 +1,5 @@
-"""Product database tables: projections (items, listing mappings, shipping-policy
-versions), inbox, parking, durable progress, quarantine."""
+"""Product database tables: projections (items, listing mappings, splits,
+shipping-policy versions), inbox, parking, durable progress, quarantine."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData()
 
@@ -146,6 +146,36 @@ product_listing_mapping = Table(
     Column("position", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "listing_id"),
+)
+
+# The split projection: an item split into successors (INV-08), and the listings the
+# split moved to each. The source item's own row stays in ``product_item`` with status
+# 'split' (its own event); this row names its successors. A split is one aggregate
+# revision (``revision`` is always 1), and an item is split at most once.
+product_item_split = Table(
+    "product_item_split",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("split_id", Uuid, nullable=False),
+    Column("source_item_id", Text, nullable=False),
+    Column("source_revision", BigInteger, nullable=False),
+    Column("successor_item_ids", ARRAY(Text), nullable=False),
+    Column("remaps", JSONB, nullable=False),
+    Column("decision_id", Uuid, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "split_id"),
+)
+# "Which split, if any, replaced this item?"
+Index(
+    "product_item_split_source_idx",
+    product_item_split.c.generation,
+    product_item_split.c.tenant_id,
+    product_item_split.c.catalog_id,
+    product_item_split.c.source_item_id,
 )
 
 # The shipping-policy projection: every version of every policy (a version is the

@@ -92,6 +92,8 @@ ITEM_STATUSES = ("active", "split", "retired")
 
 # The first accepted aggregate. ``parent_item_id`` makes an item depend on another
 # item of the same catalog (a variant on its product), so events carry dependencies.
+# ``decision_id`` names the decision that accepted the current revision (INV-05); the
+# ``decision`` table is in ``db.tables.domain``.
 catalog_item = Table(
     "catalog_item",
     metadata,
@@ -105,11 +107,17 @@ catalog_item = Table(
     Column("attributes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("revision", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("decision_id", Uuid, nullable=False),
     PrimaryKeyConstraint("tenant_id", "catalog_id", "item_id"),
     ForeignKeyConstraint(
         ["tenant_id", "catalog_id", "parent_item_id"],
         ["catalog_item.tenant_id", "catalog_item.catalog_id", "catalog_item.item_id"],
         name="catalog_item_parent_fk",
+    ),
+    ForeignKeyConstraint(
+        ["tenant_id", "catalog_id", "decision_id"],
+        ["decision.tenant_id", "decision.catalog_id", "decision.decision_id"],
+        name="catalog_item_decision_fk",
     ),
     CheckConstraint("status IN ('active', 'split', 'retired')", name="catalog_item_status_known"),
     CheckConstraint("revision >= 1", name="catalog_item_revision_positive"),

@@ -1,10 +1,12 @@
 """Phase (d): latency from the writer's COMMIT to the projection row's COMMIT.
 
-Writer threads commit single-event transactions at a fixed offered rate; the relay
+Writer threads commit one rule decision creating one item per transaction (two
+events: the decision's and the item's) at a fixed offered rate; the relay
 runs in a thread (``Relay.run``, woken by NOTIFY); a confluent-kafka consumer loop
 feeds ``Applier.apply`` and commits offsets only after it returns. An event's
-latency is the time from its writer's ``commit()`` returning to the ``apply()``
-that committed it returning, both read from one monotonic clock in this process.
+latency (the item event's, the one that writes a projection row) is the time from
+its writer's ``commit()`` returning to the ``apply()`` that committed it returning,
+both read from one monotonic clock in this process.
 The production agent is a Faust worker; this loop runs the same applier code
 without Faust's scheduling, so it measures the pipeline's own cost.
 """
@@ -20,14 +22,12 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from db.unit_of_work import UnitOfWork
 from infra.bench.sandbox import Echo, Sandbox
-from infra.bench.writer import change
+from infra.bench.writer import write_gapless
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
-from producers.resolver.catalog_items import record_item
 from schemas.codec import CODEC, HEADER_EVENT_ID
 
 WRITERS = 4
@@ -131,11 +131,9 @@ class _ApplierLoop:
 def _write_one(
     pool: ConnectionPool, epochs: EpochSource, log: _Log, tenant: str, item_id: str
 ) -> str:
-    with UnitOfWork(pool, epochs, CODEC) as uow:
-        record_item(uow, change(tenant, item_id))
-        envelopes = uow.commit()
+    envelopes = write_gapless(pool, epochs, tenant, [item_id])
     done, wall = time.monotonic(), time.time()
-    event_id = str(envelopes[0].event_id)
+    event_id = str(envelopes[-1].event_id)  # the item's
     with log.lock:
         log.committed[event_id] = (done, wall)
     return event_id
@@ -190,7 +188,7 @@ def measure_latency(
         if not _wait_for(log, warm, ASSIGN_TIMEOUT_S):
             raise RuntimeError("warm-up events did not reach the projection")
 
-        echo(f"end-to-end: {rate:.0f} events/s offered for {seconds:.1f}s")
+        echo(f"end-to-end: {rate:.0f} decisions/s (2 events each) offered for {seconds:.1f}s")
         timed: set[str] = set()
         timed_lock = threading.Lock()
         interval = WRITERS / rate

@@ -42,7 +42,7 @@ def seed_outbox(box: Sandbox, pool: ConnectionPool, epochs: EpochSource, seconds
     def work(thread: int, n: int) -> int:
         ids = [f"relay-{thread}-{n}-{k}" for k in range(SEED_BATCH)]
         write_gapless(pool, epochs, box.tenant(f"r{thread}"), ids)
-        return SEED_BATCH
+        return SEED_BATCH + 1  # and the decision's own event
 
     return run_threads(THREADS, seconds, work).count
 

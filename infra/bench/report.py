@@ -81,13 +81,14 @@ def render_table(figures: Figures) -> str:
         f"{env['postgres']} (synchronous_commit={env['synchronous_commit']}), "
         f"round trip {env['pg_round_trip_us']} µs",
         "",
-        f"(a) writer, {THREADS} threads on {THREADS} streams vs a sequence-numbered outbox",
+        f"(a) writer, {THREADS} threads on {THREADS} streams vs a sequence-numbered outbox;"
+        " decisions of b items (b + 1 events)",
         head,
-        row("batch 1", w.gapless_b1, w.baseline_b1, "events/s"),
-        row("batch 100", w.gapless_b100, w.baseline_b100, "events/s"),
-        row("baseline batch 1 without NOTIFY", w.baseline_b1_no_notify, None, "events/s"),
-        row(f"{THREADS} writers on one stream, batch 1", w.one_stream_b1, None, "events/s"),
-        row(f"{THREADS} writers on one stream, batch 100", w.one_stream_b100, None, "events/s"),
+        row("b = 1", w.gapless_b1, w.baseline_b1, "events/s"),
+        row("b = 100", w.gapless_b100, w.baseline_b100, "events/s"),
+        row("baseline b = 1 without NOTIFY", w.baseline_b1_no_notify, None, "events/s"),
+        row(f"{THREADS} writers on one stream, b = 1", w.one_stream_b1, None, "events/s"),
+        row(f"{THREADS} writers on one stream, b = 100", w.one_stream_b100, None, "events/s"),
         "",
         f"(b) relay, {r.relay.count:,} rows in {r.streams} streams vs a bare producer",
         head,
@@ -97,8 +98,8 @@ def render_table(figures: Figures) -> str:
         head,
         row("Applier.apply", a.applier, a.bare, "events/s"),
         "",
-        f"(d) end to end at {e.offered_per_second:.0f} events/s offered "
-        f"({e.achieved_per_second:.0f} achieved, {e.events:,} events)",
+        f"(d) end to end at {e.offered_per_second:.0f} one-item decisions/s offered "
+        f"({e.achieved_per_second:.0f} achieved, {e.events:,} item events timed)",
         f"  writer COMMIT -> projection COMMIT  p50 {d['e2e_p50_ms']} ms, "
         f"p99 {d['e2e_p99_ms']} ms, max {d['e2e_max_ms']} ms",
         f"  of which COMMIT -> Kafka CreateTime p50 {d['e2e_relay_p50_ms']} ms, "

@@ -1,7 +1,7 @@
 """``gapless bench``: each part of the pipeline against a baseline without its guarantees.
 
 Phases, in the order they run (each bounded by ``seconds``):
-a. writer: gapless Unit of Work vs a sequence-numbered outbox, 8 threads;
+a. writer: ``record_decision`` with the cursor vs with a sequence-numbered outbox, 8 threads;
 b. relay: ``Relay.run_once`` vs a bare producer with the same bytes;
 c. applier: ``Applier.apply`` vs a bare batched upsert;
 d. end to end: writer COMMIT to projection COMMIT at a fixed offered load.
@@ -29,7 +29,8 @@ from infra.bench.sandbox import Sandbox, sandbox
 from infra.bench.writer import THREADS, measure_writer
 
 E2E_RATE = 200.0
-"""Offered load of phase (d), events per second: well below every phase's capacity."""
+"""Offered load of phase (d), decisions (each creating one item: two events) per second:
+well below every phase's capacity."""
 
 
 def _environment(box: Sandbox) -> dict[str, object]:

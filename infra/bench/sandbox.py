@@ -76,8 +76,10 @@ def sandbox(echo: Echo) -> Iterator[Sandbox]:
     kafka = load(KafkaSettings)
     run_id = uuid.uuid4().hex[:8]
     names = {db: f"gapless_bench_{run_id}_{db}" for db in ("resolver", "product", "control")}
+    # The bench creates and drops databases and tables of its own, so it works as
+    # the resolver's owner throughout (the services' login may do neither).
     databases = DatabaseSettings(
-        resolver_dsn=with_dbname(shared.resolver_dsn, names["resolver"]),
+        resolver_dsn=with_dbname(shared.resolver_owner_dsn, names["resolver"]),
         product_dsn=with_dbname(shared.product_dsn, names["product"]),
         control_dsn=with_dbname(shared.control_dsn, names["control"]),
     )
@@ -93,7 +95,7 @@ def sandbox(echo: Echo) -> Iterator[Sandbox]:
     created: list[str] = []
     topics: list[str] = []
     try:
-        with psycopg.connect(shared.resolver_dsn, autocommit=True) as conn:
+        with psycopg.connect(shared.resolver_owner_dsn, autocommit=True) as conn:
             for name in names.values():
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
                 created.append(name)
@@ -108,7 +110,7 @@ def sandbox(echo: Echo) -> Iterator[Sandbox]:
             topics.append(name)
         yield box
     finally:
-        _drop(shared.resolver_dsn, created, echo)
+        _drop(shared.resolver_owner_dsn, created, echo)
         _delete_topics(admin, topics, box.consumer_group, echo)
 
 

@@ -1,15 +1,18 @@
 """Phase (a): the gapless writer against a sequence-numbered outbox.
 
-Both sides run the same Unit of Work from the same connection pool, upsert the same
-item row with the same statement, build and encode the same envelope with the same
-codec, and insert its bytes with one statement of the same shape (binary arrays
-through ``unnest``, with the NOTIFY in the same statement). What only the gapless
-side does is the stream's cursor: ``SELECT … FOR UPDATE`` on the cursor row before
-the first change, the ``UPDATE`` of the cursor inside that statement, a foreign key
-from the outbox row to it, and the wait for that row lock when writers share a
-stream. The baseline's outbox numbers rows with an IDENTITY column instead, which
-hands numbers to transactions that later roll back and lets a reader see position
-p+1 committed before p: exactly what the cursor exists to prevent.
+Both sides run the real write path, ``record_decision``, from the same connection
+pool: a rule decision accepting ``b`` new items, so each transaction inserts the
+decision row, upserts the items naming it, records the decision's effects, builds and
+encodes one envelope per event (the decision's and each item's) with the same codec,
+and inserts their bytes with one statement of the same shape (binary arrays through
+``unnest``, with the NOTIFY in the same statement). What only the gapless side does
+is the stream's cursor: ``SELECT … FOR UPDATE`` on the cursor row before the first
+change, the ``UPDATE`` of the cursor inside the outbox statement, a foreign key from
+the outbox row to it, and the wait for that row lock when writers share a stream.
+The baseline's Unit of Work opens, in place of the locked stream writer, one that
+numbers its outbox rows with an IDENTITY column (a sequence): that hands numbers to
+transactions that later roll back and lets a reader see number p+1 committed before
+p, exactly what the cursor exists to prevent.
 """
 
 from __future__ import annotations
@@ -17,20 +20,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from db.repositories import catalog_items as items
-from db.stream_writer import NOTIFY_CHANNEL, PendingEvent
+from db.stream_writer import NOTIFY_CHANNEL, StreamId, StreamWriter
 from db.unit_of_work import UnitOfWork
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate, run_each_once, run_threads
-from producers.resolver.catalog_items import AGGREGATE, ItemChange, record_item
-from schemas.codec import CODEC
-from schemas.events import AggregateRef, CatalogItemUpserted, Envelope, StreamKey
+from producers.resolver.catalog_items import ItemChange
+from producers.resolver.decisions import Decision, record_decision
+from schemas.codec import CODEC, EventCodec
+from schemas.events import Envelope, EvidenceRef
 
 THREADS = 8
 CATALOG = "catalog1"
+EVIDENCE = (EvidenceRef(capture_id="bench-capture", locator="$.items"),)
 
 SEQ_OUTBOX_DDL = """
 CREATE TABLE bench_seq_outbox (
@@ -67,66 +72,61 @@ def change(tenant_id: str, item_id: str) -> ItemChange:
     )
 
 
-def write_gapless(pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str]) -> None:
-    """One transaction through ``record_item``: cursor lock, upserts, outbox at commit."""
+def decision(tenant_id: str, ids: list[str]) -> Decision:
+    """An automatic rule accepting new items ``ids``: ``len(ids) + 1`` events."""
+    return Decision(
+        tenant_id,
+        CATALOG,
+        "create",
+        "rule:bench",
+        "new items in the capture",
+        EVIDENCE,
+        facts=tuple(change(tenant_id, item_id) for item_id in ids),
+        actor_kind="rule",
+    )
+
+
+def write_gapless(
+    pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str]
+) -> list[Envelope]:
+    """One decision through ``record_decision``: cursor lock, rows, outbox at commit."""
     with UnitOfWork(pool, epochs, CODEC) as uow:
-        for item_id in ids:
-            record_item(uow, change(tenant, item_id))
-        uow.commit()
+        record_decision(uow, decision(tenant, ids))
+        return uow.envelopes
 
 
-def write_sequenced(
-    pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str], notify: bool
-) -> None:
-    """The same transaction into ``bench_seq_outbox``: no cursor row, an IDENTITY id.
+class SequencedWriter(StreamWriter):
+    """``StreamWriter.flush`` with an IDENTITY-numbered outbox and no cursor.
 
-    It mirrors ``record_item`` and ``StreamWriter.flush`` statement for statement,
-    minus the cursor's SELECT … FOR UPDATE and UPDATE.
+    Same envelopes, encoding and statement shape; the position in the encoded
+    envelope is 0, since a sequence-numbered outbox has no stream position.
     """
-    with UnitOfWork(pool, epochs, CODEC) as uow:
-        epoch = epochs.epoch_for_write(tenant, CATALOG)
-        key = CODEC.encode_key(StreamKey(tenant_id=tenant, catalog_id=CATALOG))
-        pending: list[PendingEvent] = []
-        for item_id in ids:
-            c = change(tenant, item_id)
-            revision = items.save(
-                uow.tx,
-                c.tenant_id,
-                c.catalog_id,
-                c.item_id,
-                c.class_id,
-                "active",
-                c.title,
-                c.parent_item_id,
-                c.attributes,
-            )
-            pending.append(
-                PendingEvent(
-                    aggregate=AggregateRef(type=AGGREGATE, id=c.item_id, revision=revision),
-                    payload=CatalogItemUpserted(
-                        class_id=c.class_id,
-                        status="active",
-                        title=c.title,
-                        parent_item_id=c.parent_item_id,
-                        attributes=dict(c.attributes),
-                    ),
-                )
-            )
-        rows = []
-        for event in pending:
-            envelope = Envelope(
-                tenant_id=tenant,
-                catalog_id=CATALOG,
-                history_epoch=epoch,
-                position=0,  # a sequence-numbered outbox has no stream position
+
+    def __init__(
+        self, conn: psycopg.Connection, stream: StreamId, codec: EventCodec, notify: bool
+    ) -> None:
+        super().__init__(conn, stream, 0, codec)
+        self._notify = notify
+
+    def flush(self) -> list[Envelope]:
+        s = self.stream
+        envelopes = [
+            Envelope(
+                tenant_id=s.tenant_id,
+                catalog_id=s.catalog_id,
+                history_epoch=s.history_epoch,
+                position=0,
                 event_id=event.event_id,
                 aggregate=event.aggregate,
                 dependencies=event.dependencies,
                 occurred_at=event.occurred_at,
                 payload=event.payload,
             )
-            rows.append((envelope.event_id, envelope.event_type, CODEC.encode_value(envelope)))
-        uow.tx.execute(
+            for event in self.pending
+        ]
+        if not envelopes:
+            return []
+        self._conn.execute(
             "WITH new_rows AS ("
             " INSERT INTO bench_seq_outbox (tenant_id, catalog_id, history_epoch,"
             " event_id, event_type, key, value)"
@@ -134,20 +134,39 @@ def write_sequenced(
             " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[])"
             " AS r(event_id, event_type, value) RETURNING 1)"
             " SELECT (SELECT count(*) FROM new_rows)"
-            + (", pg_notify(%(channel)s, %(stream)s)" if notify else ""),
+            + (", pg_notify(%(channel)s, %(stream)s)" if self._notify else ""),
             {
-                "t": tenant,
-                "c": CATALOG,
-                "e": epoch,
-                "key": key,
-                "ids": [r[0] for r in rows],
-                "types": [r[1] for r in rows],
-                "values": [r[2] for r in rows],
+                "t": s.tenant_id,
+                "c": s.catalog_id,
+                "e": s.history_epoch,
+                "key": self._key,
+                "ids": [e.event_id for e in envelopes],
+                "types": [e.event_type for e in envelopes],
+                "values": [self._codec.encode_value(e) for e in envelopes],
                 "channel": NOTIFY_CHANNEL,
-                "stream": f"{tenant}/{CATALOG}",
+                "stream": str(s),
             },
         )
-        uow.commit()
+        return envelopes
+
+
+class SequencedUnitOfWork(UnitOfWork):
+    """The Unit of Work with the cursor taken out: no lock, a sequence-numbered outbox."""
+
+    def __init__(self, pool: ConnectionPool, epochs: EpochSource, notify: bool) -> None:
+        super().__init__(pool, epochs, CODEC)
+        self._notify = notify
+
+    def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
+        return SequencedWriter(conn, stream, CODEC, self._notify)
+
+
+def write_sequenced(
+    pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str], notify: bool
+) -> None:
+    """The same decision through ``record_decision`` into ``bench_seq_outbox``."""
+    with SequencedUnitOfWork(pool, epochs, notify) as uow:
+        record_decision(uow, decision(tenant, ids))
 
 
 Variant = Literal["gapless", "sequenced", "sequenced-no-notify", "one-stream"]
@@ -178,7 +197,8 @@ class WriterBench:
             conn.execute(SEQ_OUTBOX_DDL)
 
     def run(self, label: str, seconds: float, batch: int, variant: Variant) -> Rate:
-        """Run ``variant`` at ``batch`` events per transaction; ``label`` keeps item ids apart."""
+        """Run ``variant`` with decisions of ``batch`` new items (``batch + 1`` events) per
+        transaction; ``label`` keeps item ids apart."""
         box, pool, epochs = self._box, self._pool, self._epochs
 
         def tenant(thread: int) -> str:
@@ -190,7 +210,7 @@ class WriterBench:
                 write_gapless(pool, epochs, tenant(thread), ids)
             else:
                 write_sequenced(pool, epochs, tenant(thread), ids, variant == "sequenced")
-            return batch
+            return batch + 1  # the decision's event and one per item
 
         # One warm-up transaction per thread outside the clock: cursor rows, epochs
         # and pooled connections exist before timing starts.

@@ -2,7 +2,11 @@
 
 The cluster listens on 127.0.0.1 only, trusts every local connection (it is a
 developer database; nothing secret lives in it) and holds the three databases
-the pipeline uses: `resolver`, `product` and `control`.
+the pipeline uses: `resolver`, `product` and `control`. Besides the superuser, which
+owns the tables and runs the migrations, it has the login the resolver's services
+connect as, `gapless_resolver_service`: a member of the application role
+`gapless_resolver_app` (created here if the migrations have not yet), so it holds
+only that role's grants. With trust authentication it needs no password.
 
 initdb and the postmaster refuse to run as root, so when we are root the
 cluster's directories are handed to the `postgres` system user (created by the
@@ -22,6 +26,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from db.tables.domain import APP_ROLE
 from infra.local.errors import ServiceError
 from infra.local.layout import HOST, Layout
 from infra.local.processes import (
@@ -39,11 +44,35 @@ NAME = "postgres"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 DATABASES = ("resolver", "product", "control")
 SUPERUSER = "postgres"
+APP_LOGIN = "gapless_resolver_service"
+"""The login the resolver's services use locally (``GAPLESS_RESOLVER_DSN``)."""
 INSTALL_HINT = "install PostgreSQL 15 server binaries: sudo apt-get install -y postgresql-15"
 
 
-def dsn(layout: Layout, database: str) -> str:
-    return f"postgresql://{SUPERUSER}@{HOST}:{layout.pg_port}/{database}"
+def dsn(layout: Layout, database: str, user: str = SUPERUSER) -> str:
+    return f"postgresql://{user}@{HOST}:{layout.pg_port}/{database}"
+
+
+def ensure_app_login(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Create the services' login and its application role, if missing (idempotent).
+
+    Roles belong to the whole cluster, and several processes may run this at once:
+    the loser of a race to create one sees ``duplicate_object`` and goes on. The
+    login inherits the role's grants (``INHERIT``) and nothing else: no superuser,
+    no CREATEDB, no CREATEROLE; the migrations grant the role what it may do.
+    """
+    conn.execute(
+        "DO $$ BEGIN"
+        f" IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN"
+        f" CREATE ROLE {APP_ROLE} NOLOGIN; END IF;"
+        " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    conn.execute(
+        "DO $$ BEGIN"
+        f" IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_LOGIN}') THEN"
+        f" CREATE ROLE {APP_LOGIN} LOGIN INHERIT IN ROLE {APP_ROLE}; END IF;"
+        " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
 
 
 def _pg_dir(layout: Layout) -> Path:
@@ -227,6 +256,8 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
     if not wait_until(lambda: _accepts_connections(layout), timeout=30):
         raise ServiceError(f"postgres on {address} does not accept connections", f"see {log}")
     _create_databases(layout, echo)
+    with _connect(layout) as connection:
+        ensure_app_login(connection)
     echo(f"postgres: ready on {address}")
 
 

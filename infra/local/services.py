@@ -93,7 +93,8 @@ def local_environment() -> dict[str, str]:
         "GAPLESS_RESOLVER_TOKEN": token,
         # The local dev token may read every tenant; deployments scope theirs.
         "GAPLESS_API_TOKENS": f"{token_hash(token)}:*",
-        "GAPLESS_RESOLVER_DSN": postgres.dsn(layout, "resolver"),
+        "GAPLESS_RESOLVER_DSN": postgres.dsn(layout, "resolver", postgres.APP_LOGIN),
+        "GAPLESS_RESOLVER_MIGRATION_DSN": postgres.dsn(layout, "resolver"),
         "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
         "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
         "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),

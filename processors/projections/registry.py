@@ -1,10 +1,10 @@
 """Which projection keeps which aggregate type; the applier goes through this list.
 
 Each projection loads the revisions it has applied and applies a batch's events of
-its aggregate type. An aggregate type no projection keeps (``decision``,
-``item_split``) has no rows: its events still get a terminal outcome (``applied``,
-once their dependencies are), and its applied revision always reads as absent. So
-nothing may depend on such an aggregate; the resolver's events never do.
+its aggregate type. An aggregate type no projection keeps (``decision``) has no rows:
+its events still get a terminal outcome (``applied``, once their dependencies are),
+and its applied revision always reads as absent. So nothing may depend on such an
+aggregate; the resolver's events never do.
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import psycopg
 
 from processors.applier.plan import AggregateKey
-from processors.projections import catalog_items, listing_mappings, shipping_policies
+from processors.projections import (
+    catalog_items,
+    item_splits,
+    listing_mappings,
+    shipping_policies,
+)
 from schemas.events import Envelope
 
 RevisionLoader = Callable[
@@ -38,6 +43,7 @@ PROJECTIONS: tuple[Projection, ...] = (
     Projection(
         shipping_policies.AGGREGATE, shipping_policies.load_revisions, shipping_policies.apply
     ),
+    Projection(item_splits.AGGREGATE, item_splits.load_revisions, item_splits.apply),
 )
 
 

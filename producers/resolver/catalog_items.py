@@ -1,13 +1,23 @@
-"""Accepted catalog-item changes: the domain rules and the events they produce."""
+"""Accepted catalog-item changes: the domain rules and the events they produce.
+
+Both are facts a ``Decision`` accepts (``record_decision``); each item revision names
+the decision that accepted it (INV-05).
+"""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from db.repositories import catalog_items as items
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
-from producers.resolver.exceptions import InvalidDecision, ItemNotFound, ParentNotActive
+from producers.resolver.exceptions import (
+    InvalidDecision,
+    ItemNotFound,
+    ItemWasSplit,
+    ParentNotActive,
+)
 from producers.resolver.facts import DecisionScope
 from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted
 
@@ -30,7 +40,7 @@ class ItemChange:
                 f"item {self.item_id!r} belongs to {self.tenant_id}/{self.catalog_id}, "
                 f"not to the decision's {scope.tenant_id}/{scope.catalog_id}"
             )
-        record_item(uow, self)
+        record_item(uow, self, scope.decision_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +51,20 @@ class RetireItem:
     reason: str
 
     def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
-        retire_item(uow, scope.tenant_id, scope.catalog_id, self.item_id, self.reason)
+        retire_item(
+            uow, scope.tenant_id, scope.catalog_id, self.item_id, self.reason, scope.decision_id
+        )
 
 
-def record_item(uow: UnitOfWork, change: ItemChange) -> int:
-    """Accept a new revision of an item; returns the revision.
+def record_item(uow: UnitOfWork, change: ItemChange, decision_id: uuid.UUID) -> int:
+    """Accept a new revision of an item; returns the revision. Part of
+    ``record_decision``, which has inserted the decision row ``decision_id`` names.
 
     1. lock the stream's cursor (before reading any exported state);
     2. if the item has a parent, share-lock it and require it active; the event then
        depends on the parent's current revision;
-    3. write the item with ``revision + 1`` and queue its event.
+    3. write the item with ``revision + 1`` naming the decision, and queue its event;
+       an item that was split is refused (``ItemWasSplit``): its row is left as is.
     The Unit of Work's commit writes the outbox row; nothing is visible before it.
     """
     writer = uow.stream(change.tenant_id, change.catalog_id)
@@ -75,7 +89,10 @@ def record_item(uow: UnitOfWork, change: ItemChange) -> int:
         change.title,
         change.parent_item_id,
         change.attributes,
+        decision_id,
     )
+    if revision is None:
+        raise ItemWasSplit(f"item {change.item_id!r} was split; its successors carry it on")
     writer.append(
         PendingEvent(
             aggregate=AggregateRef(type=AGGREGATE, id=change.item_id, revision=revision),
@@ -92,8 +109,16 @@ def record_item(uow: UnitOfWork, change: ItemChange) -> int:
     return revision
 
 
-def retire_item(uow: UnitOfWork, tenant_id: str, catalog_id: str, item_id: str, reason: str) -> int:
-    """Retire an item (it is never deleted); returns the new revision."""
+def retire_item(
+    uow: UnitOfWork,
+    tenant_id: str,
+    catalog_id: str,
+    item_id: str,
+    reason: str,
+    decision_id: uuid.UUID,
+) -> int:
+    """Retire an item (it is never deleted); returns the new revision, which names
+    ``decision_id``. Part of ``record_decision``."""
     writer = uow.stream(tenant_id, catalog_id)
     current = items.get_for_share(uow.tx, tenant_id, catalog_id, item_id)
     if current is None:
@@ -108,7 +133,10 @@ def retire_item(uow: UnitOfWork, tenant_id: str, catalog_id: str, item_id: str, 
         current.title,
         current.parent_item_id,
         current.attributes,
+        decision_id,
     )
+    if revision is None:
+        raise ItemWasSplit(f"item {item_id!r} was split; it cannot be retired")
     writer.append(
         PendingEvent(
             aggregate=AggregateRef(type=AGGREGATE, id=item_id, revision=revision),

@@ -8,10 +8,12 @@ facts it accepts. ``record_decision`` runs it as one transaction of the Unit of 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from db.repositories import decisions as decision_rows
 from db.repositories import review_cases as cases
+from db.repositories.decisions import Effect
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
 from producers.resolver.exceptions import (
@@ -27,6 +29,7 @@ from schemas.events import AggregateRef, DecisionRecorded, EvidenceRef
 
 AGGREGATE = "decision"
 ACTOR_KINDS = ("human", "rule")
+CHANGED, RELIED_ON = "changed", "relied_on"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,25 @@ class Recorded:
     aggregates: tuple[AggregateRef, ...]
 
 
+def effects(events: Sequence[PendingEvent]) -> list[Effect]:
+    """What a decision's events say it did (pure).
+
+    One 'changed' effect per event's aggregate revision, in event order; then one
+    'relied_on' effect per dependency the decision did not itself change, each once.
+    """
+    changed = [
+        Effect(CHANGED, e.aggregate.type, e.aggregate.id, e.aggregate.revision) for e in events
+    ]
+    produced = {(c.aggregate_type, c.aggregate_id, c.revision) for c in changed}
+    relied: dict[tuple[str, str, int], Effect] = {}
+    for event in events:
+        for dep in event.dependencies:
+            key = (dep.type, dep.id, dep.revision)
+            if key not in produced:
+                relied.setdefault(key, Effect(RELIED_ON, *key))
+    return [*changed, *relied.values()]
+
+
 def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     """Record ``decision`` and accept its facts, all or nothing; then commit.
 
@@ -85,9 +107,11 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
        INV-08), each naming the decision;
     5. queue one event per affected aggregate revision with its dependencies: the
        decision's first, then the facts' in the order they were applied;
-    6. the Unit of Work writes the outbox rows at the next positions and COMMITs.
-    A domain error or crash anywhere before step 6 completes rolls everything back:
-    no case revision, decision, fact, outbox row or position is consumed.
+    6. record the decision's effects: every aggregate revision those events change
+       and every other one they depend on (``effects``);
+    7. the Unit of Work writes the outbox rows at the next positions and COMMITs.
+    A domain error or crash anywhere before step 7 completes rolls everything back:
+    no case revision, decision, fact, effect, outbox row or position is consumed.
     """
     d = decision
     writer = uow.stream(d.tenant_id, d.catalog_id)
@@ -144,5 +168,8 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     for fact in d.facts:
         fact.accept(uow, scope)
 
+    decision_rows.insert_effects(
+        tx, d.tenant_id, d.catalog_id, d.decision_id, effects(writer.pending)
+    )
     envelopes = uow.commit()
     return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))

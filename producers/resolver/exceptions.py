@@ -212,3 +212,11 @@ class InvalidCollisionResolution(DomainError):
 
     code = "INVALID_COLLISION_RESOLUTION"
     http_status = 422
+
+
+class ItemWasSplit(DomainError):
+    """A split item stays as the split left it (INV-08): its successors carry it on, so
+    it can be neither changed nor retired."""
+
+    code = "ITEM_WAS_SPLIT"
+    http_status = 409

@@ -170,10 +170,12 @@ def decide_case(
 def item_decisions(
     caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, item_id: ItemId
 ) -> DecisionHistory:
-    """The decisions whose facts touch the item as they stand now: the mappings on
-    it, a split of it or into it (with its remaps), and decisions on review cases
-    whose subject is the item (subject type ``catalog_item``). Ordered by decision
-    time, then id. 404 ``ITEM_NOT_FOUND``."""
+    """Every decision that changed the item (created, updated, retired or split it,
+    or created it as a successor) or accepted a fact resting on one of its revisions
+    (a listing mapped onto it, also after the listing moved elsewhere; a variant under
+    it), and the decisions on review cases whose subject is the item (subject type
+    ``catalog_item``). Read from the effects each decision recorded with it. Ordered
+    by decision time, then id. 404 ``ITEM_NOT_FOUND``."""
     caller.require_tenant(tenant_id)
     rows = queries.item_history(conn, tenant_id, catalog_id, item_id)
     return DecisionHistory(item_id=item_id, decisions=[DecisionBody.of(r) for r in rows])

@@ -113,7 +113,10 @@ def split_item(
         source.title,
         source.parent_item_id,
         source.attributes,
+        decision_id,
     )
+    # Read active above under a share lock this UPDATE upgrades, so it is not split.
+    assert source_revision is not None
     writer.append(
         _item_event(
             source.item_id,
@@ -137,7 +140,9 @@ def split_item(
             successor.title,
             source.parent_item_id,
             dict(successor.attributes),
+            decision_id,
         )
+        assert revision is not None  # a new row: checked absent above
         successor_refs.append(AggregateRef(type=ITEM, id=successor.item_id, revision=revision))
         writer.append(
             _item_event(

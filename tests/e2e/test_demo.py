@@ -1,7 +1,9 @@
-"""End to end through real processes: writer → outbox → relay → Kafka → Faust → projection.
+"""End to end through real processes: decisions → outbox → relay → Kafka → Faust →
+projections.
 
 Runs ``gapless demo`` (relay and agents as separate processes, each killed with -9
-once midway) on its own topic and consumer group, against the test databases.
+once midway) on its own topic and consumer group, against the test databases, with the
+resolver's processes logged in as the application login.
 """
 
 from __future__ import annotations
@@ -49,6 +51,25 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
     # committing when the applier has caught up).
     assert 0 < summary["events_published"] <= summary["events_committed"]
     assert summary["mismatched_rows"] == 0
+    # Every projected aggregate was compared, and the workload was made of decisions of
+    # every kind, with the refusals the domain owes it.
+    assert set(summary["rows_compared"]) == {
+        "catalog_item",
+        "listing_mapping",
+        "shipping_policy_version",
+        "item_split",
+    }
+    assert all(n > 0 for n in summary["rows_compared"].values()), summary["rows_compared"]
+    assert set(summary["decisions_by_operation"]) == {
+        "items",
+        "mappings",
+        "policy",
+        "review",
+        "split",
+        "retire",
+    }
+    assert summary["rejected_by_code"].get("STALE_REVISION", 0) > 0
+    assert summary["rolled_back_on_purpose"] > 0
     # The agents reported their progress, so everything they applied could be pruned.
     assert summary["progress_reported"] is True
     assert summary["events_pruned"] == summary["events_committed"]

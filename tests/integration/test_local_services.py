@@ -18,8 +18,10 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from db.tables.domain import APP_ROLE
 from infra.local import ServiceError, local_environment, status, up
 from infra.local.layout import current_layout
+from infra.local.postgres import APP_LOGIN
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -54,7 +56,13 @@ def object_key(s3: S3Client, env: dict[str, str]) -> Iterator[str]:
 
 
 @pytest.mark.parametrize(
-    "variable", ["GAPLESS_RESOLVER_DSN", "GAPLESS_PRODUCT_DSN", "GAPLESS_CONTROL_DSN"]
+    "variable",
+    [
+        "GAPLESS_RESOLVER_DSN",
+        "GAPLESS_RESOLVER_MIGRATION_DSN",
+        "GAPLESS_PRODUCT_DSN",
+        "GAPLESS_CONTROL_DSN",
+    ],
 )
 def test_each_database_accepts_a_connection(env: dict[str, str], variable: str) -> None:
     with psycopg.connect(env[variable], connect_timeout=5) as connection:
@@ -63,8 +71,21 @@ def test_each_database_accepts_a_connection(env: dict[str, str], variable: str) 
     assert env[variable].endswith("/" + str(name[0]))
 
 
+def test_the_resolver_services_log_in_with_only_the_application_roles_grants(
+    env: dict[str, str],
+) -> None:
+    with psycopg.connect(env["GAPLESS_RESOLVER_DSN"], connect_timeout=5) as connection:
+        row = connection.execute(
+            "SELECT current_user, r.rolsuper, r.rolcreatedb, r.rolcreaterole,"
+            " pg_has_role(current_user, %s, 'USAGE') FROM pg_roles r"
+            " WHERE r.rolname = current_user",
+            (APP_ROLE,),
+        ).fetchone()
+    assert row == (APP_LOGIN, False, False, False, True)
+
+
 def test_btree_gist_is_available_in_resolver(env: dict[str, str]) -> None:
-    with psycopg.connect(env["GAPLESS_RESOLVER_DSN"], autocommit=True) as connection:
+    with psycopg.connect(env["GAPLESS_RESOLVER_MIGRATION_DSN"], autocommit=True) as connection:
         connection.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
         found = connection.execute(
             "SELECT 1 FROM pg_extension WHERE extname = 'btree_gist'"

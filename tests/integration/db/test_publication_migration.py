@@ -24,7 +24,7 @@ OLD_STREAMS = [
 @pytest.fixture()
 def scratch_dsn(db_settings: DatabaseSettings) -> Iterator[str]:
     """A database of its own, migrated to resolver_0001, dropped afterwards."""
-    base, _, name = db_settings.resolver_dsn.rpartition("/")
+    base, _, name = db_settings.resolver_owner_dsn.rpartition("/")
     scratch = f"{name}_m0002"
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')

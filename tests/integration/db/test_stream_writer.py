@@ -11,12 +11,23 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
-from producers.resolver.catalog_items import ItemChange, record_item
+from producers.resolver.catalog_items import ItemChange
+from producers.resolver.decisions import record_decision
+from producers.resolver.facts import DecisionScope, Fact
 from schemas.codec import CODEC
+from schemas.events import Envelope
+from tests.fixtures.decisions import accept, by_rule
 
 
 class Rollback(Exception):
     pass
+
+
+class Abandon:
+    """A fact that gives up after the decision and the facts before it are written."""
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        raise Rollback()
 
 
 def test_concurrent_writers_get_contiguous_positions_in_commit_order(
@@ -30,23 +41,24 @@ def test_concurrent_writers_get_contiguous_positions_in_commit_order(
     committed = rolled_back = 0
     count_lock = threading.Lock()
 
+    class OrderedUnitOfWork(UnitOfWork):
+        def commit(self) -> list[Envelope]:
+            # Commit while the cursor lock is held, then note the order in which
+            # commits returned; the lock makes them line up.
+            with order_lock:
+                envelopes = super().commit()
+                committed_order.extend(e.position for e in envelopes)
+            return envelopes
+
     def write(worker: int) -> None:
         nonlocal committed, rolled_back
         rng = random.Random(worker)
         for n in range(per_writer):
+            item = ItemChange("t1", "c1", f"w{worker}-{n}", "shoe", f"item {worker} {n}")
+            facts: tuple[Fact, ...] = (item, Abandon()) if rng.random() < 0.3 else (item,)
             try:
-                with UnitOfWork(pool, epochs, CODEC) as uow:
-                    record_item(
-                        uow,
-                        ItemChange("t1", "c1", f"w{worker}-{n}", "shoe", f"item {worker} {n}"),
-                    )
-                    if rng.random() < 0.3:
-                        raise Rollback()
-                    # Commit while the cursor lock is held, then note the order in
-                    # which commits returned; the lock makes them line up.
-                    with order_lock:
-                        envelopes = uow.commit()
-                        committed_order.extend(e.position for e in envelopes)
+                with OrderedUnitOfWork(pool, epochs, CODEC) as uow:
+                    record_decision(uow, by_rule("t1", "c1", *facts))
                 with count_lock:
                     committed += 1
             except Rollback:
@@ -69,10 +81,12 @@ def test_concurrent_writers_get_contiguous_positions_in_commit_order(
         ]
         cursor = conn.execute("SELECT position FROM stream_cursor WHERE tenant_id='t1'").fetchone()
         items = conn.execute("SELECT count(*) FROM catalog_item").fetchone()
+        decisions = conn.execute("SELECT count(*) FROM decision").fetchone()
+    # Each committed decision wrote two events: its own and its item's.
     assert rolled_back > 0 and committed > 0
-    assert positions == list(range(1, committed + 1))
-    assert cursor == (committed,)
-    assert items == (committed,)
+    assert positions == list(range(1, 2 * committed + 1))
+    assert cursor == (2 * committed,)
+    assert items == decisions == (committed,)
     assert committed_order == sorted(committed_order)
 
 
@@ -103,8 +117,7 @@ def test_readers_never_see_a_hole_while_writers_commit(clean_db: DatabaseSetting
     def write(worker: int) -> None:
         for n in range(30):
             with UnitOfWork(pool, epochs, CODEC) as uow:
-                record_item(uow, ItemChange("t2", "c1", f"{worker}-{n}", "shoe", "x"))
-                uow.commit()
+                accept(uow, "t2", "c1", ItemChange("t2", "c1", f"{worker}-{n}", "shoe", "x"))
 
     observer = threading.Thread(target=observe)
     observer.start()

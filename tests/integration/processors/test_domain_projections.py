@@ -1,4 +1,4 @@
-"""The listing-mapping and shipping-policy projections through ``Applier.apply``,
+"""The listing-mapping, shipping-policy and split projections through ``Applier.apply``,
 against the real product database (and, for the first test, the resolver's own
 events from a real decision)."""
 
@@ -17,13 +17,14 @@ from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import DEFAULT_CONSUMER, Applier
 from processors.applier.messages import RawMessage
-from producers.resolver.catalog_items import ItemChange, record_item
+from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.listing_mappings import MapListing
 from producers.resolver.shipping_policies import VersionShippingPolicy
 from schemas.codec import CODEC
 from schemas.events import (
     AggregateRef,
+    CatalogItemSplit,
     CatalogItemUpserted,
     DecisionRecorded,
     Envelope,
@@ -33,6 +34,7 @@ from schemas.events import (
     ShippingPolicyVersioned,
 )
 from schemas.topics import EVENTS_TOPIC
+from tests.fixtures.decisions import accept
 
 TENANT, CATALOG = "t1", "c1"
 T0 = datetime(2027, 1, 1, tzinfo=UTC)
@@ -160,8 +162,7 @@ def test_the_resolvers_mapping_waits_for_its_item_and_the_projection_matches(
     epochs = EpochSource(clean_db.control_dsn)
     try:
         with UnitOfWork(pool, epochs, CODEC) as uow:
-            record_item(uow, ItemChange(TENANT, CATALOG, "i1", "shoe", "a shoe"))
-            uow.commit()
+            accept(uow, TENANT, CATALOG, ItemChange(TENANT, CATALOG, "i1", "shoe", "a shoe"))
         with UnitOfWork(pool, epochs, CODEC) as uow:
             record_decision(
                 uow,
@@ -193,25 +194,26 @@ def test_the_resolvers_mapping_waits_for_its_item_and_the_projection_matches(
     messages = [RawMessage(EVENTS_TOPIC, 0, p - 1, None, bytes(v)) for p, v in rows]
     events = [CODEC.decode_value(m.value or b"") for m in messages]
     assert [e.event_type for e in events] == [
+        "decision.recorded",
         "catalog_item.upserted",
         "decision.recorded",
         "listing_mapping.mapped",
         "shipping_policy.versioned",
     ]
-    mapped = events[2]
+    mapped = events[3]
     assert mapped.dependencies == (AggregateRef(type="catalog_item", id="i1", revision=1),)
 
-    first = applier.apply(messages[:0:-1])  # everything but the item, last first
-    assert (first.applied, first.parked) == (2, 1)
+    first = applier.apply([*messages[:1:-1], messages[0]])  # all but the item, last first
+    assert (first.applied, first.parked) == (3, 1)
     assert parked(clean_db.product_dsn) == {mapped.event_id}
     assert mappings(clean_db.product_dsn) == []
-    assert progress(clean_db.product_dsn) == 0  # position 1 (the item) is missing
+    assert progress(clean_db.product_dsn) == 1  # position 2 (the item) is missing
 
-    second = applier.apply(messages[:1])
+    second = applier.apply(messages[1:2])
     assert (second.applied, second.released) == (2, 1)
     assert parked(clean_db.product_dsn) == set()
     assert set(inbox(clean_db.product_dsn).values()) == {"applied"}
-    assert progress(clean_db.product_dsn) == 4
+    assert progress(clean_db.product_dsn) == 5
     assert [r[1:6] for r in mappings(clean_db.product_dsn)] == accepted_mappings
     assert [r[:7] for r in policies(clean_db.product_dsn)] == accepted_policies
 
@@ -308,3 +310,49 @@ def test_duplicates_are_absorbed(clean_db: DatabaseSettings, applier: Applier) -
     assert len(policies(clean_db.product_dsn)) == 1
     assert set(inbox(clean_db.product_dsn).values()) == {"applied"}
     assert progress(clean_db.product_dsn) == 4
+
+
+def split_event(position: int, split_id: uuid.UUID) -> Envelope:
+    return envelope(
+        position,
+        AggregateRef(type="item_split", id=str(split_id), revision=1),
+        CatalogItemSplit(
+            source_item_id="i1",
+            source_revision=2,
+            successor_item_ids=("i1-a", "i1-b"),
+            remaps={"L1": "i1-b"},
+            decision_id=DECISION,
+        ),
+        AggregateRef(type="catalog_item", id="i1", revision=2),
+        AggregateRef(type="catalog_item", id="i1-a", revision=1),
+        AggregateRef(type="catalog_item", id="i1-b", revision=1),
+    )
+
+
+def splits(dsn: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT split_id, source_item_id, source_revision, successor_item_ids, remaps,"
+            " decision_id, revision, position FROM product_item_split"
+        ).fetchall()
+
+
+def test_a_split_waits_for_its_items_and_is_projected_once(
+    clean_db: DatabaseSettings, applier: Applier
+) -> None:
+    split_id = uuid.uuid4()
+    items = [item(1, "i1", 1), item(2, "i1", 2), item(3, "i1-a", 1), item(4, "i1-b", 1)]
+    early = applier.apply([message(split_event(5, split_id)), *map(message, items[:3])])
+    assert (early.applied, early.parked) == (3, 1)
+    assert splits(clean_db.product_dsn) == []
+
+    late = applier.apply([message(items[3])])
+    assert (late.applied, late.released) == (2, 1)
+    assert splits(clean_db.product_dsn) == [
+        (split_id, "i1", 2, ["i1-a", "i1-b"], {"L1": "i1-b"}, DECISION, 1, 5)
+    ]
+    # The same split re-emitted under another event id is stale, not a second row.
+    again = applier.apply([message(split_event(5, split_id))])
+    assert (again.applied, again.ignored) == (0, 1)
+    assert len(splits(clean_db.product_dsn)) == 1
+    assert progress(clean_db.product_dsn) == 5

@@ -17,9 +17,10 @@ from processors.applier.messages import RawMessage
 from processors.gaps import GapCloser
 from processors.reporter import ProgressReporter
 from processors.resolver_client import ResolverClient
-from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from producers.resolver.catalog_items import ItemChange, RetireItem
 from schemas.codec import CODEC
 from schemas.topics import KafkaSettings
+from tests.fixtures.decisions import accept
 from tests.fixtures.resolver_api import RunningApi
 
 STREAM = ("t1", "c1", 1)
@@ -29,12 +30,11 @@ def _write_history(settings: DatabaseSettings, products: int) -> None:
     pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=1, open=True)
     epochs = EpochSource(settings.control_dsn)
     for i in range(products):
+        product = ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}")
+        variant = ItemChange("t1", "c1", f"p{i}-v", "lamp", "v", parent_item_id=f"p{i}")
+        retired = (RetireItem(f"p{i}-v", "gone"),) if i % 2 else ()
         with UnitOfWork(pool, epochs, CODEC) as uow:
-            record_item(uow, ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}"))
-            record_item(uow, ItemChange("t1", "c1", f"p{i}-v", "lamp", "v", parent_item_id=f"p{i}"))
-            if i % 2:
-                retire_item(uow, "t1", "c1", f"p{i}-v", "gone")
-            uow.commit()
+            accept(uow, "t1", "c1", product, variant, *retired)
     pool.close()
     epochs.close()
 

@@ -20,9 +20,11 @@ from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
-from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from producers.resolver.catalog_items import ItemChange, RetireItem
+from producers.resolver.facts import Fact
 from schemas.codec import CODEC, kafka_headers
 from schemas.topics import KafkaSettings
+from tests.fixtures.decisions import accept
 
 STREAM = StreamId("t1", "c1", 1)
 
@@ -31,16 +33,15 @@ def _write(settings: DatabaseSettings, n: int, first: int = 0) -> None:
     pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=2, open=True)
     epochs = EpochSource(settings.control_dsn)
     for i in range(first, first + n):
+        facts: list[Fact] = [ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}")]
+        if i % 3 == 2:
+            facts.append(
+                ItemChange("t1", "c1", f"p{i}-v", "lamp", "variant", parent_item_id=f"p{i}")
+            )
+        if i % 5 == 4:
+            facts.append(RetireItem(f"p{i - 1}", "gone"))
         with UnitOfWork(pool, epochs, CODEC) as uow:
-            record_item(uow, ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}"))
-            if i % 3 == 2:
-                record_item(
-                    uow,
-                    ItemChange("t1", "c1", f"p{i}-v", "lamp", "variant", parent_item_id=f"p{i}"),
-                )
-            if i % 5 == 4:
-                retire_item(uow, "t1", "c1", f"p{i - 1}", "gone")
-            uow.commit()
+            accept(uow, "t1", "c1", *facts)
     pool.close()
     epochs.close()
 
@@ -277,10 +278,9 @@ def test_one_pass_publishes_several_small_streams_with_one_wait(
     epochs = EpochSource(clean_db.control_dsn)
     streams = [StreamId("t1", f"c{n}", 1) for n in range(1, 4)]
     for stream in streams:
-        with UnitOfWork(pool, epochs, CODEC) as uow:
-            for i in range(4):
-                record_item(uow, ItemChange("t1", stream.catalog_id, f"i{i}", "lamp", "l"))
-            uow.commit()
+        with UnitOfWork(pool, epochs, CODEC) as uow:  # four events: a decision, three items
+            items = (ItemChange("t1", stream.catalog_id, f"i{i}", "lamp", "l") for i in range(3))
+            accept(uow, "t1", stream.catalog_id, *items)
     pool.close()
     epochs.close()
 

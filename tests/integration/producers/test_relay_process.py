@@ -16,8 +16,9 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
-from producers.resolver.catalog_items import ItemChange, record_item
+from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC
+from tests.fixtures.decisions import accept
 
 
 def _free_port() -> int:
@@ -59,10 +60,10 @@ def test_relay_serves_health_and_metrics_and_stops_cleanly_on_sigterm(
 
         pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1, open=True)
         epochs = EpochSource(clean_db.control_dsn)
-        with UnitOfWork(pool, epochs, CODEC) as uow:
-            for i in range(5):
-                record_item(uow, ItemChange("t1", "c1", f"i{i}", "lamp", "lamp"))
-            uow.commit()
+        with UnitOfWork(pool, epochs, CODEC) as uow:  # five events: a decision, four items
+            accept(
+                uow, "t1", "c1", *(ItemChange("t1", "c1", f"i{i}", "lamp", "l") for i in range(4))
+            )
         pool.close()
         epochs.close()
         # NOTIFY wakes the relay; it publishes without waiting for its poll.

@@ -1,5 +1,6 @@
-"""Fixtures of the resolver domain tests: Units of Work whose connections run as the
-application role, so every test also proves the role's grants suffice."""
+"""Fixtures of the resolver domain tests: Units of Work whose connections log in as the
+services do (``GAPLESS_RESOLVER_DSN``, a member of the application role), so every
+test also proves the role's grants suffice."""
 
 from __future__ import annotations
 
@@ -11,27 +12,20 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
-from db.tables.domain import APP_ROLE
 from db.unit_of_work import UnitOfWork
-from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from producers.resolver.catalog_items import ItemChange, RetireItem
 from schemas.codec import CODEC
 from schemas.events import EvidenceRef
+from tests.fixtures.decisions import accept
 
 EVIDENCE = (EvidenceRef(capture_id="cap-1", locator="$.offers[0]"),)
 
 UowFactory = Callable[[], UnitOfWork]
 
 
-def as_app_role(conn: psycopg.Connection) -> None:
-    conn.execute(f"SET ROLE {APP_ROLE}")
-    conn.commit()
-
-
 @pytest.fixture()
 def app_pool(clean_db: DatabaseSettings) -> Iterator[ConnectionPool]:
-    pool = ConnectionPool(
-        clean_db.resolver_dsn, min_size=1, max_size=8, configure=as_app_role, open=True
-    )
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=8, open=True)
     yield pool
     pool.close()
 
@@ -42,16 +36,18 @@ def uow(app_pool: ConnectionPool, clean_db: DatabaseSettings) -> UowFactory:
     return lambda: UnitOfWork(app_pool, epochs, CODEC)
 
 
-def add_item(uow: UowFactory, item_id: str, tenant: str = "t1", catalog: str = "c1") -> None:
+def add_item(uow: UowFactory, item_id: str, tenant: str = "t1", catalog: str = "c1") -> str:
+    """Create the item through a rule decision; returns the decision's id."""
     with uow() as u:
-        record_item(u, ItemChange(tenant, catalog, item_id, "shoe", f"item {item_id}"))
-        u.commit()
+        recorded = accept(
+            u, tenant, catalog, ItemChange(tenant, catalog, item_id, "shoe", f"item {item_id}")
+        )
+    return str(recorded.decision_id)
 
 
 def retire(uow: UowFactory, item_id: str, tenant: str = "t1", catalog: str = "c1") -> None:
     with uow() as u:
-        retire_item(u, tenant, catalog, item_id, "discontinued")
-        u.commit()
+        accept(u, tenant, catalog, RetireItem(item_id, "discontinued"))
 
 
 def assert_contiguous_outbox(dsn: str) -> None:

@@ -189,11 +189,12 @@ def test_a_decision_commits_its_facts_and_contiguous_outbox_rows(
         ("listing_mapping", "L1", 1),
         ("shipping_policy", "std", 1),
     ]
-    assert outbox(clean_db.resolver_dsn) == [
-        (1, "catalog_item", "i1", 1),
-        (2, "decision", decision_id, 1),
-        (3, "listing_mapping", "L1", 1),
-        (4, "shipping_policy", "std", 1),
+    # After the rule decision that created i1 and its item event.
+    assert outbox(clean_db.resolver_dsn)[1:] == [
+        (2, "catalog_item", "i1", 1),
+        (3, "decision", decision_id, 1),
+        (4, "listing_mapping", "L1", 1),
+        (5, "shipping_policy", "std", 1),
     ]
     assert_contiguous_outbox(clean_db.resolver_dsn)
     with psycopg.connect(clean_db.resolver_dsn) as conn:
@@ -268,7 +269,7 @@ def test_invariant_violations_answer_their_codes_and_roll_back(
     error(client.post(url, json=unknown_prior), 422, "PRIOR_DECISION_NOT_FOUND")
     # Nothing of the refused decisions stayed: the case is still at revision 1.
     assert ok(client.get(f"{CATALOG}/review-cases/case-1"))["revision"] == 1
-    assert len(outbox(clean_db.resolver_dsn)) == 1  # the item's
+    assert len(outbox(clean_db.resolver_dsn)) == 2  # the item's and its decision's
     ok(client.post(url, json=decision(1, map_listing("L1", "i1"))), 201)
 
 
@@ -376,13 +377,13 @@ def test_a_split_is_a_decision_that_keeps_the_source(
         items = conn.execute("SELECT item_id, status FROM catalog_item ORDER BY item_id").fetchall()
         actions = conn.execute("SELECT action FROM decision ORDER BY decided_at").fetchall()
     assert items == [("i1", "split"), ("i1-blue", "active"), ("i1-red", "active")]
-    assert actions == [("accept",), ("split",)]
+    assert actions == [("accept",), ("accept",), ("split",)]  # i1's, the mapping, the split
     assert_contiguous_outbox(clean_db.resolver_dsn)
 
 
 def test_an_items_decision_history(client: TestClient, uow: UowFactory) -> None:
-    add_item(uow, "i1")
-    add_item(uow, "i2")
+    created_1 = add_item(uow, "i1")
+    created_2 = add_item(uow, "i2")
     open_cases(uow, "map-1", "map-2")
     mapped = ok(
         client.post(
@@ -405,17 +406,26 @@ def test_an_items_decision_history(client: TestClient, uow: UowFactory) -> None:
         201,
     )["decision_id"]
     split = ok(client.post(f"{CATALOG}/items/i1/split", json=split_body()), 201)["decision_id"]
+    open_cases(uow, "move-9")
+    moved = ok(
+        client.post(
+            f"{CATALOG}/review-cases/move-9/decisions",
+            json=decision(1, map_listing("L9", "i1-red")),
+        ),
+        201,
+    )["decision_id"]
 
     history = ok(client.get(f"{CATALOG}/items/i1/decisions"))
     assert history["item_id"] == "i1"
-    # The mappings have moved to the successors; i1 keeps its case and its split.
-    assert [d["decision_id"] for d in history["decisions"]] == [looked, split]
+    # The split moved L1 and L2 to the successors; the decision that mapped them
+    # onto i1 is still part of i1's history, beside its case and its split.
+    assert [d["decision_id"] for d in history["decisions"]] == [created_1, mapped, looked, split]
     red = ok(client.get(f"{CATALOG}/items/i1-red/decisions"))
-    assert [d["decision_id"] for d in red["decisions"]] == [split]
+    assert [d["decision_id"] for d in red["decisions"]] == [split, moved]
+    # L9 left i2 by a plain remap; the decision that had mapped it there stays.
     assert [
         d["decision_id"] for d in ok(client.get(f"{CATALOG}/items/i2/decisions"))["decisions"]
-    ] == [other]
-    assert mapped not in {d["decision_id"] for d in history["decisions"]}
+    ] == [created_2, other]
     error(client.get(f"{CATALOG}/items/nope/decisions"), 404, "ITEM_NOT_FOUND")
 
 

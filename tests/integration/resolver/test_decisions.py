@@ -11,7 +11,7 @@ import psycopg.errors
 import pytest
 
 from db.settings import DatabaseSettings
-from db.tables.domain import APP_ROLE
+from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import (
     CaseNotFound,
@@ -20,6 +20,7 @@ from producers.resolver.exceptions import (
     InvalidPolicyWindow,
     InvalidSplit,
     ItemAlreadyExists,
+    ItemWasSplit,
     OverlappingPolicyWindow,
     PriorDecisionNotFound,
     SourceNotActive,
@@ -96,24 +97,43 @@ def test_a_decision_without_evidence_is_refused(uow: UowFactory) -> None:
 
 def test_postgres_refuses_empty_or_malformed_evidence(clean_db: DatabaseSettings) -> None:
     for evidence in ("[]", '[{"capture_id": "c"}]', '{"capture_id": "c", "locator": "l"}'):
-        with psycopg.connect(clean_db.resolver_dsn) as conn:
-            conn.execute(f"SET ROLE {APP_ROLE}")
-            with pytest.raises(psycopg.errors.CheckViolation):
-                conn.execute(
-                    "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
-                    " actor_kind, rationale, evidence) VALUES ('t1', 'c1', %s, 'a', 'b',"
-                    " 'human', 'r', %s::jsonb)",
-                    (uuid.uuid4(), evidence),
-                )
+        with (
+            psycopg.connect(clean_db.resolver_dsn) as conn,
+            pytest.raises(psycopg.errors.CheckViolation),
+        ):
+            conn.execute(
+                "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
+                " actor_kind, rationale, evidence) VALUES ('t1', 'c1', %s, 'a', 'b',"
+                " 'human', 'r', %s::jsonb)",
+                (uuid.uuid4(), evidence),
+            )
 
 
 def test_every_fact_names_an_existing_decision(uow: UowFactory, clean_db: DatabaseSettings) -> None:
     add_item(uow, "i1")
     with psycopg.connect(clean_db.resolver_dsn) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
         insert = (
             "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
             " item_revision, decision_id, revision) VALUES ('t1', 'c1', 'L1', 'i1', 1, %s, 1)"
+        )
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            conn.execute(insert, (None,))
+        conn.rollback()
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute(insert, (uuid.uuid4(),))
+
+
+def test_every_item_revision_names_an_existing_decision(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    created = add_item(uow, "i1")
+    retired = decide(uow, RetireItem("i1", "gone"), action="retire")
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        assert conn.execute("SELECT decision_id FROM catalog_item").fetchone() == (retired,)
+        assert created != str(retired)
+        insert = (
+            "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
+            " revision, decision_id) VALUES ('t1', 'c1', 'i2', 'shoe', 'active', 't', 1, %s)"
         )
         with pytest.raises(psycopg.errors.NotNullViolation):
             conn.execute(insert, (None,))
@@ -221,7 +241,7 @@ def test_overlapping_policy_windows_are_refused(
 def test_a_split_keeps_the_source_item_and_earlier_decisions(
     uow: UowFactory, clean_db: DatabaseSettings
 ) -> None:
-    add_item(uow, "i1")
+    created_by = uuid.UUID(add_item(uow, "i1"))
     mapped_by = decide(uow, MapListing("L1", "i1"), MapListing("L2", "i1"))
     split = SplitItem(
         "i1",
@@ -237,14 +257,14 @@ def test_a_split_keeps_the_source_item_and_earlier_decisions(
         before = conn.execute(every_column).fetchall()
     split_by = decide(uow, split, action="split", prior_decision_ids=(mapped_by,))
     rejected(SourceNotActive, "SOURCE_NOT_ACTIVE", uow, SplitItem("i1", (Successor("x", "x"),)))
-    add_item(uow, "i2")
+    created_i2_by = uuid.UUID(add_item(uow, "i2"))
     rejected(
         ItemAlreadyExists, "ITEM_ALREADY_EXISTS", uow, SplitItem("i2", (Successor("i1-red", "r"),))
     )
 
     with psycopg.connect(clean_db.resolver_dsn) as conn:
         items = conn.execute(
-            "SELECT item_id, status, revision FROM catalog_item ORDER BY item_id"
+            "SELECT item_id, status, revision, decision_id FROM catalog_item ORDER BY item_id"
         ).fetchall()
         listings = conn.execute(
             "SELECT listing_id, item_id, revision, decision_id FROM listing_mapping"
@@ -256,19 +276,27 @@ def test_a_split_keeps_the_source_item_and_earlier_decisions(
             "SELECT source_item_id, source_revision, decision_id FROM item_split"
         ).fetchone()
     assert items == [
-        ("i1", "split", 2),
-        ("i1-blue", "active", 1),
-        ("i1-red", "active", 1),
-        ("i2", "active", 1),
+        ("i1", "split", 2, split_by),
+        ("i1-blue", "active", 1, split_by),
+        ("i1-red", "active", 1, split_by),
+        ("i2", "active", 1, created_i2_by),
     ]
     assert listings == [("L1", "i1-red", 2, split_by), ("L2", "i1-blue", 2, split_by)]
-    assert sorted(decisions) == sorted([(mapped_by, "accept"), (split_by, "split")])
+    assert sorted(decisions) == sorted(
+        [
+            (created_by, "accept"),
+            (mapped_by, "accept"),
+            (split_by, "split"),
+            (created_i2_by, "accept"),
+        ]
+    )
     assert all(row in after for row in before)  # every column of every earlier decision
     assert split_row == ("i1", 2, split_by)
 
     events = outbox(clean_db.resolver_dsn)
-    # After the item, the first decision and its two mappings; before item i2.
-    split_events = [row[1:] for row in events[4:11]]
+    # After i1 and its decision, the mapping decision and its two mappings; before i2
+    # and its decision.
+    split_events = [row[1:] for row in events[5:12]]
     assert split_events[:6] == [
         ("decision.recorded", "decision", str(split_by), 1),
         ("catalog_item.upserted", "catalog_item", "i1", 2),
@@ -278,7 +306,26 @@ def test_a_split_keeps_the_source_item_and_earlier_decisions(
         ("listing_mapping.mapped", "listing_mapping", "L2", 2),
     ]
     assert split_events[6][:2] == ("item_split.recorded", "item_split")
-    assert events[11][1:4] == ("catalog_item.upserted", "catalog_item", "i2")
+    assert [e[1:4] for e in events[12:]] == [
+        ("decision.recorded", "decision", str(created_i2_by)),
+        ("catalog_item.upserted", "catalog_item", "i2"),
+    ]
+
+
+def test_a_split_item_can_be_neither_changed_nor_retired(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    add_item(uow, "i1")
+    decide(uow, SplitItem("i1", (Successor("i1-a", "a"),)), action="split")
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        before = conn.execute("SELECT * FROM catalog_item ORDER BY item_id").fetchall()
+    change = ItemChange("t1", "c1", "i1", "shoe", "back from the dead")
+    rejected(ItemWasSplit, "ITEM_WAS_SPLIT", uow, change)
+    rejected(ItemWasSplit, "ITEM_WAS_SPLIT", uow, RetireItem("i1", "gone"))
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        after = conn.execute("SELECT * FROM catalog_item ORDER BY item_id").fetchall()
+    assert after == before
+    decide(uow, RetireItem("i1-a", "gone"))  # the successor lives on as any item does
 
 
 def test_the_source_status_reaches_consumers_as_an_item_upsert(
@@ -289,8 +336,8 @@ def test_the_source_status_reaches_consumers_as_an_item_upsert(
     with psycopg.connect(clean_db.resolver_dsn) as conn:
         values = [r[0] for r in conn.execute("SELECT value FROM outbox ORDER BY position")]
     payloads = [CODEC.decode_value(v).payload for v in values]
-    assert isinstance(payloads[1], DecisionRecorded)
-    assert isinstance(payloads[2], CatalogItemUpserted) and payloads[2].status == "split"
+    assert isinstance(payloads[2], DecisionRecorded)  # after i1's decision and i1
+    assert isinstance(payloads[3], CatalogItemUpserted) and payloads[3].status == "split"
 
 
 # --- the application role (INV-05, INV-08) ------------------------------------------------
@@ -311,10 +358,11 @@ def test_the_application_role_cannot_delete_items_or_touch_decisions(
 ) -> None:
     add_item(uow, "i1")
     decide(uow)
-    with psycopg.connect(clean_db.resolver_dsn) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute(statement)
+    with (
+        psycopg.connect(clean_db.resolver_dsn) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute(statement)
 
 
 def test_the_application_role_may_prune_the_outbox(
@@ -322,7 +370,6 @@ def test_the_application_role_may_prune_the_outbox(
 ) -> None:
     decide(uow)
     with psycopg.connect(clean_db.resolver_dsn) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
         deleted = conn.execute("DELETE FROM outbox WHERE position = 1").rowcount
     assert deleted == 1
 
@@ -344,6 +391,7 @@ def test_committed_decisions_and_only_they_have_contiguous_outbox_rows(
             decide(uow, *facts)
     decide(uow, MapListing("L2", "i1"))
     assert [row[1] for row in outbox(clean_db.resolver_dsn)] == [
+        "decision.recorded",
         "catalog_item.upserted",
         "decision.recorded",
         "listing_mapping.mapped",
@@ -352,6 +400,80 @@ def test_committed_decisions_and_only_they_have_contiguous_outbox_rows(
         "listing_mapping.mapped",
     ]
     with psycopg.connect(clean_db.resolver_dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM decision").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM decision").fetchone() == (3,)
         assert conn.execute("SELECT count(*) FROM listing_mapping").fetchone() == (2,)
     assert_contiguous_outbox(clean_db.resolver_dsn)
+
+
+# --- decision effects: what each decision changed and relied on -------------------------
+
+
+def effects(dsn: str, decision_id: uuid.UUID) -> list[tuple[str, str, str, int]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT role, aggregate_type, aggregate_id, revision FROM decision_effect"
+            " WHERE decision_id = %s ORDER BY role, aggregate_type, aggregate_id, revision",
+            (decision_id,),
+        ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def test_a_decision_records_every_revision_it_changed_and_relied_on(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    add_item(uow, "i1")
+    mapped = decide(uow, MapListing("L1", "i1"), MapListing("L2", "i1"))
+    assert effects(clean_db.resolver_dsn, mapped) == [
+        ("changed", "decision", str(mapped), 1),
+        ("changed", "listing_mapping", "L1", 1),
+        ("changed", "listing_mapping", "L2", 1),
+        ("relied_on", "catalog_item", "i1", 1),  # once, though both mappings rest on it
+    ]
+    split = SplitItem("i1", (Successor("i1-a", "a"),), {"L1": "i1-a", "L2": "i1-a"})
+    split_by = decide(uow, split, action="split")
+    # Every event of the decision is a 'changed' row; the split's own dependencies
+    # (source and successor) are revisions it changed, so nothing is relied on.
+    assert effects(clean_db.resolver_dsn, split_by) == [
+        ("changed", "catalog_item", "i1", 2),
+        ("changed", "catalog_item", "i1-a", 1),
+        ("changed", "decision", str(split_by), 1),
+        ("changed", "item_split", str(split.split_id), 1),
+        ("changed", "listing_mapping", "L1", 2),
+        ("changed", "listing_mapping", "L2", 2),
+    ]
+    # One 'changed' row per outbox event: every event was written by a decision.
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        changed = conn.execute(
+            "SELECT aggregate_type, aggregate_id, revision FROM decision_effect"
+            " WHERE role = 'changed'"
+        ).fetchall()
+    assert sorted(changed) == sorted(row[2:] for row in outbox(clean_db.resolver_dsn))
+
+
+def test_a_refused_decision_leaves_no_effects(uow: UowFactory, clean_db: DatabaseSettings) -> None:
+    created = add_item(uow, "i1")
+    with pytest.raises(TargetNotActive):
+        decide(uow, MapListing("L1", "i1"), MapListing("L2", "gone"))
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        kept = conn.execute("SELECT DISTINCT decision_id::text FROM decision_effect").fetchall()
+    assert kept == [(created,)]  # only the item's own decision
+
+
+def test_effects_are_immutable_and_one_decision_per_revision(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    first = decide(uow)
+    second = decide(uow)
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        for statement in ("UPDATE decision_effect SET revision = 2", "DELETE FROM decision_effect"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+            conn.rollback()
+        # A second decision cannot claim a revision the first one produced.
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                "INSERT INTO decision_effect (tenant_id, catalog_id, aggregate_type,"
+                " aggregate_id, revision, role, decision_id)"
+                " VALUES ('t1', 'c1', 'decision', %s, 1, 'changed', %s)",
+                (str(first), second),
+            )

@@ -42,8 +42,9 @@ def client(api_settings: ApiSettings) -> Iterator[TestClient]:
 @pytest.fixture()
 def slow_deletes(clean_db: DatabaseSettings) -> Iterator[None]:
     """Each deleted outbox row takes 2 ms, so a prune batch stays open long enough
-    for concurrent registrations, leases and pruners to land inside it."""
-    with psycopg.connect(clean_db.resolver_dsn, autocommit=True) as conn:
+    for concurrent registrations, leases and pruners to land inside it. The trigger is
+    schema, so the owner creates it."""
+    with psycopg.connect(clean_db.resolver_owner_dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE OR REPLACE FUNCTION test_slow_delete() RETURNS trigger"
             " LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$"

@@ -12,22 +12,28 @@ from db.outbox import mark_published
 from db.settings import DatabaseSettings
 from db.stream_writer import StreamId
 from db.unit_of_work import UnitOfWork
-from producers.resolver.catalog_items import ItemChange, record_item
+from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC
+from tests.fixtures.decisions import accept
 
 EPOCH = 1
 
 
 def write_events(settings: DatabaseSettings, tenant: str, catalog: str, n: int) -> StreamId:
-    """Commit ``n`` accepted changes in one transaction (positions cursor+1…cursor+n)."""
+    """Commit ``n`` events in one transaction (positions cursor+1…cursor+n): one
+    decision accepting ``n - 1`` new items."""
     pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=1, open=True)
     epochs = EpochSource(settings.control_dsn)
     try:
+        items = [uuid.uuid4().hex[:8] for _ in range(n - 1)]
         with UnitOfWork(pool, epochs, CODEC) as uow:
-            for _ in range(n):
-                item = uuid.uuid4().hex[:8]
-                record_item(uow, ItemChange(tenant, catalog, item, "lamp", f"lamp {item}"))
-            envelopes = uow.commit()
+            accept(
+                uow,
+                tenant,
+                catalog,
+                *(ItemChange(tenant, catalog, i, "lamp", f"lamp {i}") for i in items),
+            )
+            envelopes = uow.envelopes
     finally:
         pool.close()
         epochs.close()

@@ -228,7 +228,7 @@ class Monitor:
 
 
 def reset(settings: DatabaseSettings) -> None:
-    for dsn, name in ((settings.resolver_dsn, "resolver"), (settings.control_dsn, "control")):
+    for dsn, name in ((settings.resolver_owner_dsn, "resolver"), (settings.control_dsn, "control")):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"TRUNCATE {', '.join(_TABLES[name])} CASCADE")
 

@@ -1,5 +1,5 @@
-"""The listing-mapping and shipping-policy folds, and the registry that routes a
-batch's events to them (pure: no database)."""
+"""The listing-mapping, shipping-policy and split folds, and the registry that routes
+a batch's events to them (pure: no database)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import uuid
 from datetime import timedelta
 
 from processors.applier.plan import APPLIED, IGNORED_STALE, PARKED, plan_batch
-from processors.projections import listing_mappings, registry, shipping_policies
+from processors.projections import item_splits, listing_mappings, registry, shipping_policies
 from schemas.events import (
+    CatalogItemSplit,
     CatalogItemUpserted,
     DecisionRecorded,
     Envelope,
@@ -126,3 +127,46 @@ def test_an_earlier_policy_version_is_stale_only_within_the_unbroken_run() -> No
     assert (
         plan_batch([v1], {key: 2}, [], lambda keys: ([], {})).outcomes[v1.event_id] == IGNORED_STALE
     )
+
+
+def split(position: int, split_id: uuid.UUID, source: str, *successors: str) -> Envelope:
+    return event(
+        position,
+        ref("item_split", str(split_id), 1),
+        CatalogItemSplit(
+            source_item_id=source,
+            source_revision=2,
+            successor_item_ids=successors,
+            remaps={"L1": successors[0]},
+            decision_id=DECISION,
+        ),
+        ref("catalog_item", source, 2),
+        *(ref("catalog_item", s, 1) for s in successors),
+    )
+
+
+def test_split_fold_keeps_one_row_per_split_with_its_successors() -> None:
+    first, second = uuid.uuid4(), uuid.uuid4()
+    events = [split(3, first, "i1", "i1-a", "i1-b"), upserted(4, "i2", 1)]
+    events += [split(5, second, "i2", "i2-a"), split(3, first, "i1", "i1-a", "i1-b")]
+    rows = item_splits.fold(events)
+    assert sorted(rows) == sorted(
+        [("t1", "c1", "item_split", str(first)), ("t1", "c1", "item_split", str(second))]
+    )
+    row = rows[("t1", "c1", "item_split", str(first))]
+    assert (row.split_id, row.source_item_id, row.source_revision) == (first, "i1", 2)
+    assert (row.successor_item_ids, row.remaps) == (("i1-a", "i1-b"), {"L1": "i1-a"})
+    assert (row.decision_id, row.revision, row.position) == (DECISION, 1, 3)
+
+
+def test_a_split_parks_until_its_source_and_every_successor_are_applied() -> None:
+    event_ = split(6, uuid.uuid4(), "i1", "i1-a", "i1-b")
+    applied = {("t1", "c1", "catalog_item", "i1"): 2, ("t1", "c1", "catalog_item", "i1-a"): 1}
+    assert plan_batch([event_], applied, [], lambda keys: ([], {})).outcomes == {
+        event_.event_id: PARKED
+    }
+    applied[("t1", "c1", "catalog_item", "i1-b")] = 1
+    assert plan_batch([event_], applied, [], lambda keys: ([], {})).outcomes == {
+        event_.event_id: APPLIED
+    }
+    assert any(p.aggregate == "item_split" for p in registry.PROJECTIONS)

@@ -1,0 +1,130 @@
+"""Row by row: do the product projections hold exactly the resolver's accepted state?
+
+For each projected aggregate (items, listing mappings, shipping policy versions,
+splits with their successors and remaps) the same columns are read from both
+databases, keyed the same way, for the tenants matching a ``LIKE`` pattern; every key
+present on one side only, or with different values, is a difference. Each side is
+read in one snapshot of its own database, so run it once the consumers have caught up
+with the streams' committed cursors (the demo waits for that first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+
+SERVING_GENERATION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    key_columns: int
+    accepted: str
+    """Resolver query; one ``%s``: the tenant pattern."""
+    projected: str
+    """Product query; two ``%s``: the generation and the tenant pattern."""
+
+
+_ITEM = "tenant_id, catalog_id, item_id, class_id, status, title, parent_item_id, attributes,"
+_ITEM += " revision"
+_MAPPING = "tenant_id, catalog_id, listing_id, item_id, item_revision, decision_id, revision"
+_POLICY = "tenant_id, catalog_id, policy_id, version, scope, effective_from, effective_to,"
+_POLICY += " terms, decision_id"
+
+CHECKS = (
+    Check(
+        "catalog_item",
+        3,
+        f"SELECT {_ITEM} FROM catalog_item WHERE tenant_id LIKE %s",
+        f"SELECT {_ITEM} FROM product_item WHERE generation = %s AND tenant_id LIKE %s",
+    ),
+    Check(
+        "listing_mapping",
+        3,
+        f"SELECT {_MAPPING} FROM listing_mapping WHERE tenant_id LIKE %s",
+        f"SELECT {_MAPPING} FROM product_listing_mapping"
+        " WHERE generation = %s AND tenant_id LIKE %s",
+    ),
+    Check(
+        "shipping_policy_version",
+        4,
+        f"SELECT {_POLICY} FROM shipping_policy_version WHERE tenant_id LIKE %s",
+        f"SELECT {_POLICY} FROM product_shipping_policy_version"
+        " WHERE generation = %s AND tenant_id LIKE %s",
+    ),
+    Check(
+        "item_split",
+        3,
+        "SELECT s.tenant_id, s.catalog_id, s.split_id, s.source_item_id, s.source_revision,"
+        " ARRAY(SELECT x.item_id FROM item_split_successor x WHERE x.tenant_id = s.tenant_id"
+        "  AND x.catalog_id = s.catalog_id AND x.split_id = s.split_id ORDER BY x.item_id),"
+        " (SELECT coalesce(jsonb_object_agg(r.listing_id, r.to_item_id), '{}')"
+        "  FROM item_split_remap r WHERE r.tenant_id = s.tenant_id"
+        "  AND r.catalog_id = s.catalog_id AND r.split_id = s.split_id),"
+        " s.decision_id FROM item_split s WHERE s.tenant_id LIKE %s",
+        "SELECT tenant_id, catalog_id, split_id, source_item_id, source_revision,"
+        " ARRAY(SELECT unnest(successor_item_ids) ORDER BY 1), remaps, decision_id"
+        " FROM product_item_split WHERE generation = %s AND tenant_id LIKE %s",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    aggregate: str
+    key: tuple[object, ...]
+    accepted: tuple[object, ...] | None
+    projected: tuple[object, ...] | None
+
+    def __str__(self) -> str:
+        key = "/".join(map(str, self.key))
+        return f"{self.aggregate} {key}: accepted={self.accepted} projected={self.projected}"
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    rows: dict[str, int]
+    """Accepted rows compared, per aggregate."""
+    differences: list[Difference]
+
+
+def _read(
+    conn: psycopg.Connection, query: str, params: tuple[object, ...], key: int
+) -> dict[tuple[object, ...], tuple[object, ...]]:
+    return {tuple(r[:key]): tuple(r) for r in conn.execute(query, params).fetchall()}
+
+
+def _snapshot(conn: psycopg.Connection) -> None:
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+
+def compare(
+    resolver_dsn: str,
+    product_dsn: str,
+    tenant_like: str,
+    generation: int = SERVING_GENERATION,
+    checks: Iterable[Check] = CHECKS,
+) -> Comparison:
+    """Every difference between accepted and projected rows of the matching tenants."""
+    rows: dict[str, int] = {}
+    differences: list[Difference] = []
+    with (
+        psycopg.connect(resolver_dsn, autocommit=True) as resolver,
+        psycopg.connect(product_dsn, autocommit=True) as product,
+    ):
+        _snapshot(resolver)
+        _snapshot(product)
+        for check in checks:
+            accepted = _read(resolver, check.accepted, (tenant_like,), check.key_columns)
+            projected = _read(
+                product, check.projected, (generation, tenant_like), check.key_columns
+            )
+            rows[check.name] = len(accepted)
+            for key in sorted(accepted.keys() | projected.keys(), key=str):
+                a, p = accepted.get(key), projected.get(key)
+                if a != p:
+                    differences.append(Difference(check.name, key, a, p))
+    return Comparison(rows, differences)
