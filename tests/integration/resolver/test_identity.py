@@ -17,7 +17,7 @@ from db.repositories import identity as repo
 from db.repositories.identity import GenerationKey
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
-from producers.resolver.catalog_items import ItemChange, RetireItem, record_item
+from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, Recorded, record_decision
 from producers.resolver.exceptions import (
     BackfillIncomplete,
@@ -54,6 +54,7 @@ from producers.resolver.identity import (
 )
 from schemas.codec import CODEC
 from schemas.events import DecisionRecorded
+from tests.fixtures.decisions import accept
 from tests.integration.resolver.conftest import EVIDENCE, UowFactory, assert_contiguous_outbox
 from tests.integration.resolver.test_races import ROUNDS, race
 
@@ -74,8 +75,7 @@ def add(
     uow: UowFactory, item_id: str, class_id: str = SHOE, catalog: str = C, **attributes: str
 ) -> None:
     with uow() as u:
-        record_item(u, ItemChange(T, catalog, item_id, class_id, item_id, None, attributes))
-        u.commit()
+        accept(u, T, catalog, ItemChange(T, catalog, item_id, class_id, item_id, None, attributes))
 
 
 def decide(
@@ -159,8 +159,9 @@ def test_backfill_keys_unique_hashes_and_keeps_shared_ones_as_candidates(
     # Nothing is served before activation: not the ready key, not the candidates.
     assert find(uow, 1, h("acme", "x-2")) is None
     assert find(uow, 1, h("acme", "x-1")) is None
-    # Identity work commits no events and takes no stream position.
-    assert counts(clean_db.resolver_dsn)[1:] == (5, 5)
+    # Identity work commits no events and takes no stream position (each add is a rule
+    # decision: its own event and the item's).
+    assert counts(clean_db.resolver_dsn)[1:] == (10, 10)
 
 
 def test_activation_refused_while_backfilling(uow: UowFactory, clean_db: DatabaseSettings) -> None:
