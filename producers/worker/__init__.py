@@ -1,0 +1,2 @@
+"""Capture worker: turns stored captures into extracted products through source
+adapters (``adapters/``), keeping every fetched response in a raw envelope (``raw``)."""
