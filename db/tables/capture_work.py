@@ -88,6 +88,7 @@ capture_item = Table(
     Column("outcome", Text, nullable=False),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("next_attempt_at", DateTime(timezone=True)),
+    # Why the result is not applied: a failure's or refusal's code, or a review reason.
     Column("error_code", Text),
     Column("last_error", Text),  # sanitized: no credentials, bounded length
     Column("item_id", Text),  # the catalog item the product resolved to

@@ -143,8 +143,12 @@ class ItemWork:
 
 @dataclass(frozen=True, slots=True)
 class CaseToOpen:
+    """A review case to open, and why (a stable ``code`` and a message); the result
+    keeps the why."""
+
     subject_type: str
     subject_id: str
+    code: str
     reason: str
 
 
@@ -546,6 +550,8 @@ class CaptureWorker:
                 item_id=plan.item_id,
                 decision_id=plan.decision.decision_id if plan.decision else None,
                 case_id=work.case_id if plan.case else None,
+                error_code=plan.case.code if plan.case else None,
+                error=sanitize(plan.case.reason) if plan.case else None,
             )
             # Under the cursor lock this always succeeds; the compare-and-set is the guard.
             if plan.item_id is not None and not items.advance_source_item(

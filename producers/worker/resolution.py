@@ -1,0 +1,142 @@
+"""From an extracted product to a plan: an automatic decision, nothing to do, or a
+review case.
+
+``identify`` answers which catalog item the product is (an existing one, a new one
+with the facts that give it its identity, or no automatic answer, with the reason);
+``planner`` turns that into the decision's facts. Both only read: the pipeline writes
+the plan, in the product's Unit of Work, after the stream's cursor lock is taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from db.repositories import catalog_items, listing_mappings
+from db.unit_of_work import Transaction, UnitOfWork
+from producers.resolver.catalog_items import ItemChange
+from producers.resolver.decisions import Decision
+from producers.resolver.facts import Fact
+from producers.resolver.listing_mappings import MapListing
+from producers.worker.pipeline import CaseToOpen, ItemWork, Plan, Resolve
+from schemas.events import EvidenceRef
+
+ACTION = "capture.resolve"
+ACTOR = "resolver-worker"
+
+
+@dataclass(frozen=True, slots=True)
+class Identified:
+    """The product is catalog item ``item_id``; ``new``: it does not exist yet, and
+    ``facts`` (e.g. its identity key) go into the decision that creates it."""
+
+    item_id: str
+    new: bool
+    facts: tuple[Fact, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """No automatic answer: a reviewer decides. ``code`` is stable."""
+
+    code: str
+    reason: str
+
+
+Identify = Callable[[Transaction, ItemWork], Identified | Unresolved]
+
+
+def item_attributes(work: ItemWork) -> dict[str, str]:
+    """What the product states about the item itself: its identifiers and attributes
+    (the offer belongs to the listing and stays in the claims)."""
+    return {**work.product.identifiers, **work.product.attributes}
+
+
+def planner(identify: Identify) -> Resolve:
+    def resolve(uow: UnitOfWork, work: ItemWork) -> Plan:
+        return plan(uow.tx, work, identify(uow.tx, work))
+
+    return resolve
+
+
+def plan(tx: Transaction, work: ItemWork, answer: Identified | Unresolved) -> Plan:
+    """The plan for ``work`` given the identity answer.
+
+    - unresolved: a review case on the listing;
+    - a new item: create it (with the identity facts) and map the listing onto it;
+    - an existing active item: a new revision when the product adds or changes
+      anything (a source never removes attributes other sources stated), and the
+      listing mapped when it is not yet; ``unchanged`` when the catalog already says
+      all of it. A listing mapped onto another item, or an item no longer active,
+      is for a reviewer.
+    """
+    p = work.product
+    if isinstance(answer, Unresolved):
+        return _review(work, answer.code, answer.reason)
+    stated = item_attributes(work)
+    facts: list[Fact] = []
+    if answer.new:
+        facts.append(
+            ItemChange(
+                work.tenant_id, work.catalog_id, answer.item_id, p.class_id, p.title, None, stated
+            )
+        )
+        facts.extend(answer.facts)
+        facts.append(MapListing(work.listing_id, answer.item_id))
+        return _applied(work, answer.item_id, facts, "a new item")
+    current = catalog_items.get(tx, work.tenant_id, work.catalog_id, answer.item_id)
+    if current is None or current.status != "active":
+        state = "missing" if current is None else current.status
+        return _review(
+            work,
+            "ITEM_NOT_ACTIVE",
+            f"the product identifies item {answer.item_id!r}, which is {state}",
+        )
+    mapping = listing_mappings.get(tx, work.tenant_id, work.catalog_id, work.listing_id)
+    if mapping is not None and mapping.item_id != answer.item_id:
+        return _review(
+            work,
+            "LISTING_MAPPED_ELSEWHERE",
+            f"listing {work.listing_id!r} is mapped to {mapping.item_id!r}; the product now"
+            f" identifies {answer.item_id!r}",
+        )
+    merged = {**current.attributes, **stated}
+    if (current.class_id, current.title, current.attributes) != (p.class_id, p.title, merged):
+        facts.append(
+            ItemChange(
+                work.tenant_id,
+                work.catalog_id,
+                answer.item_id,
+                p.class_id,
+                p.title,
+                current.parent_item_id,
+                merged,
+            )
+        )
+    if mapping is None:
+        facts.append(MapListing(work.listing_id, answer.item_id))
+    if not facts:
+        return Plan("unchanged", item_id=answer.item_id)
+    return _applied(work, answer.item_id, facts, "a known item")
+
+
+def _applied(work: ItemWork, item_id: str, facts: list[Fact], what: str) -> Plan:
+    decision = Decision(
+        tenant_id=work.tenant_id,
+        catalog_id=work.catalog_id,
+        action=ACTION,
+        actor=ACTOR,
+        actor_kind="rule",
+        rationale=(
+            f"source item {work.product.source_item_id!r} of capture {work.capture_id}"
+            f" identified as {what}, {item_id!r}"
+        ),
+        evidence=(EvidenceRef(capture_id=str(work.capture_id), locator=work.product.locator),),
+        facts=tuple(facts),
+        decision_id=work.decision_id,
+    )
+    return Plan("applied", item_id=item_id, decision=decision)
+
+
+def _review(work: ItemWork, code: str, reason: str) -> Plan:
+    return Plan("review", case=CaseToOpen("listing", work.listing_id, code, reason))

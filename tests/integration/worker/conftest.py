@@ -1,0 +1,322 @@
+"""Fixtures of the capture-worker tests: real PostgreSQL, Kafka and S3, captures
+accepted through the real intake service, and a worker wired as in production except
+for its adapter and its identity lookup, which are small test doubles here: the
+``lines`` adapter reads a JSON list of products, and items are identified by their
+source item id."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.repositories import catalog_items
+from db.settings import DatabaseSettings
+from db.tables.domain import APP_ROLE
+from db.unit_of_work import Transaction
+from producers.intake.collectors import Collector, register
+from producers.intake.enqueue import JobEnqueuer
+from producers.intake.evidence import EvidenceStore
+from producers.intake.service import CaptureSubmission, IntakeService
+from producers.intake.settings import IntakeSettings
+from producers.worker.objects import EvidenceReader
+from producers.worker.outcomes import CaptureUnreadable
+from producers.worker.pipeline import CaptureWorker, ItemWork
+from producers.worker.resolution import Identified, Unresolved, planner
+from producers.worker.retries import RetryPolicy
+from producers.worker.settings import WorkerSettings
+from schemas.codec import CODEC
+
+T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
+ADAPTER = "lines"
+
+
+@dataclass(frozen=True)
+class LineProduct:
+    source_item_id: str
+    class_id: str
+    title: str
+    identifiers: Mapping[str, str]
+    attributes: Mapping[str, str]
+    offer: Mapping[str, str]
+    locator: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class LineRejection:
+    locator: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LineExtraction:
+    adapter: str
+    parser_version: int
+    products: tuple[LineProduct, ...]
+    rejected: tuple[LineRejection, ...]
+
+
+@dataclass
+class LinesAdapter:
+    """Reads ``{"products": [{"id", "title", "class", "ids", "attrs", "offer"}, …]}``;
+    a product without an id is refused; ``{"broken": true}`` is unreadable as a whole."""
+
+    parser_version: int = 1
+    calls: int = 0
+
+    def __call__(
+        self, adapter: str, artifact: bytes, content_type: str, source_url: str
+    ) -> LineExtraction:
+        self.calls += 1
+        if adapter != ADAPTER:
+            raise CaptureUnreadable("UNKNOWN_ADAPTER", f"no adapter {adapter!r}")
+        body = json.loads(artifact)
+        if body.get("broken"):
+            raise CaptureUnreadable("MALFORMED_CAPTURE", "the capture says it is broken")
+        products, rejected = [], []
+        for n, p in enumerate(body["products"]):
+            locator = f"document#$.products[{n}]"
+            if not p.get("id"):
+                rejected.append(LineRejection(locator, "MISSING_FIELD", "no id"))
+                continue
+            content = {k: p.get(k) for k in ("title", "class", "ids", "attrs", "offer")}
+            products.append(
+                LineProduct(
+                    source_item_id=p["id"],
+                    class_id=p.get("class", "shoe"),
+                    title=p.get("title", p["id"]),
+                    identifiers=p.get("ids", {}),
+                    attributes=p.get("attrs", {}),
+                    offer=p.get("offer", {}),
+                    locator=locator,
+                    fingerprint=json.dumps(content, sort_keys=True),
+                )
+            )
+        return LineExtraction(ADAPTER, self.parser_version, tuple(products), tuple(rejected))
+
+
+def identify_by_source_item(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
+    """The test identity: item ``item-<source item id>``; ``attrs.review`` asks for a
+    reviewer."""
+    if "review" in work.product.attributes:
+        return Unresolved("TEST_REVIEW", "the product asked for a reviewer")
+    item_id = f"item-{work.product.source_item_id}"
+    current = catalog_items.get(tx, work.tenant_id, work.catalog_id, item_id)
+    return Identified(item_id, new=current is None)
+
+
+def as_app_role(conn: psycopg.Connection) -> None:
+    conn.execute(f"SET ROLE {APP_ROLE}")
+    conn.commit()
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: uuid.UUID
+    capture_id: uuid.UUID
+    tenant_id: str
+
+
+def product(item: str, title: str | None = None, **attrs: str) -> dict[str, Any]:
+    return {"id": item, "title": title or f"title of {item}", "attrs": attrs}
+
+
+@dataclass
+class Harness:
+    db: DatabaseSettings
+    settings: WorkerSettings
+    intake: IntakeService
+    pool: ConnectionPool
+    uow_pool: ConnectionPool
+    epochs: EpochSource
+    reader: EvidenceReader
+    adapter: LinesAdapter = field(default_factory=LinesAdapter)
+    workers: int = 0
+
+    def conn(self) -> psycopg.Connection:
+        return psycopg.connect(self.db.resolver_dsn, autocommit=True)
+
+    def bind(
+        self, tenant: str = "t1", source: str = "shop", catalog: str = "c1", adapter: str = ADAPTER
+    ) -> None:
+        from producers.worker import sources
+
+        with self.conn() as conn, conn.transaction():
+            sources.register(Transaction(conn), tenant, source, catalog, adapter, "test", {adapter})
+
+    def capture(
+        self,
+        products: list[dict[str, Any]],
+        *,
+        tenant: str = "t1",
+        captured_at: datetime = T0,
+        key: str | None = None,
+        **extra: Any,
+    ) -> Job:
+        body = json.dumps({"products": products, **extra}, sort_keys=True).encode()
+        accepted = self.intake.accept(
+            Collector(f"client-{tenant}", tenant, "shop", "inst-a"),
+            CaptureSubmission(
+                idempotency_key=key or uuid.uuid4().hex,
+                schema_version=1,
+                source_url="https://shop.example/feed",
+                captured_at=captured_at,
+                content_type="application/json",
+                artifact=body,
+            ),
+        )
+        r = accepted.receipt
+        assert r.job_id is not None
+        return Job(r.job_id, r.capture_id, tenant)
+
+    def worker(self, owner: str | None = None, **overrides: Any) -> CaptureWorker:
+        self.workers += 1
+        options: dict[str, Any] = {
+            "owner": owner or f"worker-{self.workers}",
+            "lease_seconds": 60.0,
+            "item_retries": RetryPolicy(3, 0.01, 0.05),
+            "job_retries": RetryPolicy(3, 0.01, 0.05),
+        }
+        options.update(overrides)
+        return CaptureWorker(
+            self.pool,
+            self.uow_pool,
+            self.epochs,
+            CODEC,
+            options.pop("reader", self.reader),
+            options.pop("parse", self.adapter),
+            options.pop("resolve", planner(identify_by_source_item)),
+            **options,
+        )
+
+    def make_due(self) -> None:
+        """Every retry, product or job, is due now."""
+        with self.conn() as conn:
+            conn.execute(
+                "UPDATE capture_item SET next_attempt_at = clock_timestamp() - interval '1s'"
+                " WHERE outcome = 'retryable'"
+            )
+            conn.execute(
+                "UPDATE intake_job SET next_attempt_at = clock_timestamp() - interval '1s'"
+                " WHERE status = 'retrying'"
+            )
+
+    def expire_leases(self) -> None:
+        with self.conn() as conn:
+            conn.execute(
+                "UPDATE intake_job SET lease_expires_at = clock_timestamp() - interval '1s'"
+                " WHERE status = 'running'"
+            )
+
+    def job(self, job: Job) -> dict[str, Any]:
+        with self.conn() as conn:
+            row = conn.execute(
+                "SELECT status, runs, run_failures, error_code, last_error, lease_owner"
+                " FROM intake_job WHERE job_id = %s",
+                (job.job_id,),
+            ).fetchone()
+        assert row is not None
+        keys = ("status", "runs", "run_failures", "error_code", "last_error", "lease_owner")
+        return dict(zip(keys, row, strict=True))
+
+    def results(self, job: Job) -> dict[str, tuple[Any, ...]]:
+        """source item id → (outcome, attempts, error code, item id)."""
+        with self.conn() as conn:
+            rows = conn.execute(
+                "SELECT source_item_id, outcome, attempts, error_code, item_id FROM capture_item"
+                " WHERE job_id = %s",
+                (job.job_id,),
+            ).fetchall()
+        return {r[0]: tuple(r[1:]) for r in rows}
+
+    def checkpoint(self, job: Job) -> int | None:
+        with self.conn() as conn:
+            row = conn.execute(
+                "SELECT next_item FROM capture_checkpoint WHERE job_id = %s"
+                " ORDER BY parser_version DESC LIMIT 1",
+                (job.job_id,),
+            ).fetchone()
+        return row[0] if row else None
+
+    def snapshot(self, tenant: str = "t1") -> dict[str, Any]:
+        """Everything the worker's work shows in the resolver database for a tenant,
+        without times and the operators' handles: equal snapshots, equal state."""
+        queries = {
+            "items": "SELECT item_id, class_id, status, title, attributes, revision"
+            " FROM catalog_item WHERE tenant_id = %s ORDER BY item_id",
+            "mappings": "SELECT listing_id, item_id, item_revision, decision_id, revision"
+            " FROM listing_mapping WHERE tenant_id = %s ORDER BY listing_id",
+            "decisions": "SELECT decision_id, action, actor_kind, evidence FROM decision"
+            " WHERE tenant_id = %s ORDER BY decision_id",
+            "cases": "SELECT case_id, subject_type, subject_id, status, revision"
+            " FROM review_case WHERE tenant_id = %s ORDER BY case_id",
+            "results": "SELECT capture_id, source_item_id, parser_version, item_index, outcome,"
+            " error_code, item_id, decision_id, case_id FROM capture_item WHERE tenant_id = %s"
+            " ORDER BY capture_id, source_item_id, parser_version",
+            "claims": "SELECT capture_id, source_item_id, parser_version, field, value, locator"
+            " FROM capture_claim WHERE tenant_id = %s ORDER BY 1, 2, 3, 4",
+            "source_items": "SELECT source, source_item_id, capture_id, parser_version, item_id"
+            " FROM source_item_state WHERE tenant_id = %s ORDER BY source, source_item_id",
+            "checkpoints": "SELECT job_id, parser_version, next_item, items"
+            " FROM capture_checkpoint WHERE tenant_id = %s ORDER BY job_id, parser_version",
+            "jobs": "SELECT job_id, status FROM intake_job WHERE tenant_id = %s ORDER BY job_id",
+            "outbox": "SELECT catalog_id, position, event_id FROM outbox WHERE tenant_id = %s"
+            " ORDER BY catalog_id, position",
+        }
+        with self.conn() as conn:
+            return {
+                name: [tuple(r) for r in conn.execute(sql, (tenant,)).fetchall()]
+                for name, sql in queries.items()
+            }
+
+
+@pytest.fixture()
+def harness(clean_db: DatabaseSettings, topic: str) -> Iterator[Harness]:
+    settings = WorkerSettings(jobs_topic=topic)
+    intake_settings = IntakeSettings(jobs_topic=topic)
+    with psycopg.connect(clean_db.resolver_dsn, autocommit=True) as conn:
+        for tenant in ("t1", "t2"):
+            register(conn, f"client-{tenant}", tenant, "shop", "inst-a")
+    intake_pool = ConnectionPool(
+        clean_db.resolver_dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True
+    )
+    # The worker's own connections run as the application role: its grants suffice.
+    pool = ConnectionPool(
+        clean_db.resolver_dsn,
+        min_size=1,
+        max_size=8,
+        kwargs={"autocommit": True},
+        configure=as_app_role,
+        open=True,
+    )
+    uow_pool = ConnectionPool(
+        clean_db.resolver_dsn, min_size=1, max_size=8, configure=as_app_role, open=True
+    )
+    enqueuer = JobEnqueuer(settings.kafka_bootstrap, topic, 10)
+    epochs = EpochSource(clean_db.control_dsn)
+    harness = Harness(
+        clean_db,
+        settings,
+        IntakeService(
+            intake_pool, EvidenceStore.from_settings(intake_settings), enqueuer, intake_settings
+        ),
+        pool,
+        uow_pool,
+        epochs,
+        EvidenceReader.from_settings(settings),
+    )
+    yield harness
+    enqueuer.close()
+    epochs.close()
+    for p in (pool, uow_pool, intake_pool):
+        p.close()
