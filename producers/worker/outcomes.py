@@ -111,11 +111,12 @@ def classify(exc: BaseException) -> Classified:
 _SECRETS = (
     # credentials inside URLs: scheme://user:password@host
     (re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@", re.I), r"\1***@"),
-    # key=value and key: value pairs naming a secret
+    # key=value, key: value and "key": "value" pairs whose key names a secret
     (
         re.compile(
-            r"\b(password|passwd|pwd|secret|token|access[_-]?key|secret[_-]?key|api[_-]?key"
-            r"|authorization|signature|credential)s?(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)",
+            r"(?<![a-z0-9])([a-z_-]*(?:password|passwd|pwd|secret|token|access[_-]?key"
+            r"|api[_-]?key|authorization|signature|credential)[a-z_-]*)"
+            r"(\"?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)",
             re.I,
         ),
         r"\1\2***",
