@@ -28,6 +28,7 @@ from producers.intake.routes import CAPTURES_PATH, IntakeResources
 from producers.intake.routes import router as intake_router
 from producers.intake.service import IntakeService
 from producers.resolver.exceptions import DomainError
+from producers.resolver.identity_routes import router as identity_router
 from producers.resolver.routes import router as resolver_router
 from producers.retention.exceptions import RetentionError
 from producers.retention.metrics import RetentionCollector
@@ -97,6 +98,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     app.include_router(retention_router)
     app.include_router(resolver_router)
+    app.include_router(identity_router)
     app.state.intake = IntakeResources(
         CollectorVerifier(settings),
         IntakeService(pool, EvidenceStore.from_settings(settings), enqueuer, settings),

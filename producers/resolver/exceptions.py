@@ -105,3 +105,110 @@ class ItemAlreadyExists(DomainError):
 
     code = "ITEM_ALREADY_EXISTS"
     http_status = 409
+
+
+# --- identity generations and keys (INV-02) -----------------------------------------
+
+
+class InvalidIdentity(DomainError):
+    """A malformed identity rule (no fields, blank or repeated names), identity hash
+    (not 64 lowercase hex digits) or key assignment (the item's class differs)."""
+
+    code = "INVALID_IDENTITY"
+    http_status = 422
+
+
+class GenerationNotFound(DomainError):
+    code = "GENERATION_NOT_FOUND"
+    http_status = 404
+
+
+class GenerationConflict(DomainError):
+    """Another generation of the same class was created at the same moment and took
+    the number; create again."""
+
+    code = "GENERATION_CONFLICT"
+    http_status = 409
+
+
+class BackfillIncomplete(DomainError):
+    """The generation is still backfilling: its keys are not all computed yet."""
+
+    code = "BACKFILL_INCOMPLETE"
+    http_status = 409
+
+
+class BackfillStale(DomainError):
+    """Items of the class changed since the backfill (new, changed, split or retired
+    items): run the backfill again, resolve its collisions, then approve."""
+
+    code = "BACKFILL_STALE"
+    http_status = 409
+
+
+class UnresolvedCollisions(DomainError):
+    """The backfill found hashes shared by several items that no decision resolved."""
+
+    code = "UNRESOLVED_COLLISIONS"
+    http_status = 409
+
+
+class GenerationNotReady(DomainError):
+    """Only a ready generation (backfilled, never activated) can be activated."""
+
+    code = "GENERATION_NOT_READY"
+    http_status = 409
+
+
+class GenerationAlreadyActivated(DomainError):
+    """An active or retired generation's keys are history: no backfill or collision
+    resolution changes them."""
+
+    code = "GENERATION_ALREADY_ACTIVATED"
+    http_status = 409
+
+
+class GenerationNotActive(DomainError):
+    """Keys are assigned only in the active generation."""
+
+    code = "GENERATION_NOT_ACTIVE"
+    http_status = 409
+
+
+class HumanApprovalRequired(DomainError):
+    """Activating a generation needs a decision by a human, not by a rule."""
+
+    code = "HUMAN_APPROVAL_REQUIRED"
+    http_status = 422
+
+
+class IdentityConflict(DomainError):
+    """Another item already holds this identity hash in this generation (INV-02), or
+    the item already holds another key in it."""
+
+    code = "IDENTITY_CONFLICT"
+    http_status = 409
+
+
+class StrongIdMismatch(DomainError):
+    """The item already carries a different value for this strong-identifier scheme."""
+
+    code = "STRONG_ID_MISMATCH"
+    http_status = 409
+
+
+class CollisionNotFound(DomainError):
+    code = "COLLISION_NOT_FOUND"
+    http_status = 404
+
+
+class CollisionAlreadyResolved(DomainError):
+    code = "COLLISION_ALREADY_RESOLVED"
+    http_status = 409
+
+
+class InvalidCollisionResolution(DomainError):
+    """The chosen holder is not one of the collision's candidate items."""
+
+    code = "INVALID_COLLISION_RESOLUTION"
+    http_status = 422

@@ -4,8 +4,8 @@ item's decision history, splits.
 Thin: each route authorizes the tenant, builds the domain's ``Decision`` from the
 body and runs ``record_decision`` in a Unit of Work, or calls one read of
 ``producers.resolver.queries``. Domain errors carry their own stable code and status.
-Approving an identity generation's activation is not here: identity generations are
-not built yet.
+Identity generations, their collisions and the approval of their activation are
+served by ``producers.resolver.identity_routes``.
 """
 
 from __future__ import annotations

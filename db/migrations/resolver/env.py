@@ -8,6 +8,7 @@ from sqlalchemy import create_engine
 # Importing a table module adds its tables to the resolver metadata.
 import db.tables.capture_work
 import db.tables.domain
+import db.tables.identity
 import db.tables.intake
 import db.tables.retention  # noqa: F401
 from db.tables.resolver import metadata

@@ -13,6 +13,7 @@ from db.tables import (  # noqa: F401  (capture_work, domain, intake, retention 
     capture_work,
     control,
     domain,
+    identity,
     intake,
     product,
     resolver,

@@ -1,0 +1,463 @@
+"""SQL for identity generations, identity keys, collision candidates and strong
+identifiers (INV-02), run inside a Unit of Work's transaction or a read snapshot."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from db.unit_of_work import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationKey:
+    """Names one generation: the five columns' first four."""
+
+    tenant_id: str
+    catalog_id: str
+    class_id: str
+    generation: int
+
+    def params(self) -> tuple[str, str, str, int]:
+        return (self.tenant_id, self.catalog_id, self.class_id, self.generation)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRow:
+    key: GenerationKey
+    rule_fields: tuple[str, ...]
+    status: str
+    revision: int
+    item_count: int | None
+    created_at: datetime
+    backfilled_at: datetime | None
+    activated_at: datetime | None
+    retired_at: datetime | None
+    activation_decision_id: uuid.UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollisionRow:
+    identity_hash: str
+    candidate_item_ids: tuple[str, ...]
+    holder_item_id: str | None
+    decision_id: uuid.UUID | None
+    resolved_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyMatch:
+    """The key a lookup found, with its generation's status and its item's."""
+
+    item_id: str
+    key_state: str
+    generation_status: str
+    item_status: str
+
+
+_GEN_COLUMNS = (
+    "tenant_id, catalog_id, class_id, identity_generation, rule_fields, status, revision,"
+    " item_count, created_at, backfilled_at, activated_at, retired_at, activation_decision_id"
+)
+_GEN_WHERE = "tenant_id = %s AND catalog_id = %s AND class_id = %s AND identity_generation = %s"
+_CLASS_WHERE = "tenant_id = %s AND catalog_id = %s AND class_id = %s"
+
+
+def _generation(values: Any) -> GenerationRow:
+    tenant, catalog, class_id, generation, fields, *rest = values
+    return GenerationRow(GenerationKey(tenant, catalog, class_id, generation), tuple(fields), *rest)
+
+
+# --- generations ---------------------------------------------------------------------
+
+
+def insert_next_generation(
+    tx: Transaction, tenant_id: str, catalog_id: str, class_id: str, rule_fields: Sequence[str]
+) -> GenerationRow:
+    """Insert the class's next generation, status ``backfilling``, revision 1.
+
+    No lock hands out the number: two concurrent creations of the same class compute
+    the same ``max + 1`` and the primary key refuses the second
+    (``psycopg.errors.UniqueViolation``), which the caller reports as a conflict.
+    """
+    row = tx.execute(
+        f"INSERT INTO identity_generation (tenant_id, catalog_id, class_id,"
+        f" identity_generation, rule_fields, status, revision)"
+        f" SELECT %(t)s, %(c)s, %(k)s, coalesce(max(identity_generation), 0) + 1, %(f)s,"
+        f" 'backfilling', 1 FROM identity_generation"
+        f" WHERE tenant_id = %(t)s AND catalog_id = %(c)s AND class_id = %(k)s"
+        f" RETURNING {_GEN_COLUMNS}",
+        {"t": tenant_id, "c": catalog_id, "k": class_id, "f": list(rule_fields)},
+    ).fetchone()
+    assert row is not None
+    return _generation(row)
+
+
+def get_generation(
+    tx: Transaction, key: GenerationKey, lock: Literal["update", "share"] | None = None
+) -> GenerationRow | None:
+    """Read a generation; ``lock`` holds a row lock on it until the transaction ends
+    (the caller's comment says what it serializes)."""
+    suffix = {None: "", "update": " FOR UPDATE", "share": " FOR SHARE"}[lock]
+    row = tx.execute(
+        f"SELECT {_GEN_COLUMNS} FROM identity_generation WHERE {_GEN_WHERE}{suffix}",
+        key.params(),
+    ).fetchone()
+    return _generation(row) if row else None
+
+
+def active_generation_for_update(
+    tx: Transaction, tenant_id: str, catalog_id: str, class_id: str
+) -> GenerationRow | None:
+    row = tx.execute(
+        f"SELECT {_GEN_COLUMNS} FROM identity_generation WHERE {_CLASS_WHERE}"
+        " AND status = 'active' FOR UPDATE",
+        (tenant_id, catalog_id, class_id),
+    ).fetchone()
+    return _generation(row) if row else None
+
+
+def generation_at(
+    tx: Transaction, tenant_id: str, catalog_id: str, class_id: str, at: datetime
+) -> GenerationRow | None:
+    """The generation whose active window ``[activated_at, retired_at)`` contains
+    ``at``; the exclusion constraint leaves at most one."""
+    row = tx.execute(
+        f"SELECT {_GEN_COLUMNS} FROM identity_generation WHERE {_CLASS_WHERE}"
+        " AND activated_at IS NOT NULL"
+        " AND tstzrange(activated_at, retired_at) @> %s::timestamptz",
+        (tenant_id, catalog_id, class_id, at),
+    ).fetchone()
+    return _generation(row) if row else None
+
+
+def list_generations(
+    tx: Transaction, tenant_id: str, catalog_id: str, class_id: str | None = None
+) -> list[GenerationRow]:
+    """A catalog's generations (of one class if given), by class then number."""
+    rows = tx.execute(
+        f"SELECT {_GEN_COLUMNS} FROM identity_generation"
+        " WHERE tenant_id = %s AND catalog_id = %s AND (%s::text IS NULL OR class_id = %s)"
+        " ORDER BY class_id, identity_generation",
+        (tenant_id, catalog_id, class_id, class_id),
+    ).fetchall()
+    return [_generation(r) for r in rows]
+
+
+def mark_backfilled(tx: Transaction, key: GenerationKey, item_count: int) -> int:
+    """Status ``ready``, the backfill's time and item count; returns the new revision."""
+    row = tx.execute(
+        "UPDATE identity_generation SET status = 'ready', backfilled_at = now(),"
+        f" item_count = %s, revision = revision + 1 WHERE {_GEN_WHERE} RETURNING revision",
+        (item_count, *key.params()),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def bump_revision(tx: Transaction, key: GenerationKey) -> int:
+    row = tx.execute(
+        f"UPDATE identity_generation SET revision = revision + 1 WHERE {_GEN_WHERE}"
+        " RETURNING revision",
+        key.params(),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def activate(tx: Transaction, key: GenerationKey, decision_id: uuid.UUID, at: datetime) -> int:
+    """The generation becomes active at ``at`` and its ready keys active; returns the
+    new revision."""
+    row = tx.execute(
+        "UPDATE identity_generation SET status = 'active', activated_at = %s,"
+        " activation_decision_id = %s, revision = revision + 1"
+        f" WHERE {_GEN_WHERE} RETURNING revision",
+        (at, decision_id, *key.params()),
+    ).fetchone()
+    assert row is not None
+    tx.execute(
+        "UPDATE identity_key SET state = 'active', updated_at = now()"
+        f" WHERE {_GEN_WHERE} AND state = 'ready'",
+        key.params(),
+    )
+    return int(row[0])
+
+
+def retire(tx: Transaction, key: GenerationKey, at: datetime) -> None:
+    """The generation is retired at ``at`` and its active keys retired."""
+    tx.execute(
+        "UPDATE identity_generation SET status = 'retired', retired_at = %s,"
+        f" revision = revision + 1 WHERE {_GEN_WHERE}",
+        (at, *key.params()),
+    )
+    tx.execute(
+        "UPDATE identity_key SET state = 'retired', updated_at = now()"
+        f" WHERE {_GEN_WHERE} AND state = 'active'",
+        key.params(),
+    )
+
+
+def clock(tx: Transaction) -> datetime:
+    """The wall clock now, not the transaction's start (``now()``): a transaction
+    that waited for a lock must not stamp a time before the commit it waited for."""
+    row = tx.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    value: datetime = row[0]
+    return value
+
+
+# --- backfill ------------------------------------------------------------------------
+
+
+def active_items_of_class(
+    tx: Transaction, tenant_id: str, catalog_id: str, class_id: str
+) -> list[tuple[str, dict[str, str]]]:
+    """``(item_id, attributes)`` of every active item of the class, by item id."""
+    rows = tx.execute(
+        "SELECT item_id, attributes FROM catalog_item WHERE tenant_id = %s AND catalog_id = %s"
+        " AND class_id = %s AND status = 'active' ORDER BY item_id",
+        (tenant_id, catalog_id, class_id),
+    ).fetchall()
+    return [(r[0], dict(r[1])) for r in rows]
+
+
+def clear_backfill(tx: Transaction, key: GenerationKey) -> None:
+    """Delete a never-activated generation's keys, candidates and collisions.
+
+    Candidates and collisions reference each other (a collision's holder is one of
+    its candidates), so both go in one statement: PostgreSQL checks the foreign keys
+    at its end. A trigger refuses to delete any key that is not ``ready``.
+    """
+    params = key.params()
+    tx.execute(
+        f"WITH candidates AS (DELETE FROM identity_candidate WHERE {_GEN_WHERE})"
+        f" DELETE FROM identity_collision WHERE {_GEN_WHERE}",
+        (*params, *params),
+    )
+    tx.execute(f"DELETE FROM identity_key WHERE {_GEN_WHERE}", params)
+
+
+def insert_keys(
+    tx: Transaction,
+    key: GenerationKey,
+    holders: Mapping[str, str],
+    state: Literal["ready", "active"],
+    decision_id: uuid.UUID | None = None,
+) -> None:
+    """Insert one key per ``item_id → identity_hash``.
+
+    Raises ``psycopg.errors.UniqueViolation`` when a ready or active key already has
+    the hash in this generation (INV-02), or the item already has a key in it. A
+    concurrent insert of the same hash waits for the other transaction and fails if
+    it commits.
+    """
+    if not holders:
+        return
+    items = list(holders)
+    tx.execute(
+        "INSERT INTO identity_key (tenant_id, catalog_id, class_id, identity_generation,"
+        " item_id, identity_hash, state, decision_id)"
+        " SELECT %s, %s, %s, %s, i, h, %s, %s FROM unnest(%s::text[], %s::text[]) AS k(i, h)",
+        (*key.params(), state, decision_id, items, [holders[i] for i in items]),
+    )
+
+
+def insert_collisions(
+    tx: Transaction, key: GenerationKey, candidates: Mapping[str, Sequence[str]]
+) -> None:
+    """Insert one unresolved collision per hash, with its candidate items."""
+    if not candidates:
+        return
+    hashes = list(candidates)
+    tx.execute(
+        "INSERT INTO identity_collision (tenant_id, catalog_id, class_id,"
+        " identity_generation, identity_hash)"
+        " SELECT %s, %s, %s, %s, h FROM unnest(%s::text[]) AS c(h)",
+        (*key.params(), hashes),
+    )
+    pairs = [(h, item) for h in hashes for item in candidates[h]]
+    tx.execute(
+        "INSERT INTO identity_candidate (tenant_id, catalog_id, class_id,"
+        " identity_generation, identity_hash, item_id)"
+        " SELECT %s, %s, %s, %s, h, i FROM unnest(%s::text[], %s::text[]) AS c(h, i)",
+        (*key.params(), [p[0] for p in pairs], [p[1] for p in pairs]),
+    )
+
+
+def keys_by_item(tx: Transaction, key: GenerationKey) -> dict[str, str]:
+    """``item_id → identity_hash`` of the generation's ready and active keys."""
+    rows = tx.execute(
+        "SELECT item_id, identity_hash FROM identity_key"
+        f" WHERE {_GEN_WHERE} AND state IN ('ready', 'active')",
+        key.params(),
+    ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def candidates_by_item(tx: Transaction, key: GenerationKey) -> dict[str, str]:
+    """``item_id → identity_hash`` of the generation's collision candidates."""
+    rows = tx.execute(
+        f"SELECT item_id, identity_hash FROM identity_candidate WHERE {_GEN_WHERE}",
+        key.params(),
+    ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def key_count(tx: Transaction, key: GenerationKey) -> int:
+    row = tx.execute(
+        f"SELECT count(*) FROM identity_key WHERE {_GEN_WHERE} AND state IN ('ready', 'active')",
+        key.params(),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# --- collisions ----------------------------------------------------------------------
+
+
+def collisions(
+    tx: Transaction, key: GenerationKey, identity_hash: str | None = None
+) -> list[CollisionRow]:
+    """The generation's collisions (one if ``identity_hash`` is given), by hash."""
+    rows = tx.execute(
+        "SELECT c.identity_hash, ARRAY(SELECT x.item_id FROM identity_candidate x"
+        "  WHERE x.tenant_id = c.tenant_id AND x.catalog_id = c.catalog_id"
+        "  AND x.class_id = c.class_id AND x.identity_generation = c.identity_generation"
+        "  AND x.identity_hash = c.identity_hash ORDER BY x.item_id),"
+        " c.holder_item_id, c.decision_id, c.resolved_at FROM identity_collision c"
+        " WHERE c.tenant_id = %s AND c.catalog_id = %s AND c.class_id = %s"
+        " AND c.identity_generation = %s AND (%s::text IS NULL OR c.identity_hash = %s)"
+        " ORDER BY c.identity_hash",
+        (*key.params(), identity_hash, identity_hash),
+    ).fetchall()
+    return [CollisionRow(r[0], tuple(r[1]), r[2], r[3], r[4]) for r in rows]
+
+
+def unresolved_collision_count(tx: Transaction, key: GenerationKey) -> int:
+    row = tx.execute(
+        f"SELECT count(*) FROM identity_collision WHERE {_GEN_WHERE} AND resolved_at IS NULL",
+        key.params(),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def resolve_collision(
+    tx: Transaction,
+    key: GenerationKey,
+    identity_hash: str,
+    holder_item_id: str | None,
+    decision_id: uuid.UUID,
+) -> bool:
+    """Record the resolution if the collision is still unresolved; False otherwise."""
+    row = tx.execute(
+        "UPDATE identity_collision SET holder_item_id = %s, decision_id = %s,"
+        f" resolved_at = now() WHERE {_GEN_WHERE} AND identity_hash = %s"
+        " AND resolved_at IS NULL RETURNING 1",
+        (holder_item_id, decision_id, *key.params(), identity_hash),
+    ).fetchone()
+    return row is not None
+
+
+# --- lookups and assignments ---------------------------------------------------------
+
+
+def find_key(tx: Transaction, key: GenerationKey, identity_hash: str) -> KeyMatch | None:
+    """The servable key of ``identity_hash``, joined on all five columns.
+
+    Servable: an active key of an active generation, or a retired key of a retired
+    generation (a replay pinned to it). Never a collision candidate (another table),
+    a ready key, or a released one.
+    """
+    row = tx.execute(
+        "SELECT k.item_id, k.state, g.status, i.status FROM identity_key k"
+        " JOIN identity_generation g USING (tenant_id, catalog_id, class_id,"
+        " identity_generation)"
+        " JOIN catalog_item i USING (tenant_id, catalog_id, item_id)"
+        " WHERE k.tenant_id = %s AND k.catalog_id = %s AND k.class_id = %s"
+        " AND k.identity_generation = %s AND k.identity_hash = %s"
+        " AND ((g.status = 'active' AND k.state = 'active')"
+        " OR (g.status = 'retired' AND k.state = 'retired'))",
+        (*key.params(), identity_hash),
+    ).fetchall()
+    # The unique index allows one active key per hash; a retired generation's keys
+    # were unique when it was active.
+    assert len(row) <= 1, row
+    return KeyMatch(*row[0]) if row else None
+
+
+def item_key(tx: Transaction, key: GenerationKey, item_id: str) -> tuple[str, str] | None:
+    """``(identity_hash, state)`` of the item's key in the generation, if any."""
+    row = tx.execute(
+        f"SELECT identity_hash, state FROM identity_key WHERE {_GEN_WHERE} AND item_id = %s",
+        (*key.params(), item_id),
+    ).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def release_keys(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> int:
+    """Mark the item's ready and active keys ``released``; returns how many."""
+    cursor = tx.execute(
+        "UPDATE identity_key SET state = 'released', updated_at = now()"
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s"
+        " AND state IN ('ready', 'active')",
+        (tenant_id, catalog_id, item_id),
+    )
+    return cursor.rowcount
+
+
+def strong_ids(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> dict[str, str]:
+    rows = tx.execute(
+        "SELECT scheme, value FROM identity_strong_id"
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s",
+        (tenant_id, catalog_id, item_id),
+    ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def strong_id_holders(
+    tx: Transaction, tenant_id: str, catalog_id: str, scheme: str, value: str
+) -> list[str]:
+    rows = tx.execute(
+        "SELECT item_id FROM identity_strong_id WHERE tenant_id = %s AND catalog_id = %s"
+        " AND scheme = %s AND value = %s ORDER BY item_id",
+        (tenant_id, catalog_id, scheme, value),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def insert_strong_ids(
+    tx: Transaction, tenant_id: str, catalog_id: str, pairs: Iterable[tuple[str, str, str]]
+) -> None:
+    """Record ``(item_id, scheme, value)`` triples; an item's first value per scheme
+    stays (a differing later one is ignored here; the caller checks if it must)."""
+    triples = list(pairs)
+    if not triples:
+        return
+    tx.execute(
+        "INSERT INTO identity_strong_id (tenant_id, catalog_id, item_id, scheme, value)"
+        " SELECT %s, %s, i, s, v FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(i, s, v)"
+        " ON CONFLICT (tenant_id, catalog_id, item_id, scheme) DO NOTHING",
+        (
+            tenant_id,
+            catalog_id,
+            [t[0] for t in triples],
+            [t[1] for t in triples],
+            [t[2] for t in triples],
+        ),
+    )
+
+
+def decision_actor_kind(
+    tx: Transaction, tenant_id: str, catalog_id: str, decision_id: uuid.UUID
+) -> str | None:
+    """The actor kind ('human' or 'rule') of a decision recorded in this transaction."""
+    row = tx.execute(
+        "SELECT actor_kind FROM decision"
+        " WHERE tenant_id = %s AND catalog_id = %s AND decision_id = %s",
+        (tenant_id, catalog_id, decision_id),
+    ).fetchone()
+    return str(row[0]) if row else None
