@@ -3,26 +3,40 @@ review case.
 
 ``identify`` answers which catalog item the product is (an existing one, a new one
 with the facts that give it its identity, or no automatic answer, with the reason);
-``planner`` turns that into the decision's facts. Both only read: the pipeline writes
+``plan`` turns that into the decision's facts. Both only read: the pipeline writes
 the plan, in the product's Unit of Work, after the stream's cursor lock is taken.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from db.repositories import catalog_items, listing_mappings
+from db.repositories import identity as identity_rows
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision
 from producers.resolver.facts import Fact
+from producers.resolver.identity import (
+    AssignIdentity,
+    identity_hash,
+    lookup,
+    pinned_generation,
+    strong_ids_of,
+)
 from producers.resolver.listing_mappings import MapListing
 from producers.worker.pipeline import CaseToOpen, ItemWork, Plan, Resolve
 from schemas.events import EvidenceRef
 
 ACTION = "capture.resolve"
 ACTOR = "resolver-worker"
+
+# Fixed namespace of new items' ids; never change it, or a replay would create the
+# same item again under another id.
+_ITEM_NAMESPACE = uuid.UUID("5d0e9a61-2b8f-4c53-a7e4-91f3c02b6d18")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +58,78 @@ class Unresolved:
 
 
 Identify = Callable[[Transaction, ItemWork], Identified | Unresolved]
+
+
+def claimed_values(work: ItemWork) -> dict[str, str]:
+    """The values an identity rule may name: the title, the attributes and the
+    identifiers (an identifier wins over an attribute of the same name)."""
+    p = work.product
+    return {"title": p.title, **p.attributes, **p.identifiers}
+
+
+def new_item_id(catalog_id: str, class_id: str, generation: int, digest: str) -> str:
+    """The id of the item a key creates: the same on every replay of any capture."""
+    name = json.dumps([catalog_id, class_id, generation, digest])
+    return f"item-{uuid.uuid5(_ITEM_NAMESPACE, name)}"
+
+
+def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
+    """Which item the product is, by identity (INV-02), in the generation of its class
+    that was active when the capture arrived (its ``created_at``: the resolver's own
+    clock, where ``captured_at`` is the collector's; a replay pins the same one).
+
+    - no generation then, or claims without the rule's fields: review;
+    - the key's holder, unless the claimed strong identifiers contradict it: review;
+    - no key: a new item holding the key, unless a strong identifier it claims
+      already belongs to another item (review), or the pinned generation has been
+      retired since (keys go to the active one: review).
+    """
+    p = work.product
+    generation = pinned_generation(tx, work.tenant_id, work.catalog_id, p.class_id, work.arrived_at)
+    if generation is None:
+        return Unresolved(
+            "NO_ACTIVE_GENERATION",
+            f"class {p.class_id!r} had no active identity generation when the capture arrived",
+        )
+    claims = claimed_values(work)
+    digest = identity_hash(generation.rule, claims)
+    if digest is None:
+        return Unresolved(
+            "NO_IDENTITY",
+            f"the product does not state every field of the identity rule {generation.rule.fields}",
+        )
+    strong = strong_ids_of(claims)
+    found = lookup(
+        tx, work.tenant_id, work.catalog_id, p.class_id, generation.generation, digest, strong
+    )
+    if found.outcome == "match":
+        assert found.item_id is not None
+        return Identified(found.item_id, new=False)
+    if found.outcome == "strong_id_conflict":
+        return Unresolved(
+            "STRONG_ID_CONFLICT",
+            f"the product's identity matches {found.item_id!r} but its {', '.join(found.conflicts)}"
+            " contradicts it",
+        )
+    for scheme, value in sorted(strong.items()):
+        holders = identity_rows.strong_id_holders(
+            tx, work.tenant_id, work.catalog_id, scheme, value
+        )
+        if holders:
+            return Unresolved(
+                "STRONG_ID_HELD",
+                f"no item has the product's identity, but its {scheme} {value} belongs to"
+                f" {', '.join(holders)}",
+            )
+    if generation.status != "active":
+        return Unresolved(
+            "GENERATION_RETIRED",
+            f"the product is new to generation {generation.generation} of {p.class_id!r}, which"
+            " has been retired since the capture arrived",
+        )
+    item_id = new_item_id(work.catalog_id, p.class_id, generation.generation, digest)
+    assign = AssignIdentity(item_id, p.class_id, generation.generation, digest, strong)
+    return Identified(item_id, new=True, facts=(assign,))
 
 
 def item_attributes(work: ItemWork) -> dict[str, str]:
@@ -140,3 +226,7 @@ def _applied(work: ItemWork, item_id: str, facts: list[Fact], what: str) -> Plan
 
 def _review(work: ItemWork, code: str, reason: str) -> Plan:
     return Plan("review", case=CaseToOpen("listing", work.listing_id, code, reason))
+
+
+RESOLVE: Resolve = planner(identify)
+"""The production resolution: ``plan`` over ``identify``."""

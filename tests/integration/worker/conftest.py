@@ -1,8 +1,8 @@
 """Fixtures of the capture-worker tests: real PostgreSQL, Kafka and S3, captures
-accepted through the real intake service, and a worker wired as in production except
-for its adapter and its identity lookup, which are small test doubles here: the
-``lines`` adapter reads a JSON list of products, and items are identified by their
-source item id."""
+accepted through the real intake service, identity generations activated through
+the real decision path, and a worker wired as in production except for its adapter:
+the ``lines`` adapter here reads a small JSON list of products, each identified by
+its ``sku`` (the identity rule of class ``shoe``)."""
 
 from __future__ import annotations
 
@@ -18,25 +18,35 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from db.repositories import catalog_items
+from db.repositories import identity as identity_rows
+from db.repositories.identity import GenerationKey
 from db.settings import DatabaseSettings
 from db.tables.domain import APP_ROLE
-from db.unit_of_work import Transaction
+from db.unit_of_work import Transaction, UnitOfWork
 from producers.intake.collectors import Collector, register
 from producers.intake.enqueue import JobEnqueuer
 from producers.intake.evidence import EvidenceStore
 from producers.intake.service import CaptureSubmission, IntakeService
 from producers.intake.settings import IntakeSettings
+from producers.resolver.decisions import Decision, record_decision
+from producers.resolver.identity import (
+    ActivateGeneration,
+    IdentityRule,
+    create_and_backfill,
+    identity_hash,
+)
 from producers.worker.objects import EvidenceReader
 from producers.worker.outcomes import CaptureUnreadable
-from producers.worker.pipeline import CaptureWorker, ItemWork
-from producers.worker.resolution import Identified, Unresolved, planner
+from producers.worker.pipeline import CaptureWorker
+from producers.worker.resolution import RESOLVE, new_item_id
 from producers.worker.retries import RetryPolicy
 from producers.worker.settings import WorkerSettings
 from schemas.codec import CODEC
+from schemas.events import EvidenceRef
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 ADAPTER = "lines"
+SKU = IdentityRule(("sku",))
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,7 @@ class LinesAdapter:
                     source_item_id=p["id"],
                     class_id=p.get("class", "shoe"),
                     title=p.get("title", p["id"]),
-                    identifiers=p.get("ids", {}),
+                    identifiers={"sku": p["id"], **p.get("ids", {})},
                     attributes=p.get("attrs", {}),
                     offer=p.get("offer", {}),
                     locator=locator,
@@ -103,16 +113,6 @@ class LinesAdapter:
                 )
             )
         return LineExtraction(ADAPTER, self.parser_version, tuple(products), tuple(rejected))
-
-
-def identify_by_source_item(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
-    """The test identity: item ``item-<source item id>``; ``attrs.review`` asks for a
-    reviewer."""
-    if "review" in work.product.attributes:
-        return Unresolved("TEST_REVIEW", "the product asked for a reviewer")
-    item_id = f"item-{work.product.source_item_id}"
-    current = catalog_items.get(tx, work.tenant_id, work.catalog_id, item_id)
-    return Identified(item_id, new=current is None)
 
 
 def as_app_role(conn: psycopg.Connection) -> None:
@@ -195,9 +195,48 @@ class Harness:
             CODEC,
             options.pop("reader", self.reader),
             options.pop("parse", self.adapter),
-            options.pop("resolve", planner(identify_by_source_item)),
+            options.pop("resolve", RESOLVE),
             **options,
         )
+
+    def uow(self) -> UnitOfWork:
+        return UnitOfWork(self.uow_pool, self.epochs, CODEC)
+
+    def activate(
+        self,
+        tenant: str = "t1",
+        catalog: str = "c1",
+        class_id: str = "shoe",
+        rule: IdentityRule = SKU,
+    ) -> int:
+        """Create, backfill and (by a human decision) activate an identity generation."""
+        report = create_and_backfill(self.uow, tenant, catalog, class_id, rule)
+        key = report.generation.key
+        with self.uow() as u:
+            row = identity_rows.get_generation(
+                u.tx, GenerationKey(tenant, catalog, class_id, key.generation)
+            )
+        assert row is not None
+        decision = Decision(
+            tenant_id=tenant,
+            catalog_id=catalog,
+            action="identity",
+            actor="reviewer:test",
+            rationale="approve the rule",
+            evidence=(EvidenceRef(capture_id="setup", locator="-"),),
+            facts=(ActivateGeneration(class_id, key.generation, row.revision),),
+        )
+        with self.uow() as u:
+            record_decision(u, decision)
+        return key.generation
+
+    def item(
+        self, sku: str, generation: int = 1, catalog: str = "c1", class_id: str = "shoe"
+    ) -> str:
+        """The id of the item the product with this sku creates."""
+        digest = identity_hash(SKU, {"sku": sku})
+        assert digest is not None
+        return new_item_id(catalog, class_id, generation, digest)
 
     def make_due(self) -> None:
         """Every retry, product or job, is due now."""

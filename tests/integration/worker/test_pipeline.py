@@ -12,32 +12,30 @@ def test_a_run_settles_every_product_and_a_second_delivery_changes_nothing(
     harness: Harness,
 ) -> None:
     harness.bind()
+    harness.activate()
     job = harness.capture(
-        [product("a", color="red"), {"title": "no id"}, product("b"), product("c", review="x")]
+        [product("a", color="red"), {"title": "no id"}, product("b"), {"id": "c", "class": "boot"}]
     )
     report = harness.worker().run(job.job_id)
     assert report.result == "done"
     assert report.checkpoint == 3
+    a, b = harness.item("a"), harness.item("b")
     assert harness.results(job) == {
-        "a": ("applied", 0, None, "item-a"),
-        "b": ("applied", 0, None, "item-b"),
-        "c": ("review", 0, "TEST_REVIEW", None),
+        "a": ("applied", 0, None, a),
+        "b": ("applied", 0, None, b),
+        "c": ("review", 0, "NO_ACTIVE_GENERATION", None),
         "@document#$.products[1]": ("rejected", 0, "MISSING_FIELD", None),
     }
     state = harness.snapshot()
-    assert [(i[0], i[3], i[4], i[5]) for i in state["items"]] == [
-        ("item-a", "title of a", {"color": "red"}, 1),
-        ("item-b", "title of b", {}, 1),
-    ]
-    assert [(m[0], m[1]) for m in state["mappings"]] == [
-        ("shop:a", "item-a"),
-        ("shop:b", "item-b"),
-    ]
+    assert sorted((i[0], i[3], i[4], i[5]) for i in state["items"]) == sorted(
+        [(a, "title of a", {"color": "red", "sku": "a"}, 1), (b, "title of b", {"sku": "b"}, 1)]
+    )
+    assert sorted((m[0], m[1]) for m in state["mappings"]) == [("shop:a", a), ("shop:b", b)]
     assert [c[2:] for c in state["cases"]] == [("shop:c", "open", 1)]
     # One decision per applied product, each with its item and mapping event.
-    assert len(state["decisions"]) == 2
-    assert [p for _, p, _ in state["outbox"]] == list(range(1, 7))
-    assert {d[3][0]["locator"] for d in state["decisions"]} == {
+    assert len(state["decisions"]) == 3  # the generation's approval, then one per product
+    assert [p for _, p, _ in state["outbox"]] == list(range(1, 8))
+    assert {d[3][0]["locator"] for d in state["decisions"] if d[1] == "capture.resolve"} == {
         "document#$.products[0]",
         "document#$.products[2]",
     }
@@ -50,6 +48,7 @@ def test_a_run_settles_every_product_and_a_second_delivery_changes_nothing(
 
 def test_a_later_capture_is_unchanged_applied_or_new_per_product(harness: Harness) -> None:
     harness.bind()
+    harness.activate()
     first = harness.capture([product("a", color="red"), product("b")])
     assert harness.worker().run(first.job_id).result == "done"
     second = harness.capture(
@@ -65,15 +64,16 @@ def test_a_later_capture_is_unchanged_applied_or_new_per_product(harness: Harnes
     }
     items = {i[0]: (i[3], i[5]) for i in harness.snapshot()["items"]}
     assert items == {
-        "item-a": ("title of a", 1),
-        "item-b": ("renamed", 2),
-        "item-d": ("title of d", 1),
+        harness.item("a"): ("title of a", 1),
+        harness.item("b"): ("renamed", 2),
+        harness.item("d"): ("title of d", 1),
     }
 
 
 def test_a_source_without_binding_fails_visibly_until_bound_and_retried(harness: Harness) -> None:
     from producers.worker import repair
 
+    harness.activate()
     job = harness.capture([product("a")])
     report = harness.worker().run(job.job_id)
     assert (report.result, report.error_code) == ("failed", "SOURCE_NOT_BOUND")
