@@ -30,6 +30,13 @@ class UnsupportedMediaType(IntakeError):
     http_status = 415
 
 
+class MalformedRawEnvelope(IntakeError):
+    """An artifact posted as a raw envelope that does not decode as one."""
+
+    code = "MALFORMED_RAW_ENVELOPE"
+    http_status = 422
+
+
 class ReceiptNotFound(IntakeError):
     code = "NOT_FOUND"
     http_status = 404

@@ -27,6 +27,7 @@ from producers.intake import collectors
 from producers.intake.collectors import Collector, CollectorVerifier
 from producers.intake.exceptions import (
     InstanceScopeDenied,
+    MalformedRawEnvelope,
     PayloadTooLarge,
     ReceiptNotFound,
     UnsupportedMediaType,
@@ -34,6 +35,8 @@ from producers.intake.exceptions import (
 from producers.intake.http_models import CaptureRequest, Receipt
 from producers.intake.rules import MediaType
 from producers.intake.service import CaptureSubmission, IntakeService
+from producers.worker.exceptions import MalformedEnvelope
+from producers.worker.raw import RAW_ENVELOPE_CONTENT_TYPE, decode_raw_envelope
 from schemas.jobs import CAPTURE_JOB
 
 CAPTURES_PATH = "/v1/captures"
@@ -120,6 +123,13 @@ def _submission(body: CaptureRequest, key: str, resources: IntakeResources) -> C
         )
     if len(body.artifact) > resources.max_artifact_bytes:
         raise PayloadTooLarge(f"the artifact may be at most {resources.max_artifact_bytes} bytes")
+    if media.essence == RAW_ENVELOPE_CONTENT_TYPE:
+        try:
+            decode_raw_envelope(body.artifact)
+        except MalformedEnvelope as exc:
+            raise MalformedRawEnvelope(
+                f"the artifact is not a raw envelope: {exc.message}"
+            ) from exc
     return CaptureSubmission(
         idempotency_key=key,
         schema_version=body.schema_version,

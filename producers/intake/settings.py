@@ -12,9 +12,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from db.settings import ENV_PREFIX, DatabaseSettings
 from producers.intake.rules import MediaType
+from producers.worker.raw import RAW_ENVELOPE_CONTENT_TYPE
 from schemas.topics import JOBS_TOPIC
 
-DEFAULT_CONTENT_TYPES = "text/html,application/json,application/ld+json,text/plain"
+# The raw envelope lets a collector that fetched several responses post them together.
+DEFAULT_CONTENT_TYPES = (
+    f"text/html,application/json,application/ld+json,text/plain,{RAW_ENVELOPE_CONTENT_TYPE}"
+)
 
 
 class JobQueueSettings(BaseSettings):

@@ -15,6 +15,12 @@ from fastapi.testclient import TestClient
 from db import intake as intake_sql
 from db.settings import DatabaseSettings
 from producers.settings import ApiSettings
+from producers.worker.raw import (
+    RAW_ENVELOPE_CONTENT_TYPE,
+    RawEnvelope,
+    RawPart,
+    encode_raw_envelope,
+)
 
 from .conftest import bearer, capture_body, counts, object_bytes, post
 
@@ -107,6 +113,25 @@ def test_unaccepted_media_types_are_415(client: TestClient, collector: str) -> N
     )
     assert not_json.status_code == 415
     assert not_json.json()["code"] == "UNSUPPORTED_MEDIA_TYPE"
+
+
+def test_a_raw_envelope_is_accepted_and_a_malformed_one_is_422(
+    client: TestClient, collector: str, clean_db: DatabaseSettings
+) -> None:
+    envelope = RawEnvelope(
+        (
+            RawPart("document", "text/html; charset=utf-8", b"<html>page</html>"),
+            RawPart("offers", "application/json", b'{"items": []}'),
+        )
+    )
+    body = capture_body(encode_raw_envelope(envelope), content_type=RAW_ENVELOPE_CONTENT_TYPE)
+    accepted = post(client, collector, body)
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["content_type"] == RAW_ENVELOPE_CONTENT_TYPE
+    broken = post(client, collector, capture_body(content_type=RAW_ENVELOPE_CONTENT_TYPE))
+    assert broken.status_code == 422
+    assert broken.json()["code"] == "MALFORMED_RAW_ENVELOPE"
+    assert counts(clean_db) == {"capture": 1, "receipt": 1, "intake_job": 1}
 
 
 @pytest.mark.parametrize(
