@@ -18,19 +18,16 @@ import psycopg
 import psycopg.errors
 
 from producers.resolver.exceptions import DomainError
+from producers.worker.exceptions import AdapterError, WorkerError
 
 MAX_ERROR_CHARS = 500
 
 
-class Failure(Exception):
+class Failure(WorkerError):
     """A classified failure: a stable ``code`` and whether retrying may help."""
 
     code = "FAILURE"
     retryable = False
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class SourceNotBound(Failure):
@@ -61,15 +58,6 @@ class EvidenceCorrupt(Failure):
     code = "EVIDENCE_CORRUPT"
 
 
-class CaptureUnreadable(Failure):
-    """The adapter cannot read the capture as a whole (its code says why); the same
-    bytes through the same parser version always answer the same."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class RunAborted(Exception):
     """The run stops without recording anything more: a product's outcome could not
     be written (the database is gone). Its checkpoint holds; the job's lease expires
@@ -91,6 +79,9 @@ def classify(exc: BaseException) -> Classified:
     """The stored form of ``exc``: code, retryability, sanitized message."""
     if isinstance(exc, Failure):
         return Classified(exc.code, exc.retryable, sanitize(exc.message))
+    if isinstance(exc, AdapterError):
+        # The capture as a whole: the same bytes through the same parser answer the same.
+        return Classified(exc.code, False, sanitize(exc.message))
     if isinstance(exc, DomainError):
         return Classified(exc.code, exc.code in RETRYABLE_DOMAIN_CODES, sanitize(exc.message))
     text = sanitize(f"{type(exc).__name__}: {exc}")

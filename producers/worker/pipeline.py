@@ -13,11 +13,10 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
 
 from psycopg_pool import ConnectionPool
 
@@ -31,6 +30,13 @@ from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.review_cases import open_case
 from producers.worker import checkpoints, metrics, sources
+from producers.worker.adapters import (
+    ExtractedProduct,
+    Extraction,
+    RejectedItem,
+    adapter_named,
+    reparse_stored_raw,
+)
 from producers.worker.checkpoints import CheckpointLost, CheckpointRef
 from producers.worker.objects import EvidenceReader
 from producers.worker.outcomes import Classified, RunAborted, classify, sanitize
@@ -46,53 +52,20 @@ log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("0c6f4e52-7d1b-4a4e-9b7a-3f2d8e61c5a9")
 
 
-# What the worker needs of an adapter's extraction (``producers.worker.adapters``).
+# Parse one capture's bytes with the named adapter (``parse_capture`` in production);
+# raises ``AdapterError`` when the capture as a whole is unusable.
+Parse = Callable[[str, bytes, str, str], Extraction]
 
 
-class Product(Protocol):
-    @property
-    def source_item_id(self) -> str: ...
-    @property
-    def class_id(self) -> str: ...
-    @property
-    def title(self) -> str: ...
-    @property
-    def identifiers(self) -> Mapping[str, str]: ...
-    @property
-    def attributes(self) -> Mapping[str, str]: ...
-    @property
-    def offer(self) -> Mapping[str, str]: ...
-    @property
-    def locator(self) -> str: ...
-    @property
-    def fingerprint(self) -> str: ...
+def parse_capture(adapter: str, artifact: bytes, content_type: str, source_url: str) -> Extraction:
+    """The capture's products, read by the adapter its source is bound to (a raw
+    envelope decodes to its parts; any other artifact is its ``document`` part)."""
+    extraction = reparse_stored_raw(adapter_named(adapter), artifact, content_type, source_url)
+    assert extraction is not None  # the artifact is there
+    return extraction
 
 
-class Rejection(Protocol):
-    @property
-    def locator(self) -> str: ...
-    @property
-    def code(self) -> str: ...
-    @property
-    def message(self) -> str: ...
-
-
-class ExtractionResult(Protocol):
-    @property
-    def adapter(self) -> str: ...
-    @property
-    def parser_version(self) -> int: ...
-    @property
-    def products(self) -> Sequence[Product]: ...
-    @property
-    def rejected(self) -> Sequence[Rejection]: ...
-
-
-# Parse one capture's bytes with the named adapter; raises ``CaptureUnreadable``.
-Parse = Callable[[str, bytes, str, str], ExtractionResult]
-
-
-def claims_of(product: Product) -> list[tuple[str, str, str]]:
+def claims_of(product: ExtractedProduct) -> list[tuple[str, str, str]]:
     """Every field the product states, as (field, value, locator) claims."""
     found = [
         ("class_id", product.class_id, product.locator),
@@ -126,7 +99,7 @@ class ItemWork:
     capture_id: uuid.UUID
     captured_at: datetime
     arrived_at: datetime  # the capture's created_at: identity generations pin to it
-    product: Product
+    product: ExtractedProduct
 
     @property
     def decision_id(self) -> uuid.UUID:
@@ -230,7 +203,7 @@ class _Run:
     binding: BindingRow
     adapter: str
     parser_version: int
-    products: Sequence[Product]
+    products: Sequence[ExtractedProduct]
     report: RunReport
     renewed_at: float
 
@@ -455,7 +428,7 @@ class CaptureWorker:
 
     # --- products -----------------------------------------------------------------
 
-    def _record_rejections(self, run: _Run, rejected: Sequence[Rejection]) -> None:
+    def _record_rejections(self, run: _Run, rejected: Sequence[RejectedItem]) -> None:
         """The adapter's refused products, as terminal ``rejected`` results keyed by
         their locator (they have no usable source item id). Idempotent."""
         if not rejected:
@@ -507,7 +480,7 @@ class CaptureWorker:
             run.report.count(outcome)
 
     def _attempt(
-        self, run: _Run, new: NewResult, product: Product, move: tuple[int, int] | None
+        self, run: _Run, new: NewResult, product: ExtractedProduct, move: tuple[int, int] | None
     ) -> str | None:
         """One transaction: lock the result; if it needs work, resolve the product and
         write its claims, outcome, source-item version and decision (or review case);

@@ -21,7 +21,7 @@ from producers.relay.health import serve
 from producers.worker.consumer import JobLoop, due_job_ids, job_consumer
 from producers.worker.metrics import FailuresCollector
 from producers.worker.objects import ClusterSlots, EvidenceReader
-from producers.worker.pipeline import CaptureWorker, Parse, Resolve
+from producers.worker.pipeline import CaptureWorker, Parse, Resolve, parse_capture
 from producers.worker.resolution import RESOLVE
 from producers.worker.retries import RetryPolicy
 from producers.worker.settings import WorkerSettings
@@ -48,7 +48,9 @@ class Wiring:
         self.epochs.close()
 
 
-def build(settings: WorkerSettings, parse: Parse, resolve: Resolve = RESOLVE) -> Wiring:
+def build(
+    settings: WorkerSettings, parse: Parse = parse_capture, resolve: Resolve = RESOLVE
+) -> Wiring:
     s = settings
     connections = s.worker_concurrency + 2  # each job thread, the scan, the metrics
     pool = ConnectionPool(
@@ -89,7 +91,9 @@ def build(settings: WorkerSettings, parse: Parse, resolve: Resolve = RESOLVE) ->
     return Wiring(worker, pool, uow_pool, epochs, slots)
 
 
-def run(settings: WorkerSettings, parse: Parse, stop: threading.Event | None = None) -> None:
+def run(
+    settings: WorkerSettings, parse: Parse = parse_capture, stop: threading.Event | None = None
+) -> None:
     """Run until SIGTERM or SIGINT (or ``stop``), then let the runs under way finish.
 
     Stopping mid-run is safe anyway: a killed run's products are settled or not

@@ -1,15 +1,14 @@
 """Fixtures of the capture-worker tests: real PostgreSQL, Kafka and S3, captures
-accepted through the real intake service, identity generations activated through
-the real decision path, and a worker wired as in production except for its adapter:
-the ``lines`` adapter here reads a small JSON list of products, each identified by
-its ``sku`` (the identity rule of class ``shoe``)."""
+accepted through the real intake service as ``json-feed`` documents, identity
+generations activated through the real decision path (class ``shoe`` is identified
+by ``sku``), and a worker wired as in production."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,9 +34,9 @@ from producers.resolver.identity import (
     create_and_backfill,
     identity_hash,
 )
+from producers.worker.adapters import ADAPTERS, Extraction
 from producers.worker.objects import EvidenceReader
-from producers.worker.outcomes import CaptureUnreadable
-from producers.worker.pipeline import CaptureWorker
+from producers.worker.pipeline import CaptureWorker, parse_capture
 from producers.worker.resolution import RESOLVE, new_item_id
 from producers.worker.retries import RetryPolicy
 from producers.worker.settings import WorkerSettings
@@ -45,74 +44,26 @@ from schemas.codec import CODEC
 from schemas.events import EvidenceRef
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
-ADAPTER = "lines"
+ADAPTER = "json-feed"
 SKU = IdentityRule(("sku",))
 
 
-@dataclass(frozen=True)
-class LineProduct:
-    source_item_id: str
-    class_id: str
-    title: str
-    identifiers: Mapping[str, str]
-    attributes: Mapping[str, str]
-    offer: Mapping[str, str]
-    locator: str
-    fingerprint: str
-
-
-@dataclass(frozen=True)
-class LineRejection:
-    locator: str
-    code: str
-    message: str
-
-
-@dataclass(frozen=True)
-class LineExtraction:
-    adapter: str
-    parser_version: int
-    products: tuple[LineProduct, ...]
-    rejected: tuple[LineRejection, ...]
-
-
 @dataclass
-class LinesAdapter:
-    """Reads ``{"products": [{"id", "title", "class", "ids", "attrs", "offer"}, …]}``;
-    a product without an id is refused; ``{"broken": true}`` is unreadable as a whole."""
+class Parser:
+    """The production parse (``parse_capture``), counting its calls, optionally
+    claiming another parser version (to play an older or newer worker)."""
 
-    parser_version: int = 1
+    parser_version: int | None = None
     calls: int = 0
 
     def __call__(
         self, adapter: str, artifact: bytes, content_type: str, source_url: str
-    ) -> LineExtraction:
+    ) -> Extraction:
         self.calls += 1
-        if adapter != ADAPTER:
-            raise CaptureUnreadable("UNKNOWN_ADAPTER", f"no adapter {adapter!r}")
-        body = json.loads(artifact)
-        if body.get("broken"):
-            raise CaptureUnreadable("MALFORMED_CAPTURE", "the capture says it is broken")
-        products, rejected = [], []
-        for n, p in enumerate(body["products"]):
-            locator = f"document#$.products[{n}]"
-            if not p.get("id"):
-                rejected.append(LineRejection(locator, "MISSING_FIELD", "no id"))
-                continue
-            content = {k: p.get(k) for k in ("title", "class", "ids", "attrs", "offer")}
-            products.append(
-                LineProduct(
-                    source_item_id=p["id"],
-                    class_id=p.get("class", "shoe"),
-                    title=p.get("title", p["id"]),
-                    identifiers={"sku": p["id"], **p.get("ids", {})},
-                    attributes=p.get("attrs", {}),
-                    offer=p.get("offer", {}),
-                    locator=locator,
-                    fingerprint=json.dumps(content, sort_keys=True),
-                )
-            )
-        return LineExtraction(ADAPTER, self.parser_version, tuple(products), tuple(rejected))
+        extraction = parse_capture(adapter, artifact, content_type, source_url)
+        if self.parser_version is None:
+            return extraction
+        return replace(extraction, parser_version=self.parser_version)
 
 
 def as_app_role(conn: psycopg.Connection) -> None:
@@ -127,8 +78,15 @@ class Job:
     tenant_id: str
 
 
-def product(item: str, title: str | None = None, **attrs: str) -> dict[str, Any]:
-    return {"id": item, "title": title or f"title of {item}", "attrs": attrs}
+def product(item: str, title: str | None = None, **attributes: str) -> dict[str, Any]:
+    """A json-feed product of class ``shoe`` whose sku is its id."""
+    return {
+        "id": item,
+        "sku": item,
+        "title": title or f"title of {item}",
+        "category": "shoe",
+        "attributes": attributes,
+    }
 
 
 @dataclass
@@ -140,7 +98,7 @@ class Harness:
     uow_pool: ConnectionPool
     epochs: EpochSource
     reader: EvidenceReader
-    adapter: LinesAdapter = field(default_factory=LinesAdapter)
+    parser: Parser = field(default_factory=Parser)
     workers: int = 0
 
     def conn(self) -> psycopg.Connection:
@@ -152,7 +110,7 @@ class Harness:
         from producers.worker import sources
 
         with self.conn() as conn, conn.transaction():
-            sources.register(Transaction(conn), tenant, source, catalog, adapter, "test", {adapter})
+            sources.register(Transaction(conn), tenant, source, catalog, adapter, "test", ADAPTERS)
 
     def capture(
         self,
@@ -161,9 +119,9 @@ class Harness:
         tenant: str = "t1",
         captured_at: datetime = T0,
         key: str | None = None,
-        **extra: Any,
+        raw: bytes | None = None,
     ) -> Job:
-        body = json.dumps({"products": products, **extra}, sort_keys=True).encode()
+        body = raw if raw is not None else json.dumps({"products": products}).encode()
         accepted = self.intake.accept(
             Collector(f"client-{tenant}", tenant, "shop", "inst-a"),
             CaptureSubmission(
@@ -194,7 +152,7 @@ class Harness:
             self.epochs,
             CODEC,
             options.pop("reader", self.reader),
-            options.pop("parse", self.adapter),
+            options.pop("parse", self.parser),
             options.pop("resolve", RESOLVE),
             **options,
         )

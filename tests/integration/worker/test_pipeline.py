@@ -14,7 +14,12 @@ def test_a_run_settles_every_product_and_a_second_delivery_changes_nothing(
     harness.bind()
     harness.activate()
     job = harness.capture(
-        [product("a", color="red"), {"title": "no id"}, product("b"), {"id": "c", "class": "boot"}]
+        [
+            product("a", color="red"),
+            {"title": "no id"},
+            product("b"),
+            {**product("c"), "category": "boot"},
+        ]
     )
     report = harness.worker().run(job.job_id)
     assert report.result == "done"
@@ -24,11 +29,11 @@ def test_a_run_settles_every_product_and_a_second_delivery_changes_nothing(
         "a": ("applied", 0, None, a),
         "b": ("applied", 0, None, b),
         "c": ("review", 0, "NO_ACTIVE_GENERATION", None),
-        "@document#$.products[1]": ("rejected", 0, "MISSING_FIELD", None),
+        "@document#/products/1": ("rejected", 0, "MISSING_FIELD", None),
     }
     state = harness.snapshot()
     assert sorted((i[0], i[3], i[4], i[5]) for i in state["items"]) == sorted(
-        [(a, "title of a", {"color": "red", "sku": "a"}, 1), (b, "title of b", {"sku": "b"}, 1)]
+        [(a, "title of a", {"colour": "red", "sku": "a"}, 1), (b, "title of b", {"sku": "b"}, 1)]
     )
     assert sorted((m[0], m[1]) for m in state["mappings"]) == [("shop:a", a), ("shop:b", b)]
     assert [c[2:] for c in state["cases"]] == [("shop:c", "open", 1)]
@@ -36,8 +41,8 @@ def test_a_run_settles_every_product_and_a_second_delivery_changes_nothing(
     assert len(state["decisions"]) == 3  # the generation's approval, then one per product
     assert [p for _, p, _ in state["outbox"]] == list(range(1, 8))
     assert {d[3][0]["locator"] for d in state["decisions"] if d[1] == "capture.resolve"} == {
-        "document#$.products[0]",
-        "document#$.products[2]",
+        "document#/products/0",
+        "document#/products/2",
     }
     assert harness.job(job)["status"] == "done"
 
@@ -91,7 +96,7 @@ def test_a_source_without_binding_fails_visibly_until_bound_and_retried(harness:
 
 def test_a_capture_the_adapter_cannot_read_fails_at_once(harness: Harness) -> None:
     harness.bind()
-    job = harness.capture([], broken=True)
+    job = harness.capture([], raw=b"{not json")
     report = harness.worker().run(job.job_id)
     assert (report.result, report.error_code) == ("failed", "MALFORMED_CAPTURE")
     assert harness.job(job)["run_failures"] == 0  # terminal: not counted as a retry

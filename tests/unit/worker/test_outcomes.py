@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from producers.resolver.exceptions import DomainError, TargetNotActive
+from producers.worker.exceptions import AdapterError
 from producers.worker.outcomes import (
     MAX_ERROR_CHARS,
-    CaptureUnreadable,
     EvidenceMissing,
     EvidenceUnavailable,
     classify,
@@ -32,7 +32,7 @@ class _RaceLost(DomainError):
     [
         (EvidenceUnavailable("down"), "EVIDENCE_UNAVAILABLE", True),
         (EvidenceMissing("gone"), "EVIDENCE_MISSING", False),
-        (CaptureUnreadable("MALFORMED_CAPTURE", "bad"), "MALFORMED_CAPTURE", False),
+        (AdapterError("MALFORMED_CAPTURE", "bad"), "MALFORMED_CAPTURE", False),
         (TargetNotActive("retired"), "TARGET_NOT_ACTIVE", False),
         (_RaceLost("another writer took the hash"), "IDENTITY_CONFLICT", True),
         (psycopg.errors.SerializationFailure("x"), "DB_CONFLICT", True),
