@@ -6,6 +6,10 @@ once replayed, must reach the same state as one successful run.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +18,8 @@ import pytest
 
 from db.repositories import capture_checkpoints, capture_items
 from producers.worker import repair
-from producers.worker.pipeline import ItemWork, Plan
+from producers.worker.consumer import due_job_ids
+from producers.worker.pipeline import CaptureWorker, ItemWork, Plan
 from producers.worker.resolution import RESOLVE
 from producers.worker.retries import RetryPolicy
 
@@ -204,3 +209,38 @@ def test_an_operator_skip_is_terminal_audited_and_finishes_the_job(
     assert audit == [("skip", "operator", "listing withdrawn")]
     assert harness.results(job)["a"][0] == "skipped"
     assert harness.job(job)["status"] == "done"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["mid-product", "before-finish"])
+def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
+    harness: Harness, point: str
+) -> None:
+    """SIGKILL a real worker process (after the capture's artifact was put and its
+    job committed), then let another worker take the job over once the dead one's
+    lease has expired: the state is that of one clean run."""
+    job, _ = twin(harness)
+    env = {**os.environ, "GAPLESS_JOBS_TOPIC": harness.settings.jobs_topic}
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.integration.worker.crash_child", str(job.job_id), point],
+        capture_output=True,
+        timeout=120,
+        env=env,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    view = harness.job(job)
+    assert (view["status"], view["lease_owner"]) == ("running", "doomed-child")
+    expected = 2 if point == "mid-product" else len(BATCH)
+    assert harness.checkpoint(job) == expected
+    assert len(harness.results(job)) == expected
+
+    def due() -> list[Any]:
+        return due_job_ids(harness.pool, CaptureWorker.KINDS, 3600, 100, 10)
+
+    assert job.job_id not in due()  # the dead worker's lease still holds
+    harness.expire_leases()
+    assert due() == [job.job_id]  # the repair scan finds the abandoned run
+    report = harness.worker().run(job.job_id)
+    assert report.result == "done"
+    assert report.outcomes == ({"applied": 2} if point == "mid-product" else {})
+    converged(harness)
