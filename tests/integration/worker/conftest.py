@@ -94,6 +94,8 @@ class Harness:
     db: DatabaseSettings
     settings: WorkerSettings
     intake: IntakeService
+    intake_pool: ConnectionPool
+    evidence: EvidenceStore
     pool: ConnectionPool
     uow_pool: ConnectionPool
     epochs: EpochSource
@@ -301,12 +303,13 @@ def harness(clean_db: DatabaseSettings, topic: str) -> Iterator[Harness]:
     )
     enqueuer = JobEnqueuer(settings.kafka_bootstrap, topic, 10)
     epochs = EpochSource(clean_db.control_dsn)
+    evidence = EvidenceStore.from_settings(intake_settings)
     harness = Harness(
         clean_db,
         settings,
-        IntakeService(
-            intake_pool, EvidenceStore.from_settings(intake_settings), enqueuer, intake_settings
-        ),
+        IntakeService(intake_pool, evidence, enqueuer, intake_settings),
+        intake_pool,
+        evidence,
         pool,
         uow_pool,
         epochs,
