@@ -159,6 +159,31 @@ class Harness:
             **options,
         )
 
+    def tenant(self, tenant: str) -> None:
+        """A tenant ready to capture: its collector registered, its source bound, an
+        identity generation active."""
+        with self.conn() as conn:
+            register(conn, f"client-{tenant}", tenant, "shop", "inst-a")
+        self.bind(tenant)
+        self.activate(tenant)
+
+    def comparable(self, tenant: str) -> dict[str, Any]:
+        """``snapshot`` without the ids that name the tenant's own captures and
+        decisions: two tenants fed the same captures compare equal when their items,
+        revisions, mappings, outcomes, claims and checkpoints are the same."""
+        s = self.snapshot(tenant)
+        return {
+            "items": s["items"],
+            "mappings": [m[:3] + m[4:] for m in s["mappings"]],
+            "results": sorted(r[1:7] for r in s["results"]),
+            "claims": sorted(c[1:] for c in s["claims"]),
+            "decisions": len(s["decisions"]),
+            "cases": len(s["cases"]),
+            "checkpoints": sorted(c[1:] for c in s["checkpoints"]),
+            "jobs": sorted(j[1] for j in s["jobs"]),
+            "positions": [p for _, p, _ in s["outbox"]],
+        }
+
     def uow(self) -> UnitOfWork:
         return UnitOfWork(self.uow_pool, self.epochs, CODEC)
 
