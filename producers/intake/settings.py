@@ -2,7 +2,8 @@
 
 ``JobQueueSettings`` is shared by the API (its enqueue after commit) and the pending-job
 sweeper, ``ObjectStoreSettings`` by the API and the capture worker; ``IntakeSettings``
-adds what only the API needs (collector tokens, limits). ``producers.settings.ApiSettings`` includes ``IntakeSettings``.
+adds what only the API needs (collector tokens, limits).
+``producers.settings.ApiSettings`` includes ``IntakeSettings``.
 """
 
 from __future__ import annotations
