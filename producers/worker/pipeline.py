@@ -9,7 +9,6 @@ crash between them leaves behind.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -27,7 +26,7 @@ from db.repositories.capture_items import NewResult, ResultKey, SourceItemVersio
 from db.repositories.capture_jobs import ClaimedJob
 from db.repositories.source_bindings import BindingRow
 from db.unit_of_work import Transaction, UnitOfWork
-from producers.resolver.decisions import Decision, record_decision
+from producers.resolver.decisions import record_decision
 from producers.resolver.review_cases import open_case
 from producers.worker import checkpoints, metrics, sources
 from producers.worker.adapters import (
@@ -40,17 +39,13 @@ from producers.worker.adapters import (
 from producers.worker.checkpoints import CheckpointLost, CheckpointRef
 from producers.worker.objects import EvidenceReader
 from producers.worker.outcomes import Classified, RunAborted, classify, sanitize
+from producers.worker.resolution import ItemWork, Resolve
 from producers.worker.retries import RetryPolicy
 from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.jobs import CAPTURE_JOB
 
 log = logging.getLogger(__name__)
-
-# Fixed namespace of the worker's name-based ids (decisions, review cases); never
-# change it, or a replay would name new decisions for old results.
-_NAMESPACE = uuid.UUID("0c6f4e52-7d1b-4a4e-9b7a-3f2d8e61c5a9")
-
 
 # Parse one capture's bytes with the named adapter (``parse_capture`` in production);
 # raises ``AdapterError`` when the capture as a whole is unusable.
@@ -78,81 +73,6 @@ def claims_of(product: ExtractedProduct) -> list[tuple[str, str, str]]:
     ):
         found.extend((f"{prefix}.{name}", value, product.locator) for name, value in values.items())
     return found
-
-
-def result_uuid(key: ResultKey, purpose: str) -> uuid.UUID:
-    """A name-based id of one result's decision (or case): the same on every replay."""
-    name = json.dumps(
-        [purpose, key.tenant_id, str(key.capture_id), key.source_item_id, key.parser_version]
-    )
-    return uuid.uuid5(_NAMESPACE, name)
-
-
-@dataclass(frozen=True, slots=True)
-class ItemWork:
-    """One product to resolve, with everything about its capture it may need."""
-
-    key: ResultKey
-    tenant_id: str
-    catalog_id: str
-    source: str
-    capture_id: uuid.UUID
-    captured_at: datetime
-    arrived_at: datetime  # the capture's created_at: identity generations pin to it
-    product: ExtractedProduct
-
-    @property
-    def decision_id(self) -> uuid.UUID:
-        return result_uuid(self.key, "decision")
-
-    @property
-    def case_id(self) -> str:
-        return f"capture-{result_uuid(self.key, 'case')}"
-
-    @property
-    def listing_id(self) -> str:
-        return f"{self.source}:{self.product.source_item_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class CaseToOpen:
-    """A review case to open, and why (a stable ``code`` and a message); the result
-    keeps the why."""
-
-    subject_type: str
-    subject_id: str
-    code: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What resolution decided for one product.
-
-    ``applied``: record ``decision`` (its facts name ``item_id``); ``unchanged``: the
-    catalog already says this about ``item_id``; ``review``: open ``case``.
-    """
-
-    outcome: str
-    item_id: str | None = None
-    decision: Decision | None = None
-    case: CaseToOpen | None = None
-
-    def __post_init__(self) -> None:
-        expected = {"applied": "decision", "unchanged": None, "review": "case"}
-        if self.outcome not in expected:
-            raise ValueError(f"a plan cannot end {self.outcome!r}")
-        if (self.decision is not None) != (self.outcome == "applied"):
-            raise ValueError("exactly an applied plan carries a decision")
-        if (self.case is not None) != (self.outcome == "review"):
-            raise ValueError("exactly a review plan carries a case")
-        if self.outcome != "review" and self.item_id is None:
-            raise ValueError(f"an {self.outcome} plan names its item")
-
-
-# Resolve one product into a plan. Runs inside the product's Unit of Work after the
-# stream's cursor lock is taken; reads only (the pipeline writes).
-Resolve = Callable[[UnitOfWork, ItemWork], Plan]
 
 
 @dataclass

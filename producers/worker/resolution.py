@@ -13,9 +13,11 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from db.repositories import catalog_items, listing_mappings
 from db.repositories import identity as identity_rows
+from db.repositories.capture_items import ResultKey
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision
@@ -28,15 +30,92 @@ from producers.resolver.identity import (
     strong_ids_of,
 )
 from producers.resolver.listing_mappings import MapListing
-from producers.worker.pipeline import CaseToOpen, ItemWork, Plan, Resolve
+from producers.worker.adapters import ExtractedProduct
 from schemas.events import EvidenceRef
 
 ACTION = "capture.resolve"
 ACTOR = "resolver-worker"
 
-# Fixed namespace of new items' ids; never change it, or a replay would create the
-# same item again under another id.
+# Fixed namespaces of the worker's name-based ids (new items; decisions and review
+# cases); never change them, or a replay would create the same things again under
+# other ids.
 _ITEM_NAMESPACE = uuid.UUID("5d0e9a61-2b8f-4c53-a7e4-91f3c02b6d18")
+_NAMESPACE = uuid.UUID("0c6f4e52-7d1b-4a4e-9b7a-3f2d8e61c5a9")
+
+
+def result_uuid(key: ResultKey, purpose: str) -> uuid.UUID:
+    """A name-based id of one result's decision (or case): the same on every replay."""
+    name = json.dumps(
+        [purpose, key.tenant_id, str(key.capture_id), key.source_item_id, key.parser_version]
+    )
+    return uuid.uuid5(_NAMESPACE, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemWork:
+    """One product to resolve, with everything about its capture it may need."""
+
+    key: ResultKey
+    tenant_id: str
+    catalog_id: str
+    source: str
+    capture_id: uuid.UUID
+    captured_at: datetime
+    arrived_at: datetime  # the capture's created_at: identity generations pin to it
+    product: ExtractedProduct
+
+    @property
+    def decision_id(self) -> uuid.UUID:
+        return result_uuid(self.key, "decision")
+
+    @property
+    def case_id(self) -> str:
+        return f"capture-{result_uuid(self.key, 'case')}"
+
+    @property
+    def listing_id(self) -> str:
+        return f"{self.source}:{self.product.source_item_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class CaseToOpen:
+    """A review case to open, and why (a stable ``code`` and a message); the result
+    keeps the why."""
+
+    subject_type: str
+    subject_id: str
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What resolution decided for one product.
+
+    ``applied``: record ``decision`` (its facts name ``item_id``); ``unchanged``: the
+    catalog already says this about ``item_id``; ``review``: open ``case``.
+    """
+
+    outcome: str
+    item_id: str | None = None
+    decision: Decision | None = None
+    case: CaseToOpen | None = None
+
+    def __post_init__(self) -> None:
+        expected = {"applied": "decision", "unchanged": None, "review": "case"}
+        if self.outcome not in expected:
+            raise ValueError(f"a plan cannot end {self.outcome!r}")
+        if (self.decision is not None) != (self.outcome == "applied"):
+            raise ValueError("exactly an applied plan carries a decision")
+        if (self.case is not None) != (self.outcome == "review"):
+            raise ValueError("exactly a review plan carries a case")
+        if self.outcome != "review" and self.item_id is None:
+            raise ValueError(f"an {self.outcome} plan names its item")
+
+
+# Resolve one product into a plan. Runs inside the product's Unit of Work after the
+# stream's cursor lock is taken; reads only (the pipeline writes).
+Resolve = Callable[[UnitOfWork, ItemWork], Plan]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from producers.relay.health import serve
 from producers.worker.consumer import JobLoop, due_job_ids, job_consumer
 from producers.worker.metrics import FailuresCollector
 from producers.worker.objects import ClusterSlots, EvidenceReader
-from producers.worker.pipeline import CaptureWorker, Parse, Resolve, parse_capture
-from producers.worker.resolution import RESOLVE
+from producers.worker.pipeline import CaptureWorker, Parse, parse_capture
+from producers.worker.resolution import RESOLVE, Resolve
 from producers.worker.retries import RetryPolicy
 from producers.worker.settings import WorkerSettings
 from schemas.codec import CODEC

@@ -9,8 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from infra.cli import main
-from producers.worker.pipeline import ItemWork, Plan
-from producers.worker.resolution import RESOLVE
+from producers.worker.resolution import RESOLVE, ItemWork, Plan
 from producers.worker.retries import RetryPolicy
 
 from .conftest import Harness, product

@@ -16,8 +16,7 @@ from typing import Any
 from producers.intake.evidence import s3_client
 from producers.worker.adapters import Extraction
 from producers.worker.objects import ClusterSlots, EvidenceReader
-from producers.worker.pipeline import ItemWork, Plan
-from producers.worker.resolution import RESOLVE
+from producers.worker.resolution import RESOLVE, ItemWork, Plan
 
 from .conftest import T0, Harness, Parser, product
 

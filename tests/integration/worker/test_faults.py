@@ -19,8 +19,8 @@ import pytest
 from db.repositories import capture_checkpoints, capture_items
 from producers.worker import repair
 from producers.worker.consumer import due_job_ids
-from producers.worker.pipeline import CaptureWorker, ItemWork, Plan
-from producers.worker.resolution import RESOLVE
+from producers.worker.pipeline import CaptureWorker
+from producers.worker.resolution import RESOLVE, ItemWork, Plan
 from producers.worker.retries import RetryPolicy
 
 from .conftest import Harness, Job, product

@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from db.repositories import capture_checkpoints, capture_items
-from producers.worker.pipeline import CaptureWorker, ItemWork, Plan
-from producers.worker.resolution import RESOLVE
+from producers.worker.pipeline import CaptureWorker
+from producers.worker.resolution import RESOLVE, ItemWork, Plan
 from producers.worker.retries import RetryPolicy
 
 from .conftest import T0, Harness, Job, product
