@@ -712,7 +712,7 @@ def sources_list(tenant: str | None, as_json: bool) -> None:
 
 @main.group()
 def captures() -> None:
-    """Capture work waiting on an operator: failures, retry, skip."""
+    """Capture work waiting on an operator: failures, retry, skip; and replays."""
 
 
 @captures.command("failures")
@@ -758,6 +758,36 @@ def captures_failures(tenant: str | None, as_json: bool) -> None:
                 )
     if not listed and not as_json:
         _echo("no open capture failures")
+
+
+@captures.command("replay")
+@click.option("--tenant", required=True)
+@click.argument("capture_ids", nargs=-1, required=True)
+@click.option("--reason", default="", help="Why (audited), e.g. the parser change.")
+def captures_replay(tenant: str, capture_ids: tuple[str, ...], reason: str) -> None:
+    """Process stored captures again with their source's current parser version.
+
+    Each replay is a job of its own, named by the capture and the parser version (a
+    second request is the same job); `gapless sweep-jobs` enqueues it.
+    """
+    import uuid
+
+    from producers.worker.outcomes import SourceNotBound
+    from producers.worker.repair import RepairError
+    from producers.worker.replays import request_replay
+
+    failed = 0
+    with _resolver_conn() as conn:
+        for raw in capture_ids:
+            try:
+                replay = request_replay(conn, tenant, uuid.UUID(raw), _actor(), reason)
+            except (ValueError, RepairError, SourceNotBound) as exc:
+                _echo(f"{raw}: {getattr(exc, 'code', 'INVALID')}: {exc}")
+                failed += 1
+                continue
+            state = "requested" if replay.created else "already requested"
+            click.echo(f"capture {raw}: {replay.kind} job {replay.job_id} {state}")
+    sys.exit(1 if failed else 0)
 
 
 def _repair_target(target: str) -> Any:

@@ -50,7 +50,8 @@ class ClaimedJob:
 def claim(
     tx: Transaction, job_id: uuid.UUID, kinds: Sequence[str], owner: str, lease_seconds: float
 ) -> ClaimedJob | None:
-    """Take the job under a lease if it is claimable now; None otherwise.
+    """Take the job under a lease if it is claimable now and of one of ``kinds`` (LIKE
+    patterns); None otherwise.
 
     The UPDATE is the compare-and-set: of two workers claiming the same job, the
     second waits for the first's row lock, re-reads the row (now ``running`` under a
@@ -60,7 +61,7 @@ def claim(
         "WITH claimed AS ("
         " UPDATE intake_job SET status = 'running', lease_owner = %s,"
         " lease_expires_at = clock_timestamp() + make_interval(secs => %s), runs = runs + 1"
-        f" WHERE job_id = %s AND kind = ANY(%s) AND {_CLAIMABLE}"
+        f" WHERE job_id = %s AND kind LIKE ANY(%s) AND {_CLAIMABLE}"
         " RETURNING job_id, tenant_id, kind, runs, run_failures, capture_id)"
         " SELECT j.job_id, j.tenant_id, j.kind, j.runs, j.run_failures, c.capture_id, c.source,"
         " c.instance_id, c.schema_version, c.source_url, c.captured_at, c.created_at,"
@@ -135,7 +136,7 @@ def due(
     taken for ``orphaned_after_seconds`` (their message was lost or is late)."""
     rows = tx.execute(
         "SELECT job_id FROM intake_job"
-        " WHERE status IN ('enqueued', 'running', 'retrying') AND kind = ANY(%s)"
+        " WHERE status IN ('enqueued', 'running', 'retrying') AND kind LIKE ANY(%s)"
         " AND job_id > %s AND ("
         " (status = 'retrying' AND next_attempt_at <= clock_timestamp())"
         " OR (status = 'running' AND lease_expires_at <= clock_timestamp())"
@@ -187,6 +188,20 @@ def failed_jobs(
         (tenant_id, tenant_id, after or uuid.UUID(int=0), limit),
     ).fetchall()
     return [JobState(*r) for r in rows]
+
+
+def insert_pending(
+    tx: Transaction, job_id: uuid.UUID, tenant_id: str, capture_id: uuid.UUID, kind: str
+) -> bool:
+    """A new job of ``kind`` on the capture, pending and due now (the sweeper enqueues
+    it); False when the capture already has a job of that kind."""
+    row = tx.execute(
+        "INSERT INTO intake_job (job_id, tenant_id, capture_id, kind, status, attempts,"
+        " next_attempt_at) VALUES (%s, %s, %s, %s, 'pending', 0, clock_timestamp())"
+        " ON CONFLICT DO NOTHING RETURNING 1",
+        (job_id, tenant_id, capture_id, kind),
+    ).fetchone()
+    return row is not None
 
 
 def requeue(tx: Transaction, job_id: uuid.UUID) -> bool:

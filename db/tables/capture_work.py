@@ -190,7 +190,8 @@ capture_checkpoint = Table(
     CheckConstraint("next_item >= 0 AND next_item <= items", name="capture_checkpoint_in_range"),
 )
 
-# Every operator repair of a job or of one of its items: who, what, why, when.
+# Every operator repair of a job or of one of its items (a retry, a skip, or a
+# replay of the capture under the current parser): who, what, why, when.
 capture_repair = Table(
     "capture_repair",
     metadata,
@@ -207,6 +208,6 @@ capture_repair = Table(
     ForeignKeyConstraint(
         ["capture_item_id"], ["capture_item.id"], name="capture_repair_capture_item_fk"
     ),
-    CheckConstraint("action IN ('retry', 'skip')", name="capture_repair_action_known"),
+    CheckConstraint("action IN ('retry', 'skip', 'replay')", name="capture_repair_action_known"),
     CheckConstraint("action <> 'skip' OR reason <> ''", name="capture_repair_skip_reason"),
 )

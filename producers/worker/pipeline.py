@@ -39,6 +39,7 @@ from producers.worker.adapters import (
 from producers.worker.checkpoints import CheckpointLost, CheckpointRef
 from producers.worker.objects import EvidenceReader
 from producers.worker.outcomes import Classified, RunAborted, classify, sanitize
+from producers.worker.replays import REPLAY_KINDS
 from producers.worker.resolution import ItemWork, Resolve
 from producers.worker.retries import RetryPolicy
 from schemas.codec import EventCodec
@@ -151,7 +152,8 @@ class _Run:
 class CaptureWorker:
     """Runs capture jobs; safe to call from several threads at once."""
 
-    KINDS: tuple[str, ...] = (CAPTURE_JOB,)
+    KINDS: tuple[str, ...] = (CAPTURE_JOB, REPLAY_KINDS)
+    """The jobs it runs (LIKE patterns): captures, and replays of stored captures."""
 
     def __init__(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -108,3 +109,28 @@ def test_a_target_that_is_neither_a_product_nor_a_job_is_refused(
     harness: Harness, target: str
 ) -> None:
     assert "neither a product id" in cli("captures", "retry", target, code=2).output
+
+
+def test_a_replay_is_its_own_job_and_changes_nothing_under_the_same_parser(
+    harness: Harness,
+) -> None:
+    harness.bind()
+    harness.activate()
+    job = harness.capture([product("a"), product("b")])
+    assert harness.worker().run(job.job_id).result == "done"
+    before = harness.snapshot()
+
+    first = cli("captures", "replay", "--tenant", "t1", str(job.capture_id), "--reason", "check")
+    again = cli("captures", "replay", "--tenant", "t1", str(job.capture_id))
+    assert "capture.replay.v1 job" in first.output and "requested" in first.output
+    assert "already requested" in again.output
+    replay = uuid.UUID(first.output.split(" job ")[1].split()[0])
+    assert replay != job.job_id
+    report = harness.worker().run(replay)
+    assert (report.result, report.outcomes, report.checkpoint) == ("done", {}, 2)
+    after = harness.snapshot()
+    assert {k: v for k, v in after.items() if k not in ("jobs", "checkpoints")} == {
+        k: v for k, v in before.items() if k not in ("jobs", "checkpoints")
+    }
+    unknown = cli("captures", "replay", "--tenant", "t1", str(uuid.uuid4()), code=1)
+    assert "NOT_FOUND" in unknown.output

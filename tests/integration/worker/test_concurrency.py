@@ -220,3 +220,37 @@ def test_an_older_parser_finishing_late_cannot_overwrite_a_newer_ones_result(
 
 def test_a_duplicate_message_for_an_unknown_job_is_ignored(harness: Harness) -> None:
     assert harness.worker().run(uuid.uuid4()).result == "not_claimed"
+
+
+def test_a_replay_under_a_newer_parser_applies_what_it_reads_differently(
+    harness: Harness, monkeypatch: Any
+) -> None:
+    """The parser is bumped (version 2 reads titles upper-cased): replaying the
+    newest capture applies the new reading; replaying an older one is superseded."""
+    from producers.worker.adapters.json_feed import JsonFeedAdapter
+    from producers.worker.replays import request_replay
+
+    harness.bind()
+    harness.activate()
+    older = harness.capture([product("x", "old")], captured_at=T0)
+    newer = harness.capture([product("x", "new")], captured_at=T0 + timedelta(hours=1))
+    for job in (older, newer):
+        assert harness.worker().run(job.job_id).result == "done"
+    monkeypatch.setattr(JsonFeedAdapter, "parser_version", 2)
+
+    def upper(*args: Any) -> Extraction:
+        extraction = Parser(parser_version=2)(*args)
+        return replace(
+            extraction,
+            products=tuple(replace(p, title=p.title.upper()) for p in extraction.products),
+        )
+
+    v2 = harness.worker(parse=upper)
+    with harness.conn() as conn:
+        replays = [request_replay(conn, "t1", j.capture_id, "ana").job_id for j in (newer, older)]
+    assert [v2.run(r).outcomes for r in replays] == [{"applied": 1}, {"superseded": 1}]
+    [item] = harness.snapshot()["items"]
+    assert (item[3], item[5]) == ("NEW", 3)  # old, new, then the new reading of new
+    with harness.conn() as conn:
+        kinds = conn.execute("SELECT kind FROM intake_job ORDER BY kind").fetchall()
+    assert kinds == [("capture.process",)] * 2 + [("capture.replay.v2",)] * 2

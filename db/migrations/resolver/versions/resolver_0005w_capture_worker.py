@@ -205,7 +205,9 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.CheckConstraint("action <> 'skip' OR reason <> ''", name="capture_repair_skip_reason"),
-        sa.CheckConstraint("action IN ('retry', 'skip')", name="capture_repair_action_known"),
+        sa.CheckConstraint(
+            "action IN ('retry', 'skip', 'replay')", name="capture_repair_action_known"
+        ),
         sa.ForeignKeyConstraint(
             ["capture_item_id"], ["capture_item.id"], name="capture_repair_capture_item_fk"
         ),
