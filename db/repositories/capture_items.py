@@ -64,10 +64,6 @@ class ResultRow:
     resolution_reason: str | None
     updated_at: datetime
 
-    @property
-    def key(self) -> ResultKey:
-        return ResultKey(self.tenant_id, self.capture_id, self.source_item_id, self.parser_version)
-
 
 _ROW = (
     "id, tenant_id, capture_id, source_item_id, parser_version, job_id, source, catalog_id,"
@@ -199,14 +195,6 @@ def save_claims(tx: Transaction, key: ResultKey, claims: Iterable[tuple[str, str
         )
 
 
-def claims(tx: Transaction, key: ResultKey) -> list[tuple[str, str, str]]:
-    rows = tx.execute(
-        f"SELECT field, value, locator FROM capture_claim WHERE {_KEY} ORDER BY field",
-        _key(key),
-    ).fetchall()
-    return [(str(f), str(v), str(loc)) for f, v, loc in rows]
-
-
 @dataclass(frozen=True, slots=True)
 class SourceItemVersion:
     """The version of one result of a source item; newer results win."""
@@ -270,11 +258,6 @@ def source_item(
         (tenant_id, source, source_item_id),
     ).fetchone()
     return SourceItemVersion(*row) if row else None
-
-
-def get(tx: Transaction, key: ResultKey) -> ResultRow | None:
-    row = tx.execute(f"SELECT {_ROW} FROM capture_item WHERE {_KEY}", _key(key)).fetchone()
-    return ResultRow(*row) if row else None
 
 
 def by_id(tx: Transaction, result_id: int, lock: bool = False) -> ResultRow | None:
@@ -376,3 +359,13 @@ def skip(tx: Transaction, result_id: int, actor: str, reason: str) -> bool:
         (actor, reason, result_id),
     ).fetchone()
     return row is not None
+
+
+def skip_open_of_job(tx: Transaction, job_id: uuid.UUID, actor: str, reason: str) -> int:
+    """``skip`` every ``failed`` or ``retryable`` result of a job; returns how many."""
+    return tx.execute(
+        "UPDATE capture_item SET outcome = 'skipped', next_attempt_at = NULL,"
+        " resolved_by = %s, resolution_reason = %s, updated_at = clock_timestamp()"
+        " WHERE job_id = %s AND outcome IN ('failed', 'retryable')",
+        (actor, reason, job_id),
+    ).rowcount

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from db.unit_of_work import Transaction
 
@@ -236,12 +235,12 @@ def skip(tx: Transaction, job_id: uuid.UUID) -> bool:
     return row is not None
 
 
-def settle_after_repair(tx: Transaction, job_id: uuid.UUID, status: str) -> None:
-    """A failed job whose last failed item an operator skipped is ``done``."""
+def done_after_repair(tx: Transaction, job_id: uuid.UUID) -> None:
+    """A failed job whose last failed product an operator skipped is ``done``."""
     tx.execute(
-        "UPDATE intake_job SET status = %s, error_code = NULL, last_error = NULL"
+        "UPDATE intake_job SET status = 'done', error_code = NULL, last_error = NULL"
         " WHERE job_id = %s AND status = 'failed'",
-        (status, job_id),
+        (job_id,),
     )
 
 
@@ -259,10 +258,3 @@ def record_repair(
         " VALUES (%s, %s, %s, %s, %s, %s)",
         (tenant_id, job_id, capture_item_id, action, actor, reason),
     )
-
-
-def status_counts(tx: Transaction) -> dict[str, int]:
-    rows: list[Any] = tx.execute(
-        "SELECT status, count(*) FROM intake_job GROUP BY status"
-    ).fetchall()
-    return {str(s): int(n) for s, n in rows}

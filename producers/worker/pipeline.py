@@ -404,13 +404,21 @@ class CaptureWorker:
     def _attempt(
         self, run: _Run, new: NewResult, product: ExtractedProduct, move: tuple[int, int] | None
     ) -> str | None:
-        """One transaction: lock the result; if it needs work, resolve the product and
-        write its claims, outcome, source-item version and decision (or review case);
-        move the checkpoint; commit. Returns the outcome, None if nothing was to do.
+        """Settle one product in one transaction; returns its outcome (None: nothing
+        was left to do).
 
-        Lock order: the result row, then the stream's cursor (taken through the Unit
-        of Work before any exported state is read), then what the decision's facts
-        lock. Every writer of a result takes them in this order.
+        1. lock the result row (created if new); a settled or failed result, or a
+           retry not yet due, skips to 7;
+        2. lock the stream's cursor (through the Unit of Work, before any exported
+           state is read; the decision, if any, is written under it);
+        3. newer work on the source item already applied: ``superseded``, skip to 7;
+        4. resolve the product (identity in the pinned generation) into a plan;
+        5. write its claims, its outcome and the source item's newest version;
+        6. record the decision (``record_decision``) or open the review case;
+        7. move the checkpoint (compare-and-set), write the outbox rows, COMMIT.
+        A crash or error anywhere before COMMIT leaves nothing of it: no outcome, no
+        decision, no event, no checkpoint move. Lock order is the result row, the
+        cursor, then what the facts lock; every writer of a result keeps it.
         """
         job = run.job
         with self._unit(run, move) as uow:
@@ -471,6 +479,17 @@ class CaptureWorker:
     def _record_failure(
         self, run: _Run, new: NewResult, move: tuple[int, int] | None, failure: Classified
     ) -> str | None:
+        """Record a failed attempt in a transaction of its own.
+
+        1. lock the result row (created again if the attempt's creation rolled back);
+           if someone settled it meanwhile, skip to 3;
+        2. a terminal failure makes it ``rejected``; a retryable one counts an attempt
+           and schedules the next after a jittered backoff, or, the budget spent,
+           makes it ``failed``;
+        3. move the checkpoint past it and COMMIT: a durable retry record is enough
+           for the checkpoint to pass. A crash before COMMIT leaves the checkpoint
+           where it was, and the product is attempted again.
+        """
         with self._unit(run, move) as uow:
             locked = items.lock(uow.tx, new)
             if not locked.workable:

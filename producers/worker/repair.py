@@ -107,8 +107,12 @@ def retry_item(conn: psycopg.Connection, result_id: int, actor: str, reason: str
 
 
 def skip_item(conn: psycopg.Connection, result_id: int, actor: str, reason: str) -> str:
-    """Give a product up for good (``skipped``, with who and why); returns its job's
-    status afterwards. A failed job whose last open product this was is ``done``."""
+    """Give a product up for good; returns its job's status afterwards.
+
+    One transaction: 1. lock the job row, then the product's; 2. make the product
+    ``skipped`` with who and why (its last error stays); 3. audit; 4. a job that
+    failed only for its products, with none left open, is ``done``.
+    """
     if not reason.strip():
         raise RepairError("REASON_REQUIRED", "a skip needs a reason")
     with conn.transaction():
@@ -127,7 +131,7 @@ def skip_item(conn: psycopg.Connection, result_id: int, actor: str, reason: str)
             r for r in items.of_job(tx, row.job_id) if r.outcome in ("retryable", "failed")
         ]
         if job.status == "failed" and job.error_code == "ITEMS_FAILED" and not still_open:
-            jobs.settle_after_repair(tx, row.job_id, "done")
+            jobs.done_after_repair(tx, row.job_id)
             return "done"
         return job.status
 
@@ -149,7 +153,8 @@ def retry_job(conn: psycopg.Connection, job_id: uuid.UUID, actor: str, reason: s
 
 
 def skip_job(conn: psycopg.Connection, job_id: uuid.UUID, actor: str, reason: str) -> None:
-    """Give a ``failed`` job up for good (``skipped``); its products stay as they are."""
+    """Give a ``failed`` job up for good: in one transaction, lock the job row, mark
+    it ``skipped``, skip its open products with the same reason, and audit."""
     if not reason.strip():
         raise RepairError("REASON_REQUIRED", "a skip needs a reason")
     with conn.transaction():
@@ -159,6 +164,7 @@ def skip_job(conn: psycopg.Connection, job_id: uuid.UUID, actor: str, reason: st
             raise RepairError("NOT_FOUND", f"no job {job_id}")
         if not jobs.skip(tx, job_id):
             raise RepairError("NOT_FAILED", f"job {job_id} is {job.status}, not failed")
+        items.skip_open_of_job(tx, job_id, actor, reason)
         jobs.record_repair(tx, job.tenant_id, job_id, None, "skip", actor, reason)
 
 

@@ -227,3 +227,25 @@ def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
     assert report.result == "done"
     assert report.outcomes == ({"applied": 2} if point == "mid-product" else {})
     converged(harness)
+
+
+def test_skipping_a_failed_job_skips_its_open_products_too(harness: Harness) -> None:
+    harness.bind()
+    harness.activate()
+    job = harness.capture([product("a"), product("b")])
+
+    def poisoned(uow: Any, work: ItemWork) -> Plan:
+        raise RuntimeError("cannot resolve")
+
+    worker = harness.worker(resolve=poisoned, item_retries=RetryPolicy(1, 0.01, 0.05))
+    assert worker.run(job.job_id).result == "failed"
+    with harness.conn() as conn:
+        with pytest.raises(repair.RepairError):
+            repair.skip_job(conn, job.job_id, "operator", "")
+        repair.skip_job(conn, job.job_id, "operator", "the shop closed")
+        assert list(repair.open_failures(conn, None)) == []
+        with pytest.raises(repair.RepairError) as again:
+            repair.skip_job(conn, job.job_id, "operator", "twice")
+    assert again.value.code == "NOT_FAILED"
+    assert {k: v[0] for k, v in harness.results(job).items()} == {"a": "skipped", "b": "skipped"}
+    assert harness.job(job)["status"] == "skipped"
