@@ -631,6 +631,221 @@ def sweep_jobs(once: bool) -> None:
         )
 
 
+@main.command("resolver-worker")
+def resolver_worker() -> None:
+    """Run the capture worker until SIGTERM (a deployable process).
+
+    Takes capture jobs from GAPLESS_JOBS_TOPIC (and, every
+    GAPLESS_WORKER_SCAN_INTERVAL_SECONDS, due retries, expired leases and jobs whose
+    message never came from the database), parses each capture with its source's
+    adapter and resolves every product into a decision or a review case.
+    /healthz and /metrics with GAPLESS_WORKER_HTTP_PORT.
+    """
+    from producers.worker.service import run
+    from producers.worker.settings import WorkerSettings
+
+    _logging()
+    settings = _guarded(lambda: load(WorkerSettings))
+    run(settings)
+
+
+@main.group()
+def sources() -> None:
+    """Source bindings: which catalog and adapter a source's captures go to."""
+
+
+@sources.command("register")
+@click.option("--tenant", required=True)
+@click.option("--source", required=True, help="The source, as its collectors are registered.")
+@click.option("--catalog", required=True, help="The catalog its products resolve into.")
+@click.option("--adapter", required=True, help="The source adapter that parses its captures.")
+def sources_register(tenant: str, source: str, catalog: str, adapter: str) -> None:
+    """Bind a source to a catalog and an adapter (idempotent; a source is bound once)."""
+    from db.unit_of_work import Transaction
+    from producers.worker.adapters import ADAPTERS
+    from producers.worker.sources import BindingRefused, register
+
+    with _resolver_conn() as conn, conn.transaction():
+        try:
+            row = register(Transaction(conn), tenant, source, catalog, adapter, _actor(), ADAPTERS)
+        except BindingRefused as exc:
+            _fail(exc)
+    click.echo(f"{row.tenant_id}/{row.source} -> catalog {row.catalog_id}, adapter {row.adapter}")
+
+
+@sources.command("list")
+@click.option("--tenant", help="Only this tenant.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per binding.")
+def sources_list(tenant: str | None, as_json: bool) -> None:
+    """Every source binding, in (tenant, source) order."""
+    from db.repositories.source_bindings import page
+    from db.unit_of_work import Transaction
+
+    listed = 0
+    after = ("", "")
+    with _resolver_conn() as conn:
+        while rows := page(Transaction(conn), tenant, after, 500):
+            for row in rows:
+                listed += 1
+                if as_json:
+                    click.echo(
+                        json.dumps(
+                            {
+                                "tenant": row.tenant_id,
+                                "source": row.source,
+                                "catalog": row.catalog_id,
+                                "adapter": row.adapter,
+                                "registered_by": row.registered_by,
+                                "created_at": row.created_at.isoformat(),
+                            }
+                        )
+                    )
+                else:
+                    click.echo(
+                        f"{row.tenant_id}/{row.source:<24} catalog {row.catalog_id:<16}"
+                        f" adapter {row.adapter}"
+                    )
+            after = (rows[-1].tenant_id, rows[-1].source)
+    if not listed and not as_json:
+        _echo("no source bindings")
+
+
+@main.group()
+def captures() -> None:
+    """Capture work waiting on an operator: failures, retry, skip; and replays."""
+
+
+@captures.command("failures")
+@click.option("--tenant", help="Only this tenant.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per failure.")
+def captures_failures(tenant: str | None, as_json: bool) -> None:
+    """Failed jobs, then products waiting on a retry or an operator, with their codes."""
+    from producers.worker.repair import open_failures
+
+    listed = 0
+    with _resolver_conn() as conn:
+        for f in open_failures(conn, tenant):
+            listed += 1
+            if as_json:
+                click.echo(
+                    json.dumps(
+                        {
+                            "kind": f.kind,
+                            "id": f.handle,
+                            "tenant": f.tenant_id,
+                            "job_id": str(f.job_id),
+                            "capture_id": str(f.capture_id),
+                            "source_item_id": f.source_item_id,
+                            "status": f.status,
+                            "attempts": f.attempts,
+                            "error_code": f.error_code,
+                            "error": f.error,
+                            "next_attempt_at": f.next_attempt_at.isoformat()
+                            if f.next_attempt_at
+                            else None,
+                        }
+                    )
+                )
+            else:
+                what = (
+                    f"item #{f.handle} {f.source_item_id}"
+                    if f.kind == "item"
+                    else f"job {f.handle}"
+                )
+                click.echo(
+                    f"{what:<48} {f.status:<9} {f.error_code or '-':<22} attempts {f.attempts}"
+                    f"  {(f.error or '')[:80]}"
+                )
+    if not listed and not as_json:
+        _echo("no open capture failures")
+
+
+@captures.command("replay")
+@click.option("--tenant", required=True)
+@click.argument("capture_ids", nargs=-1, required=True)
+@click.option("--reason", default="", help="Why (audited), e.g. the parser change.")
+def captures_replay(tenant: str, capture_ids: tuple[str, ...], reason: str) -> None:
+    """Process stored captures again with their source's current parser version.
+
+    Each replay is a job of its own, named by the capture and the parser version (a
+    second request is the same job); `gapless sweep-jobs` enqueues it.
+    """
+    import uuid
+
+    from producers.worker.outcomes import SourceNotBound
+    from producers.worker.repair import RepairError
+    from producers.worker.replays import request_replay
+
+    failed = 0
+    with _resolver_conn() as conn:
+        for raw in capture_ids:
+            try:
+                replay = request_replay(conn, tenant, uuid.UUID(raw), _actor(), reason)
+            except (ValueError, RepairError, SourceNotBound) as exc:
+                _echo(f"{raw}: {getattr(exc, 'code', 'INVALID')}: {exc}")
+                failed += 1
+                continue
+            state = "requested" if replay.created else "already requested"
+            click.echo(f"capture {raw}: {replay.kind} job {replay.job_id} {state}")
+    sys.exit(1 if failed else 0)
+
+
+def _repair_target(target: str) -> Any:
+    """An item's numeric id, or a job's UUID."""
+    import uuid
+
+    if target.isdigit():
+        return int(target)
+    try:
+        return uuid.UUID(target)
+    except ValueError:
+        _fail(ValueError(f"{target!r} is neither a product id (a number) nor a job id (a UUID)"))
+
+
+@captures.command("retry")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--reason", default="", help="What was fixed (audited).")
+def captures_retry(targets: tuple[str, ...], reason: str) -> None:
+    """Retry failed products (by id) or failed jobs (by job id) now, with fresh budgets."""
+    from producers.worker.repair import RepairError, retry_item, retry_job
+
+    failed = 0
+    with _resolver_conn() as conn:
+        for target in targets:
+            handle = _repair_target(target)
+            try:
+                if isinstance(handle, int):
+                    retry_item(conn, handle, _actor(), reason)
+                    _echo(f"item #{handle}: due now")
+                else:
+                    count = retry_job(conn, handle, _actor(), reason)
+                    _echo(f"job {handle}: due now, {count} failed product(s) re-queued")
+            except RepairError as exc:
+                _echo(f"{target}: {exc.code}: {exc.message}")
+                failed += 1
+    sys.exit(1 if failed else 0)
+
+
+@captures.command("skip")
+@click.argument("target")
+@click.option("--reason", required=True, help="Why it is safe to give this up (audited).")
+def captures_skip(target: str, reason: str) -> None:
+    """Give a failed product (by id) or a failed job (by job id) up, with a reason."""
+    from producers.worker.repair import RepairError, skip_item, skip_job
+
+    handle = _repair_target(target)
+    with _resolver_conn() as conn:
+        try:
+            if isinstance(handle, int):
+                status = skip_item(conn, handle, _actor(), reason)
+                _echo(f"item #{handle}: skipped; its job is {status}")
+            else:
+                skip_job(conn, handle, _actor(), reason)
+                _echo(f"job {handle}: skipped")
+        except RepairError as exc:
+            _fail(exc)
+
+
 @main.command()
 @click.option("--seconds", default=5.0, show_default=True, help="Duration of each phase.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

@@ -21,6 +21,7 @@ from sqlalchemy import (
     UniqueConstraint,
     Uuid,
     func,
+    text,
 )
 
 from db.tables.resolver import metadata
@@ -116,12 +117,20 @@ receipt = Table(
     ),
 )
 
-JOB_STATUSES = ("pending", "enqueued")
+JOB_STATUSES = ("pending", "enqueued", "running", "retrying", "done", "failed", "skipped")
+FINISHED_JOB_STATUSES = ("done", "failed", "skipped")
 
 # Work to do on a capture, with a deterministic id (from the capture and the kind).
 # ``pending`` until the jobs topic has confirmed the message, then ``enqueued``; the
 # sweeper re-enqueues pending jobs once ``next_attempt_at`` has passed. ``attempts``
-# counts enqueue attempts. The capture worker adds its own states later.
+# counts enqueue attempts.
+#
+# The capture worker (``producers.worker``) claims a job by moving it to ``running``
+# under a lease (``lease_owner`` until ``lease_expires_at``; ``runs`` counts claims).
+# A run ends ``done`` (every product terminal), ``retrying`` (some wait for a retry
+# at ``next_attempt_at``; ``run_failures`` counts the job-level ones against their
+# budget) or ``failed`` (``error_code`` says why: the capture cannot be processed,
+# or products ran out of retries); an operator may retry it or mark it ``skipped``.
 intake_job = Table(
     "intake_job",
     metadata,
@@ -135,6 +144,12 @@ intake_job = Table(
     Column("last_error", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("enqueued_at", DateTime(timezone=True)),
+    Column("lease_owner", Text),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("runs", Integer, nullable=False, server_default=text("0")),
+    Column("run_failures", Integer, nullable=False, server_default=text("0")),
+    Column("error_code", Text),
+    Column("finished_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("job_id"),
     UniqueConstraint("tenant_id", "capture_id", "kind", name="intake_job_capture_kind"),
     ForeignKeyConstraint(
@@ -142,8 +157,15 @@ intake_job = Table(
         ["capture.tenant_id", "capture.capture_id"],
         name="intake_job_capture_fk",
     ),
-    CheckConstraint("status IN ('pending', 'enqueued')", name="intake_job_status_known"),
+    CheckConstraint(
+        f"status IN ({', '.join(repr(s) for s in JOB_STATUSES)})", name="intake_job_status_known"
+    ),
     CheckConstraint("attempts >= 0", name="intake_job_attempts_nonnegative"),
+    CheckConstraint(
+        "status <> 'running' OR (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)",
+        name="intake_job_running_leased",
+    ),
+    CheckConstraint("runs >= 0 AND run_failures >= 0", name="intake_job_runs_nonnegative"),
 )
 # The sweeper's scan: due pending jobs in (next_attempt_at, job_id) order.
 Index(
@@ -151,4 +173,12 @@ Index(
     intake_job.c.next_attempt_at,
     intake_job.c.job_id,
     postgresql_where=intake_job.c.status == "pending",
+)
+# The worker's repair scan: jobs that are due (retrying), orphaned (enqueued, their
+# message lost) or abandoned (running under an expired lease).
+Index(
+    "intake_job_open_idx",
+    intake_job.c.status,
+    intake_job.c.job_id,
+    postgresql_where=text("status IN ('enqueued', 'running', 'retrying')"),
 )

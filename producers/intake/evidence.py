@@ -26,7 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from producers.intake.exceptions import EvidenceRejected, EvidenceUnavailable
 from producers.intake.rules import backoff_seconds, evidence_key
-from producers.intake.settings import IntakeSettings
+from producers.intake.settings import IntakeSettings, ObjectStoreSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -38,7 +38,7 @@ _RETRYABLE_CODES = frozenset(
 )
 
 
-def s3_client(settings: IntakeSettings) -> S3Client:
+def s3_client(settings: ObjectStoreSettings) -> S3Client:
     return boto3.client(
         "s3",
         endpoint_url=settings.s3_endpoint,

@@ -46,7 +46,7 @@ class IntakeCollector(Collector):
         )
         failing = GaugeMetricFamily(
             "gapless_intake_jobs_failing",
-            "Jobs whose last enqueue attempt failed, by status",
+            "Jobs carrying an error (a failed enqueue's, or the capture worker's), by status",
             labels=["status"],
         )
         for status in sorted(set(JOB_STATUSES) | set(backlog)):

@@ -1,8 +1,9 @@
 """Intake settings from ``GAPLESS_*`` environment variables.
 
 ``JobQueueSettings`` is shared by the API (its enqueue after commit) and the pending-job
-sweeper; ``IntakeSettings`` adds what only the API needs (collector tokens, evidence
-bucket, limits). ``producers.settings.ApiSettings`` includes ``IntakeSettings``.
+sweeper, ``ObjectStoreSettings`` by the API and the capture worker; ``IntakeSettings``
+adds what only the API needs (collector tokens, limits).
+``producers.settings.ApiSettings`` includes ``IntakeSettings``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,39 @@ class JobQueueSettings(BaseSettings):
     )
 
 
-class IntakeSettings(JobQueueSettings):
+class ObjectStoreSettings(BaseSettings):
+    """The S3-compatible object store and the bounds of every call to it; shared by
+    the API (evidence puts) and the capture worker (evidence reads)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
+    )
+
+    s3_endpoint: str | None = Field(
+        default=None, description="GAPLESS_S3_ENDPOINT: S3 endpoint URL (unset: AWS)."
+    )
+    s3_access_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_ACCESS_KEY")
+    s3_secret_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_SECRET_KEY")
+    s3_region: str = Field(default="us-east-1", description="GAPLESS_S3_REGION")
+    evidence_bucket: str = Field(default="gapless-evidence", description="GAPLESS_EVIDENCE_BUCKET")
+    s3_connect_timeout_seconds: float = Field(
+        default=3.0, gt=0, description="GAPLESS_S3_CONNECT_TIMEOUT_SECONDS"
+    )
+    s3_read_timeout_seconds: float = Field(
+        default=20.0, gt=0, description="GAPLESS_S3_READ_TIMEOUT_SECONDS"
+    )
+    s3_max_attempts: int = Field(
+        default=4, ge=1, le=10, description="GAPLESS_S3_MAX_ATTEMPTS: per object call."
+    )
+    s3_max_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="GAPLESS_S3_MAX_CONCURRENCY: object calls in flight per process.",
+    )
+
+
+class IntakeSettings(JobQueueSettings, ObjectStoreSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
     )
@@ -73,28 +106,6 @@ class IntakeSettings(JobQueueSettings):
     collector_jwt_algorithms: str = Field(
         default="ES256,RS256,EdDSA",
         description="GAPLESS_COLLECTOR_JWT_ALGORITHMS: accepted signature algorithms.",
-    )
-    s3_endpoint: str | None = Field(
-        default=None, description="GAPLESS_S3_ENDPOINT: S3 endpoint URL (unset: AWS)."
-    )
-    s3_access_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_ACCESS_KEY")
-    s3_secret_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_SECRET_KEY")
-    s3_region: str = Field(default="us-east-1", description="GAPLESS_S3_REGION")
-    evidence_bucket: str = Field(default="gapless-evidence", description="GAPLESS_EVIDENCE_BUCKET")
-    s3_connect_timeout_seconds: float = Field(
-        default=3.0, gt=0, description="GAPLESS_S3_CONNECT_TIMEOUT_SECONDS"
-    )
-    s3_read_timeout_seconds: float = Field(
-        default=20.0, gt=0, description="GAPLESS_S3_READ_TIMEOUT_SECONDS"
-    )
-    s3_max_attempts: int = Field(
-        default=4, ge=1, le=10, description="GAPLESS_S3_MAX_ATTEMPTS: per artifact put."
-    )
-    s3_max_concurrency: int = Field(
-        default=8,
-        ge=1,
-        le=256,
-        description="GAPLESS_S3_MAX_CONCURRENCY: artifact puts in flight per process.",
     )
     intake_max_artifact_bytes: int = Field(
         default=10 * 1024 * 1024,
