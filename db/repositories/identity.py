@@ -399,14 +399,22 @@ def item_key(tx: Transaction, key: GenerationKey, item_id: str) -> tuple[str, st
 
 
 def release_keys(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> int:
-    """Mark the item's ready and active keys ``released``; returns how many."""
-    cursor = tx.execute(
+    """Give up the item's keys; returns how many. An active key was served, so it
+    stays as history, marked ``released``; a ready key (of a generation never
+    activated) was never served and is removed, so that generation's backfill still
+    matches the active items of its class."""
+    scope = (tenant_id, catalog_id, item_id)
+    dropped = tx.execute(
+        "DELETE FROM identity_key"
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s AND state = 'ready'",
+        scope,
+    ).rowcount
+    released = tx.execute(
         "UPDATE identity_key SET state = 'released', updated_at = now()"
-        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s"
-        " AND state IN ('ready', 'active')",
-        (tenant_id, catalog_id, item_id),
-    )
-    return cursor.rowcount
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s AND state = 'active'",
+        scope,
+    ).rowcount
+    return dropped + released
 
 
 def strong_ids(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> dict[str, str]:

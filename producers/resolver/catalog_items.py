@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from db.repositories import catalog_items as items
+from db.repositories import identity as identity_keys
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
 from producers.resolver.exceptions import (
@@ -118,7 +119,8 @@ def retire_item(
     decision_id: uuid.UUID,
 ) -> int:
     """Retire an item (it is never deleted); returns the new revision, which names
-    ``decision_id``. Part of ``record_decision``."""
+    ``decision_id``. Part of ``record_decision``. Its identity keys are released in
+    the same transaction: a retired item no longer holds its hash (INV-02)."""
     writer = uow.stream(tenant_id, catalog_id)
     current = items.get_for_share(uow.tx, tenant_id, catalog_id, item_id)
     if current is None:
@@ -137,6 +139,7 @@ def retire_item(
     )
     if revision is None:
         raise ItemWasSplit(f"item {item_id!r} was split; it cannot be retired")
+    identity_keys.release_keys(uow.tx, tenant_id, catalog_id, item_id)
     writer.append(
         PendingEvent(
             aggregate=AggregateRef(type=AGGREGATE, id=item_id, revision=revision),

@@ -571,9 +571,10 @@ def _record_strong_ids(
 
 @dataclass(frozen=True, slots=True)
 class ReleaseIdentity:
-    """Release every ready or active key ``item_id`` holds (e.g. with its split or
-    retirement), so the hash is free for another item; released keys are never
-    served. Keys of retired generations stay as they were."""
+    """Release every ready or active key ``item_id`` holds, so the hash is free for
+    another item; released keys are never served. Keys of retired generations stay
+    as they were. Retiring or splitting an item releases its keys by itself; this
+    fact is for a reviewer moving an identity off an item that stays active."""
 
     item_id: str
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from db.repositories import catalog_items as items
+from db.repositories import identity as identity_keys
 from db.repositories import listing_mappings as mappings
 from db.repositories import splits
 from db.stream_writer import PendingEvent
@@ -70,8 +71,9 @@ def split_item(
 
     1. lock the source (FOR SHARE, upgraded by its UPDATE) and require it active;
     2. lock the listings mapped to it and require ``remaps`` to cover exactly them;
-    3. mark the source 'split' with ``revision + 1`` (never deleted) and create each
-       successor at revision 1, with the source's class and parent;
+    3. mark the source 'split' with ``revision + 1`` (never deleted), release its
+       identity keys, and create each successor at revision 1, with the source's
+       class and parent;
     4. move each listing to its successor with ``revision + 1``;
     5. record the split, successors and remaps, and queue one event per item, per
        listing and for the split itself. Earlier decisions are not touched.
@@ -117,6 +119,9 @@ def split_item(
     )
     # Read active above under a share lock this UPDATE upgrades, so it is not split.
     assert source_revision is not None
+    # A split source is no longer the active item its identity keys name (INV-02):
+    # free their hashes for the successors, which a reviewer keys by decision.
+    identity_keys.release_keys(tx, tenant_id, catalog_id, source.item_id)
     writer.append(
         _item_event(
             source.item_id,

@@ -240,22 +240,14 @@ def plan(tx: Transaction, work: ItemWork, answer: Identified | Unresolved) -> Pl
         return _review(work, answer.code, answer.reason)
     stated = item_attributes(work)
     facts: list[Fact] = []
-    if answer.new:
-        facts.append(
-            ItemChange(
-                work.tenant_id, work.catalog_id, answer.item_id, p.class_id, p.title, None, stated
-            )
-        )
-        facts.extend(answer.facts)
-        facts.append(MapListing(work.listing_id, answer.item_id))
-        return _applied(work, answer.item_id, facts, "a new item")
     current = catalog_items.get(tx, work.tenant_id, work.catalog_id, answer.item_id)
-    if current is None or current.status != "active":
-        state = "missing" if current is None else current.status
+    if current is not None and current.status != "active":
+        # A new identity's item id is derived from its hash, so a product whose item
+        # was retired or split (releasing its key) names that item again.
         return _review(
             work,
             "ITEM_NOT_ACTIVE",
-            f"the product identifies item {answer.item_id!r}, which is {state}",
+            f"the product identifies item {answer.item_id!r}, which is {current.status}",
         )
     mapping = listing_mappings.get(tx, work.tenant_id, work.catalog_id, work.listing_id)
     if mapping is not None and mapping.item_id != answer.item_id:
@@ -264,6 +256,21 @@ def plan(tx: Transaction, work: ItemWork, answer: Identified | Unresolved) -> Pl
             "LISTING_MAPPED_ELSEWHERE",
             f"listing {work.listing_id!r} is mapped to {mapping.item_id!r}; the product now"
             f" identifies {answer.item_id!r}",
+        )
+    if answer.new and current is None:
+        facts.append(
+            ItemChange(
+                work.tenant_id, work.catalog_id, answer.item_id, p.class_id, p.title, None, stated
+            )
+        )
+        facts.extend(answer.facts)
+        facts.append(MapListing(work.listing_id, answer.item_id))
+        return _applied(work, answer.item_id, facts, "a new item")
+    if current is None:
+        return _review(
+            work,
+            "ITEM_NOT_ACTIVE",
+            f"the product identifies item {answer.item_id!r}, which is missing",
         )
     merged = {**current.attributes, **stated}
     if (current.class_id, current.title, current.attributes) != (p.class_id, p.title, merged):

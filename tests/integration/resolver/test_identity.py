@@ -52,6 +52,7 @@ from producers.resolver.identity import (
     lookup_item,
     pinned_generation,
 )
+from producers.resolver.splits import SplitItem, Successor
 from schemas.codec import CODEC
 from schemas.events import DecisionRecorded
 from tests.fixtures.decisions import accept
@@ -419,6 +420,26 @@ def test_release_frees_the_hash_for_another_item(
     assert find(uow, gen, h("acme", "x-2")) == "c-new"
 
 
+def test_retiring_or_splitting_an_item_releases_its_keys_in_the_same_decision(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    """A retired or split item is no longer the active holder of its hash (INV-02),
+    so the hash is free for another item without an explicit ReleaseIdentity."""
+    add(uow, "c", brand="ACME", mpn="X-2")
+    add(uow, "s", brand="ACME", mpn="X-3")
+    gen = new_generation(uow)
+    approve(uow, gen)
+    assert find(uow, gen, h("acme", "x-2")) == "c"
+    assert find(uow, gen, h("acme", "x-3")) == "s"
+
+    decide(uow, RetireItem("c", "replaced"))
+    decide(uow, SplitItem("s", (Successor("s-1", "left"), Successor("s-2", "right"))))
+    assert find(uow, gen, h("acme", "x-2")) is None
+    assert find(uow, gen, h("acme", "x-3")) is None
+    decide(uow, AssignIdentity("s-1", SHOE, gen, h("acme", "x-3")))
+    assert find(uow, gen, h("acme", "x-3")) == "s-1"
+
+
 def test_an_activated_generation_keeps_its_keys(
     uow: UowFactory, clean_db: DatabaseSettings
 ) -> None:
@@ -456,10 +477,13 @@ def test_items_changed_after_the_backfill_make_it_stale_until_it_runs_again(
     assert raised.value.code == "BACKFILL_STALE"
     with uow() as u:
         backfill_generation(u, T, C, SHOE, gen)
-    # An item retired after the backfill makes it stale too.
-    decide(uow, RetireItem("c", "gone"))
+    # An item changed after the backfill makes it stale too.
+    decide(uow, ItemChange(T, C, "c", SHOE, "c", None, {"brand": "ACME", "mpn": "X-9"}))
     with pytest.raises(BackfillStale):
         approve(uow, gen)
+    # Retiring it releases its ready key in the same decision, which leaves the
+    # backfill consistent with the active items again.
+    decide(uow, RetireItem("c", "gone"))
     with uow() as u:
         report = backfill_generation(u, T, C, SHOE, gen)
     assert (report.item_count, report.key_count) == (1, 1)

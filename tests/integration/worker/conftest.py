@@ -104,7 +104,9 @@ class Harness:
     workers: int = 0
 
     def conn(self) -> psycopg.Connection:
-        return psycopg.connect(self.db.resolver_dsn, autocommit=True)
+        """A connection as the tables' owner: tests use it to inspect state and to
+        break things (a lost artifact, a due retry) the application role cannot."""
+        return psycopg.connect(self.db.resolver_owner_dsn, autocommit=True)
 
     def bind(
         self, tenant: str = "t1", source: str = "shop", catalog: str = "c1", adapter: str = ADAPTER

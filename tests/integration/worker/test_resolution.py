@@ -78,15 +78,15 @@ def test_two_listings_of_one_identity_map_onto_one_item(harness: Harness) -> Non
 
 
 def test_a_retired_item_is_for_a_reviewer(harness: Harness) -> None:
-    from producers.resolver.catalog_items import retire_item
+    from producers.resolver.catalog_items import RetireItem
+    from tests.fixtures.decisions import accept
 
     harness.bind()
     harness.activate()
     first = harness.capture([product("a")])
     assert harness.worker().run(first.job_id).result == "done"
     with harness.uow() as u:
-        retire_item(u, "t1", "c1", harness.item("a"), "discontinued")
-        u.commit()
+        accept(u, "t1", "c1", RetireItem(harness.item("a"), "discontinued"))
     second = harness.capture([product("a", "back again")])
     assert harness.worker().run(second.job_id).result == "done"
     assert harness.results(second)["a"][:3] == ("review", 0, "ITEM_NOT_ACTIVE")
