@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -57,6 +58,13 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def done(harness: Harness, *jobs: Job) -> Callable[[], bool]:
@@ -127,7 +135,7 @@ def test_the_process_serves_health_and_metrics_and_stops_on_sigterm(harness: Har
     harness.bind()
     harness.activate()
     job = harness.capture([product("proc")])
-    port = 59000 + os.getpid() % 500
+    port = free_port()
     env = {
         **os.environ,
         "GAPLESS_JOBS_TOPIC": harness.settings.jobs_topic,
@@ -141,7 +149,9 @@ def test_the_process_serves_health_and_metrics_and_stops_on_sigterm(harness: Har
         stderr=subprocess.PIPE,
     )
     try:
-        wait_for(done(harness, job), timeout=60)
+        finished = done(harness, job)
+        wait_for(lambda: finished() or child.poll() is not None, timeout=60)
+        assert child.poll() is None, child.communicate()[1].decode()[-2000:]
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
     finally:
