@@ -45,12 +45,22 @@ router = APIRouter(prefix="/v1", tags=["identity"], responses=error_responses(40
 
 Tenant = Annotated[str, Path(min_length=1, max_length=200)]
 Catalog = Annotated[str, Path(min_length=1, max_length=200)]
-ClassId = Annotated[str, Path(min_length=1, max_length=200)]
+ClassId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=200,
+        description="The item class; may contain '/' (adapters name nested categories"
+        " so, e.g. 'outdoor/camping/tents').",
+    ),
+]
 GenerationNumber = Annotated[int, Path(ge=1, le=2**31 - 1)]
 IdentityHash = Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="SHA-256, hex.")]
 
 GENERATIONS = "/tenants/{tenant_id}/catalogs/{catalog_id}/identity-generations"
-GENERATION = GENERATIONS + "/{class_id}/{generation}"
+# Class ids may contain '/', so the class takes every segment up to the numeric
+# generation (Starlette's path and int convertors).
+GENERATION = GENERATIONS + "/{class_id:path}/{generation:int}"
 
 
 def _record(

@@ -224,3 +224,21 @@ def test_the_identity_endpoints_are_documented(client: TestClient) -> None:
     assert "BACKFILL_INCOMPLETE" in approve["description"]
     assert set(paths[generation + "/backfill"]) == {"post"}
     assert set(paths[generation + "/collisions/{identity_hash}/resolution"]) == {"post"}
+
+
+def test_a_nested_class_id_with_slashes_is_addressable(
+    client: TestClient, uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    """Adapters name nested categories 'outdoor/camping/tents': every generation
+    endpoint reaches such a class, not a 404 for a path it misread."""
+    tents = "outdoor/camping/tents"
+    add(uow, "t", class_id=tents, brand="ACME", mpn="T-1")
+    created = ok(
+        client.post(GENERATIONS, json={"class_id": tents, "rule_fields": ["brand", "mpn"]}), 201
+    )
+    path = f"{GENERATIONS}/{tents}/{created['generation']['generation']}"
+    assert ok(client.get(path))["class_id"] == tents
+    filled = ok(client.post(f"{path}/backfill"))
+    ok(client.post(f"{path}/approval", json=approval(filled["generation"]["revision"])), 201)
+    assert ok(client.get(path))["status"] == "active"
+    error(client.get(f"{GENERATIONS}/{tents}/9"), 404, "GENERATION_NOT_FOUND")
