@@ -137,13 +137,21 @@ def _canonical_number(raw: RawValue) -> str:
         raise AttributeValueInvalid(f"{raw!r} is not a finite number")
     if number.is_zero():
         return "0"
-    number = number.normalize()
-    digits = len(number.as_tuple().digits)
-    if digits > MAX_NUMBER_DIGITS or abs(number.adjusted()) > MAX_NUMBER_DIGITS:
+    # Drop trailing zeros by hand: Decimal.normalize() would also round to the
+    # context's 28 digits, silently changing a longer number.
+    sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    kept = list(digits)
+    while kept[-1] == 0:
+        kept.pop()
+        exponent += 1
+    magnitude = len(kept) + exponent - 1
+    if len(kept) > MAX_NUMBER_DIGITS or abs(magnitude) > MAX_NUMBER_DIGITS:
         raise AttributeValueInvalid(
-            f"{raw!r} has more than {MAX_NUMBER_DIGITS} digits or magnitude 10^±{MAX_NUMBER_DIGITS}"
+            f"{raw!r} has more than {MAX_NUMBER_DIGITS} significant digits or a magnitude"
+            f" beyond 10^±{MAX_NUMBER_DIGITS}"
         )
-    return format(number, "f")
+    return format(Decimal((sign, tuple(kept), exponent)), "f")
 
 
 def _check_text(value: str, what: str, limit: int, error: type[DomainError]) -> None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import psycopg
 import psycopg.errors
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from db.settings import DatabaseSettings
 from db.tables.attributes import (
@@ -30,6 +32,7 @@ from producers.resolver.attributes import (
     DefineClass,
     PublishAttribute,
     SetAttributeValue,
+    canonical_value,
     set_attribute_value,
 )
 from producers.resolver.catalog_items import ItemChange, record_item
@@ -655,3 +658,48 @@ def _commit_into(conn: psycopg.Connection, outcomes: dict[str, BaseException | N
         outcomes["value"] = None
     except psycopg.Error as exc:
         outcomes["value"] = exc
+
+
+# --- the domain and PostgreSQL agree on canonical values ------------------------------------
+
+number_texts = st.one_of(
+    st.from_regex(r"[-+]?[0-9]{0,4}(\.[0-9]{0,4})?([eE][-+]?[0-9])?", fullmatch=True),
+    st.decimals(allow_nan=False, allow_infinity=False, places=6).map(str),
+    st.text(max_size=6).filter(lambda t: "\x00" not in t),  # PostgreSQL text holds no NUL
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(number_texts)
+def test_postgres_accepts_a_number_text_exactly_when_the_domain_calls_it_canonical(
+    db_settings: DatabaseSettings, text: str
+) -> None:
+    try:
+        canonical = canonical_value("number", (), text) == text
+    except AttributeValueInvalid:
+        canonical = False
+    with psycopg.connect(db_settings.resolver_dsn) as conn:
+        row = conn.execute("SELECT attribute_value_fits('number', '{}', %s)", (text,)).fetchone()
+    assert row == (canonical,)
+
+
+@pytest.mark.parametrize(
+    ("value_type", "allowed", "text", "fits"),
+    [
+        ("boolean", [], "true", True),
+        ("boolean", [], "TRUE", False),
+        ("enum", ["red", "blue"], "blue", True),
+        ("enum", ["red", "blue"], "green", False),
+        ("text", [], "anything", True),
+        ("text", [], "", False),
+        ("date", [], "2027-01-01", False),
+    ],
+)
+def test_postgres_type_check_of_the_other_types(
+    db_settings: DatabaseSettings, value_type: str, allowed: list[str], text: str, fits: bool
+) -> None:
+    with psycopg.connect(db_settings.resolver_dsn) as conn:
+        row = conn.execute(
+            "SELECT attribute_value_fits(%s, %s, %s)", (value_type, allowed, text)
+        ).fetchone()
+    assert row == (fits,)
