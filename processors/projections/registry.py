@@ -2,9 +2,10 @@
 
 Each projection loads the revisions it has applied and applies a batch's events of
 its aggregate type. An aggregate type no projection keeps (``decision``,
-``item_split``) has no rows: its events still get a terminal outcome (``applied``,
-once their dependencies are), and its applied revision always reads as absent. So
-nothing may depend on such an aggregate; the resolver's events never do.
+``item_split``, ``catalog_class``) has no rows: its events still get a terminal
+outcome (``applied``, once their dependencies are), and its applied revision always
+reads as absent. So nothing may depend on such an aggregate; the resolver's events
+never do.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from dataclasses import dataclass
 import psycopg
 
 from processors.applier.plan import AggregateKey
-from processors.projections import catalog_items, listing_mappings, shipping_policies
+from processors.projections import (
+    attribute_definitions,
+    attribute_values,
+    catalog_items,
+    listing_mappings,
+    shipping_policies,
+)
 from schemas.events import Envelope
 
 RevisionLoader = Callable[
@@ -38,6 +45,12 @@ PROJECTIONS: tuple[Projection, ...] = (
     Projection(
         shipping_policies.AGGREGATE, shipping_policies.load_revisions, shipping_policies.apply
     ),
+    Projection(
+        attribute_definitions.AGGREGATE,
+        attribute_definitions.load_revisions,
+        attribute_definitions.apply,
+    ),
+    Projection(attribute_values.AGGREGATE, attribute_values.load_revisions, attribute_values.apply),
 )
 
 
