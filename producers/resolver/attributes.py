@@ -163,6 +163,12 @@ def _check_text(value: str, what: str, limit: int, error: type[DomainError]) -> 
         raise error(f"{what} contains a NUL character")
 
 
+def _check_reference(attribute_key: str, version: int) -> None:
+    """A key or version no definition can have is simply not found."""
+    if not _KEY.fullmatch(attribute_key) or not 1 <= version <= MAX_VERSION:
+        raise AttributeNotFound(f"no attribute {attribute_key!r} version {version} can exist")
+
+
 # --- facts ---------------------------------------------------------------------------
 
 
@@ -236,6 +242,9 @@ class PublishAttribute:
     attribute_key: str
     version: int
 
+    def __post_init__(self) -> None:
+        _check_reference(self.attribute_key, self.version)
+
     def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
         publish_attribute(uow, scope, self)
 
@@ -248,6 +257,12 @@ class SetAttributeValue:
     attribute_key: str
     version: int
     value: RawValue
+
+    def __post_init__(self) -> None:
+        _check_reference(self.attribute_key, self.version)
+        # No stored item has such an id (PostgreSQL text cannot even hold a NUL).
+        if not self.item_id or "\x00" in self.item_id or len(self.item_id) > MAX_ID:
+            raise ItemNotFound(f"no item can have the id {self.item_id!r}")
 
     def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
         set_attribute_value(uow, scope, self)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psycopg
 import psycopg.errors
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from db.settings import DatabaseSettings
@@ -284,6 +284,12 @@ def test_each_violation_is_refused_with_its_code_and_changes_nothing(
     for code, fact in cases:
         # Each after an accepted fact of the same decision: that one rolls back too.
         refused(shoes, dsn, code, SetAttributeValue("i1", "size", 1, 40), fact)
+    # References nothing could have are refused before any I/O.
+    with pytest.raises(ItemNotFound):
+        SetAttributeValue("i\x00", "size", 1, 40)
+    for key, version in (("a/b", 1), ("size", 0), ("size", 2**31)):
+        with pytest.raises(AttributeNotFound):
+            SetAttributeValue("i1", key, version, 40)
     assert stored(dsn).values == []
 
 
@@ -703,3 +709,32 @@ def test_postgres_type_check_of_the_other_types(
             "SELECT attribute_value_fits(%s, %s, %s)", (value_type, allowed, text)
         ).fetchone()
     assert row == (fits,)
+
+
+# --- any input: a typed error or an accepted value, never anything else ---------------------
+
+raw_values = st.one_of(
+    st.text(max_size=8),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.decimals(),
+)
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    item_id=st.one_of(st.sampled_from(["i1", "i2", "nope", "i\x00"]), st.text(max_size=4)),
+    key=st.one_of(st.sampled_from(["size", "colour", "x/y"]), st.text(max_size=4)),
+    version=st.one_of(st.sampled_from([1, 2]), st.integers(min_value=-2, max_value=2**40)),
+    value=raw_values,
+)
+def test_any_value_fact_is_accepted_or_refused_with_a_domain_error(
+    shoes: UowFactory, item_id: str, key: str, version: int, value: object
+) -> None:
+    try:
+        decide(shoes, SetAttributeValue(item_id, key, version, value))  # type: ignore[arg-type]
+    except DomainError as exc:
+        assert exc.code.isupper()
