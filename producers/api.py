@@ -27,6 +27,7 @@ from producers.intake.metrics import IntakeCollector
 from producers.intake.routes import CAPTURES_PATH, IntakeResources
 from producers.intake.routes import router as intake_router
 from producers.intake.service import IntakeService
+from producers.resolver.attribute_routes import router as attribute_router
 from producers.resolver.exceptions import DomainError
 from producers.resolver.identity_routes import router as identity_router
 from producers.resolver.routes import router as resolver_router
@@ -42,10 +43,14 @@ captures with a signed JWT of a registered credential instead. Every error answe
 `{"code": "...", "message": "..."}` with a stable code: `UNAUTHENTICATED` (401),
 `TENANT_SCOPE_DENIED`, `INSTANCE_SCOPE_DENIED` (403), `NOT_FOUND`, `*_NOT_FOUND`
 (404), `IDEMPOTENCY_KEY_REUSED`, `STALE_REVISION`, `TARGET_NOT_ACTIVE`,
-`OVERLAPPING_POLICY_WINDOW`, `SOURCE_NOT_ACTIVE`, `ITEM_ALREADY_EXISTS` (409),
+`OVERLAPPING_POLICY_WINDOW`, `SOURCE_NOT_ACTIVE`, `ITEM_ALREADY_EXISTS`,
+`ITEM_NOT_ACTIVE`, `CLASS_ALREADY_DEFINED`, `CLASS_REPARENT_REFUSED`,
+`ATTRIBUTE_VERSION_EXISTS`, `ATTRIBUTE_ALREADY_PUBLISHED`, `ATTRIBUTE_NOT_PUBLISHED`,
+`ATTRIBUTE_NOT_APPLICABLE` (409),
 `PAYLOAD_TOO_LARGE` (413), `UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED`,
 `EVIDENCE_MISSING`, `INVALID_DECISION`, `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
-`PRIOR_DECISION_NOT_FOUND` (422), `CURSOR_PRUNED`,
+`PRIOR_DECISION_NOT_FOUND`, `INVALID_CLASS`, `PARENT_CLASS_NOT_FOUND`,
+`ATTRIBUTE_DEFINITION_INVALID`, `ATTRIBUTE_VALUE_INVALID` (422), `CURSOR_PRUNED`,
 `LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE` (503), …
 """
 
@@ -99,6 +104,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(retention_router)
     app.include_router(resolver_router)
     app.include_router(identity_router)
+    app.include_router(attribute_router)
     app.state.intake = IntakeResources(
         CollectorVerifier(settings),
         IntakeService(pool, EvidenceStore.from_settings(settings), enqueuer, settings),

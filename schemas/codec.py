@@ -25,6 +25,9 @@ from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 
 from schemas.events import (
     AggregateRef,
+    AttributeDefined,
+    AttributeValueSet,
+    CatalogClassDefined,
     CatalogItemRetired,
     CatalogItemSplit,
     CatalogItemUpserted,
@@ -54,6 +57,9 @@ DECISION_RECORDED = "gapless.catalog.DecisionRecorded"
 LISTING_MAPPED = "gapless.catalog.ListingMapped"
 POLICY_VERSIONED = "gapless.catalog.ShippingPolicyVersioned"
 ITEM_SPLIT = "gapless.catalog.CatalogItemSplit"
+CLASS_DEFINED = "gapless.catalog.CatalogClassDefined"
+ATTRIBUTE_DEFINED = "gapless.catalog.AttributeDefined"
+ATTRIBUTE_VALUE_SET = "gapless.catalog.AttributeValueSet"
 
 MAGIC = b"\xc3\x01"
 HEADER_LENGTH = len(MAGIC) + 8
@@ -286,6 +292,75 @@ def _split(record: dict[str, Any]) -> CatalogItemSplit:
     )
 
 
+def _class_record(payload: CatalogClassDefined) -> tuple[str, dict[str, Any]]:
+    return (
+        CLASS_DEFINED,
+        {"parent_class_id": payload.parent_class_id, "decision_id": payload.decision_id},
+    )
+
+
+def _class(record: dict[str, Any]) -> CatalogClassDefined:
+    return CatalogClassDefined(
+        parent_class_id=record["parent_class_id"], decision_id=record["decision_id"]
+    )
+
+
+def _attribute_record(payload: AttributeDefined) -> tuple[str, dict[str, Any]]:
+    return (
+        ATTRIBUTE_DEFINED,
+        {
+            "attribute_key": payload.attribute_key,
+            "version": payload.version,
+            "label": payload.label,
+            "value_type": payload.value_type,
+            "allowed_values": list(payload.allowed_values),
+            "applies_to": list(payload.applies_to),
+            "status": payload.status,
+            "decision_id": payload.decision_id,
+        },
+    )
+
+
+def _attribute(record: dict[str, Any]) -> AttributeDefined:
+    return AttributeDefined(
+        attribute_key=record["attribute_key"],
+        version=record["version"],
+        label=record["label"],
+        value_type=record["value_type"],
+        allowed_values=tuple(record["allowed_values"]),
+        applies_to=tuple(record["applies_to"]),
+        status=record["status"],
+        decision_id=record["decision_id"],
+    )
+
+
+def _value_record(payload: AttributeValueSet) -> tuple[str, dict[str, Any]]:
+    return (
+        ATTRIBUTE_VALUE_SET,
+        {
+            "item_id": payload.item_id,
+            "item_revision": payload.item_revision,
+            "attribute_key": payload.attribute_key,
+            "definition_version": payload.definition_version,
+            "value_type": payload.value_type,
+            "value": payload.value,
+            "decision_id": payload.decision_id,
+        },
+    )
+
+
+def _value(record: dict[str, Any]) -> AttributeValueSet:
+    return AttributeValueSet(
+        item_id=record["item_id"],
+        item_revision=record["item_revision"],
+        attribute_key=record["attribute_key"],
+        definition_version=record["definition_version"],
+        value_type=record["value_type"],
+        value=record["value"],
+        decision_id=record["decision_id"],
+    )
+
+
 _PAYLOAD_RECORDS: dict[type[Any], Callable[[Any], tuple[str, dict[str, Any]]]] = {
     CatalogItemUpserted: _upserted_record,
     CatalogItemRetired: _retired_record,
@@ -293,6 +368,9 @@ _PAYLOAD_RECORDS: dict[type[Any], Callable[[Any], tuple[str, dict[str, Any]]]] =
     ListingMapped: _mapped_record,
     ShippingPolicyVersioned: _versioned_record,
     CatalogItemSplit: _split_record,
+    CatalogClassDefined: _class_record,
+    AttributeDefined: _attribute_record,
+    AttributeValueSet: _value_record,
 }
 _PAYLOADS: dict[str, Callable[[dict[str, Any]], Payload]] = {
     UPSERTED: _upserted,
@@ -301,6 +379,9 @@ _PAYLOADS: dict[str, Callable[[dict[str, Any]], Payload]] = {
     LISTING_MAPPED: _mapped,
     POLICY_VERSIONED: _versioned,
     ITEM_SPLIT: _split,
+    CLASS_DEFINED: _class,
+    ATTRIBUTE_DEFINED: _attribute,
+    ATTRIBUTE_VALUE_SET: _value,
 }
 
 

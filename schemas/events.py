@@ -148,6 +148,67 @@ class CatalogItemSplit:
         object.__setattr__(self, "remaps", MappingProxyType(dict(self.remaps)))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogClassDefined:
+    """A class registered in a catalog; the class id is the aggregate id.
+
+    Attribute definitions that apply to a class apply to its descendants too. A
+    class never changes once defined (re-parenting could take values out of their
+    definitions' reach), so its one event is revision 1.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "catalog_class.defined"
+
+    parent_class_id: str | None = None
+    decision_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttributeDefined:
+    """The whole current state of one version of an attribute definition.
+
+    The aggregate id is ``"<attribute_key>/<version>"``. A version is defined as a
+    draft or published; a draft is published by a later revision. A published version
+    never changes, so values may rely on its type, allowed values and applicability.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "attribute_definition.defined"
+
+    attribute_key: str
+    version: int
+    label: str
+    value_type: str
+    allowed_values: tuple[str, ...] = ()
+    applies_to: tuple[str, ...] = ()
+    status: str
+    decision_id: uuid.UUID
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed_values", tuple(self.allowed_values))
+        object.__setattr__(self, "applies_to", tuple(self.applies_to))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttributeValueSet:
+    """An item's current value of one attribute; the aggregate id is
+    ``"<item_id>/<attribute_key>"``.
+
+    ``value`` is canonical text for ``value_type`` (a decimal number, ``true`` or
+    ``false``, an enum symbol, or text) under the published ``definition_version``;
+    ``item_revision`` is the item's active revision the value was accepted against.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "attribute_value.set"
+
+    item_id: str
+    item_revision: int
+    attribute_key: str
+    definition_version: int
+    value_type: str
+    value: str
+    decision_id: uuid.UUID
+
+
 def _utc(value: datetime, name: str) -> datetime:
     if value.tzinfo is UTC:
         return value
@@ -163,6 +224,9 @@ Payload = (
     | ListingMapped
     | ShippingPolicyVersioned
     | CatalogItemSplit
+    | CatalogClassDefined
+    | AttributeDefined
+    | AttributeValueSet
 )
 
 PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
@@ -175,6 +239,9 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
             ListingMapped,
             ShippingPolicyVersioned,
             CatalogItemSplit,
+            CatalogClassDefined,
+            AttributeDefined,
+            AttributeValueSet,
         )
     }
 )

@@ -1,5 +1,6 @@
 """Product database tables: projections (items, listing mappings, splits,
-shipping-policy versions), inbox, parking, durable progress, quarantine."""
+shipping-policy versions, attribute definitions and values), inbox, parking, durable
+progress, quarantine."""
 
 from __future__ import annotations
 
@@ -198,6 +199,52 @@ product_shipping_policy_version = Table(
     Column("position", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "policy_id", "version"),
+)
+
+# The attribute-definition projection: one row per definition version (the aggregate
+# ``"<key>/<version>"``), with its type, enum values and the classes it applies to
+# (each with its descendants), as JSON arrays. ``revision`` is the version's own.
+product_attribute_definition = Table(
+    "product_attribute_definition",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("attribute_key", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("label", Text, nullable=False),
+    Column("value_type", Text, nullable=False),
+    Column("allowed_values", JSONB, nullable=False),
+    Column("applies_to", JSONB, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("decision_id", Uuid, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "attribute_key", "version"),
+)
+
+# The attribute-value projection: each item's current value of each attribute (the
+# aggregate ``"<item_id>/<key>"``), as canonical text of ``value_type``. Its event
+# waits (parked) for the item revision and the published definition it names, so the
+# definition row for (attribute_key, definition_version) is always there to join.
+product_attribute_value = Table(
+    "product_attribute_value",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("item_id", Text, nullable=False),
+    Column("attribute_key", Text, nullable=False),
+    Column("definition_version", BigInteger, nullable=False),
+    Column("value_type", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    Column("item_revision", BigInteger, nullable=False),
+    Column("decision_id", Uuid, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "item_id", "attribute_key"),
 )
 
 QUARANTINE_STATUSES = ("open", "retried", "skipped")

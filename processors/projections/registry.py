@@ -1,10 +1,10 @@
 """Which projection keeps which aggregate type; the applier goes through this list.
 
 Each projection loads the revisions it has applied and applies a batch's events of
-its aggregate type. An aggregate type no projection keeps (``decision``) has no rows:
-its events still get a terminal outcome (``applied``, once their dependencies are),
-and its applied revision always reads as absent. So nothing may depend on such an
-aggregate; the resolver's events never do.
+its aggregate type. An aggregate type no projection keeps (``decision``,
+``catalog_class``) has no rows: its events still get a terminal outcome (``applied``,
+once their dependencies are), and its applied revision always reads as absent. So
+nothing may depend on such an aggregate; the resolver's events never do.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import psycopg
 
 from processors.applier.plan import AggregateKey
 from processors.projections import (
+    attribute_definitions,
+    attribute_values,
     catalog_items,
     item_splits,
     listing_mappings,
@@ -44,6 +46,12 @@ PROJECTIONS: tuple[Projection, ...] = (
         shipping_policies.AGGREGATE, shipping_policies.load_revisions, shipping_policies.apply
     ),
     Projection(item_splits.AGGREGATE, item_splits.load_revisions, item_splits.apply),
+    Projection(
+        attribute_definitions.AGGREGATE,
+        attribute_definitions.load_revisions,
+        attribute_definitions.apply,
+    ),
+    Projection(attribute_values.AGGREGATE, attribute_values.load_revisions, attribute_values.apply),
 )
 
 

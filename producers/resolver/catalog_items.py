@@ -13,6 +13,7 @@ from db.repositories import catalog_items as items
 from db.repositories import identity as identity_keys
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
+from producers.resolver.attributes import refuse_class_change
 from producers.resolver.exceptions import (
     InvalidDecision,
     ItemNotFound,
@@ -41,6 +42,8 @@ class ItemChange:
                 f"item {self.item_id!r} belongs to {self.tenant_id}/{self.catalog_id}, "
                 f"not to the decision's {scope.tenant_id}/{scope.catalog_id}"
             )
+        # INV-07: an item whose values rely on its class keeps a class they apply to.
+        refuse_class_change(uow, self.tenant_id, self.catalog_id, self.item_id, self.class_id)
         record_item(uow, self, scope.decision_id)
 
 

@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import psycopg.errors
+
 from db.repositories import decisions as decision_rows
 from db.repositories import review_cases as cases
 from db.repositories.decisions import Effect
@@ -22,6 +24,7 @@ from producers.resolver.exceptions import (
     InvalidDecision,
     PriorDecisionNotFound,
     StaleRevision,
+    commit_violation,
 )
 from producers.resolver.facts import DecisionScope, Fact
 from producers.resolver.review_cases import CaseRevision
@@ -104,12 +107,14 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
        ``StaleRevision`` (INV-04) — the zero-row UPDATE changes nothing;
     3. check the prior decisions exist and insert the immutable decision row (INV-05);
     4. apply each fact with ``revision + 1`` and its invariant checks (INV-01, INV-03,
-       INV-08), each naming the decision;
+       INV-07, INV-08), each naming the decision;
     5. queue one event per affected aggregate revision with its dependencies: the
        decision's first, then the facts' in the order they were applied;
     6. record the decision's effects: every aggregate revision those events change
        and every other one they depend on (``effects``);
-    7. the Unit of Work writes the outbox rows at the next positions and COMMITs.
+    7. the Unit of Work writes the outbox rows at the next positions and COMMITs;
+       PostgreSQL runs its deferred constraint checks (INV-07) here, and a violation
+       is raised as the domain error the fact's own check would have raised.
     A domain error or crash anywhere before step 7 completes rolls everything back:
     no case revision, decision, fact, effect, outbox row or position is consumed.
     """
@@ -171,5 +176,11 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     decision_rows.insert_effects(
         tx, d.tenant_id, d.catalog_id, d.decision_id, effects(writer.pending)
     )
-    envelopes = uow.commit()
+    try:
+        envelopes = uow.commit()
+    except psycopg.errors.IntegrityError as exc:
+        error = commit_violation(exc)
+        if error is None:
+            raise
+        raise error from exc
     return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))

@@ -8,10 +8,19 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field, StrictBool, StrictFloat, StrictInt
 
 from db.repositories.decisions import DecisionRow
 from db.repositories.review_cases import CaseRow
+from producers.resolver.attributes import (
+    MAX_LABEL,
+    MAX_VALUE,
+    MAX_VERSION,
+    DefineAttribute,
+    DefineClass,
+    PublishAttribute,
+    SetAttributeValue,
+)
 from producers.resolver.decisions import Recorded
 from producers.resolver.facts import Fact
 from producers.resolver.listing_mappings import MapListing
@@ -89,7 +98,80 @@ def split_fact(source_item_id: str, spec: SplitSpec) -> SplitItem:
     )
 
 
-FactBody = Annotated[MapListingFact | ShippingPolicyFact | SplitFact, Field(discriminator="kind")]
+class DefineClassFact(BaseModel):
+    kind: Literal["define_class"]
+    class_id: Id
+    parent_class_id: Id | None = Field(
+        default=None, description="A registered class of the catalog; null for a root."
+    )
+
+    def to_domain(self) -> DefineClass:
+        return DefineClass(self.class_id, self.parent_class_id)
+
+
+Version = Annotated[int, Field(ge=1, le=MAX_VERSION)]
+
+
+class DefineAttributeFact(BaseModel):
+    kind: Literal["define_attribute"]
+    attribute_key: Id = Field(description="Letters, digits and '_.:-' (no slash).")
+    version: Version = Field(description="A version this key does not have yet.")
+    label: str = Field(min_length=1, max_length=MAX_LABEL)
+    value_type: Literal["text", "number", "boolean", "enum"]
+    allowed_values: list[Id] = Field(
+        default_factory=list, max_length=MAX_FACTS, description="An enum's values; else none."
+    )
+    applies_to: list[Id] = Field(
+        min_length=1,
+        max_length=MAX_FACTS,
+        description="Classes it applies to, each with all its descendant classes.",
+    )
+    publish: bool = Field(default=False, description="Define it published (else a draft).")
+
+    def to_domain(self) -> DefineAttribute:
+        return DefineAttribute(
+            self.attribute_key,
+            self.version,
+            self.label,
+            self.value_type,
+            tuple(self.applies_to),
+            tuple(self.allowed_values),
+            self.publish,
+        )
+
+
+class PublishAttributeFact(BaseModel):
+    kind: Literal["publish_attribute"]
+    attribute_key: Id
+    version: Version
+
+    def to_domain(self) -> PublishAttribute:
+        return PublishAttribute(self.attribute_key, self.version)
+
+
+class SetAttributeValueFact(BaseModel):
+    kind: Literal["set_attribute_value"]
+    item_id: Id = Field(description="An active item (INV-07 also needs its class).")
+    attribute_key: Id
+    version: Version = Field(description="A published definition version (INV-07).")
+    value: StrictBool | StrictInt | StrictFloat | Annotated[str, Field(max_length=MAX_VALUE)] = (
+        Field(description="A string, number or boolean, as the definition's type wants.")
+    )
+
+    def to_domain(self) -> SetAttributeValue:
+        return SetAttributeValue(self.item_id, self.attribute_key, self.version, self.value)
+
+
+FactBody = Annotated[
+    MapListingFact
+    | ShippingPolicyFact
+    | SplitFact
+    | DefineClassFact
+    | DefineAttributeFact
+    | PublishAttributeFact
+    | SetAttributeValueFact,
+    Field(discriminator="kind"),
+]
 
 
 class DecisionBasis(BaseModel):

@@ -6,6 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 # Importing a table module adds its tables to the resolver metadata.
+import db.tables.attributes
 import db.tables.capture_work
 import db.tables.domain
 import db.tables.identity

@@ -9,7 +9,8 @@ from sqlalchemy import MetaData, create_engine
 
 from db.migrate import Database, dsn_for, sqlalchemy_url
 from db.settings import DatabaseSettings
-from db.tables import (  # noqa: F401  (capture_work, domain, intake, retention join resolver)
+from db.tables import (  # noqa: F401  (these tables join the resolver metadata)
+    attributes,
     capture_work,
     control,
     domain,

@@ -31,6 +31,9 @@ from schemas.codec import (
 from schemas.events import (
     PAYLOAD_TYPES,
     AggregateRef,
+    AttributeDefined,
+    AttributeValueSet,
+    CatalogClassDefined,
     CatalogItemRetired,
     CatalogItemSplit,
     CatalogItemUpserted,
@@ -88,6 +91,30 @@ PAYLOAD_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         source_revision=LONGS,
         successor_item_ids=st.lists(TEXT, max_size=4).map(tuple),
         remaps=st.dictionaries(TEXT, TEXT, max_size=4),
+        decision_id=st.uuids(),
+    ),
+    CatalogClassDefined: st.builds(
+        CatalogClassDefined, parent_class_id=st.none() | TEXT, decision_id=st.uuids()
+    ),
+    AttributeDefined: st.builds(
+        AttributeDefined,
+        attribute_key=TEXT,
+        version=LONGS,
+        label=TEXT,
+        value_type=TEXT,
+        allowed_values=st.lists(TEXT, max_size=4).map(tuple),
+        applies_to=st.lists(TEXT, max_size=4).map(tuple),
+        status=TEXT,
+        decision_id=st.uuids(),
+    ),
+    AttributeValueSet: st.builds(
+        AttributeValueSet,
+        item_id=TEXT,
+        item_revision=LONGS,
+        attribute_key=TEXT,
+        definition_version=LONGS,
+        value_type=TEXT,
+        value=TEXT,
         decision_id=st.uuids(),
     ),
 }

@@ -1,0 +1,177 @@
+"""The resolver's read endpoints for classes and attributes (INV-07).
+
+Writes go through the decision endpoint like every accepted change (facts
+``define_class``, ``define_attribute``, ``publish_attribute``,
+``set_attribute_value``); these routes only read, each in one snapshot.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, Field
+
+from db.repositories.attributes import ClassRow, DefinitionRow
+from producers.auth import Caller
+from producers.deps import Conn
+from producers.errors import error_responses
+from producers.resolver import attribute_queries as queries
+from producers.resolver.attributes import MAX_VERSION
+
+router = APIRouter(prefix="/v1", tags=["attributes"], responses=error_responses(401, 403, 503))
+
+Tenant = Annotated[str, Path(min_length=1, max_length=200)]
+Catalog = Annotated[str, Path(min_length=1, max_length=200)]
+ItemId = Annotated[str, Path(min_length=1, max_length=200)]
+Key = Annotated[str, Path(min_length=1, max_length=200)]
+Version = Annotated[int, Path(ge=1, le=MAX_VERSION)]
+
+CATALOG = "/tenants/{tenant_id}/catalogs/{catalog_id}"
+
+
+class CatalogClass(BaseModel):
+    class_id: str
+    parent_class_id: str | None = Field(description="null for a root class.")
+    decision_id: uuid.UUID
+
+    @classmethod
+    def of(cls, row: ClassRow) -> CatalogClass:
+        return cls(
+            class_id=row.class_id, parent_class_id=row.parent_class_id, decision_id=row.decision_id
+        )
+
+
+class ClassList(BaseModel):
+    classes: list[CatalogClass] = Field(description="In class-id order.")
+
+
+class AttributeDefinition(BaseModel):
+    attribute_key: str
+    version: int
+    label: str
+    value_type: Literal["text", "number", "boolean", "enum"]
+    allowed_values: list[str] = Field(description="An enum's values; empty for other types.")
+    applies_to: list[str] = Field(description="Each class with all its descendants.")
+    status: Literal["draft", "published"]
+    revision: int
+    decision_id: uuid.UUID = Field(description="The decision of the latest revision.")
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: DefinitionRow) -> AttributeDefinition:
+        return cls(
+            attribute_key=row.attribute_key,
+            version=row.version,
+            label=row.label,
+            value_type=row.value_type,  # type: ignore[arg-type]  # the table's CHECK
+            allowed_values=list(row.allowed_values),
+            applies_to=list(row.applies_to),
+            status=row.status,  # type: ignore[arg-type]  # the table's CHECK
+            revision=row.revision,
+            decision_id=row.decision_id,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+
+class DefinitionList(BaseModel):
+    definitions: list[AttributeDefinition] = Field(description="By key, then version.")
+
+
+class AttributeValue(BaseModel):
+    attribute_key: str
+    definition_version: int
+    label: str = Field(description="The definition version's label.")
+    value_type: Literal["text", "number", "boolean", "enum"]
+    value: str = Field(description="Canonical text of the value for its type.")
+    revision: int
+    item_revision: int = Field(description="The item's revision the value was set against.")
+    decision_id: uuid.UUID
+    updated_at: datetime
+
+
+class ItemAttributes(BaseModel):
+    item_id: str
+    class_id: str
+    lineage: list[str] = Field(description="The item's class, then its ancestors.")
+    values: list[AttributeValue] = Field(description="By key.")
+
+
+@router.get(CATALOG + "/classes", summary="The catalog's registered classes")
+def list_classes(caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog) -> ClassList:
+    caller.require_tenant(tenant_id)
+    return ClassList(
+        classes=[CatalogClass.of(r) for r in queries.list_classes(conn, tenant_id, catalog_id)]
+    )
+
+
+@router.get(CATALOG + "/attributes", summary="Attribute definitions, every version")
+def list_definitions(
+    caller: Caller,
+    conn: Conn,
+    tenant_id: Tenant,
+    catalog_id: Catalog,
+    key: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="Only this attribute key's versions."),
+    ] = None,
+) -> DefinitionList:
+    caller.require_tenant(tenant_id)
+    found = queries.list_definitions(conn, tenant_id, catalog_id, key)
+    return DefinitionList(definitions=[AttributeDefinition.of(r) for r in found])
+
+
+@router.get(
+    CATALOG + "/attributes/{attribute_key}/versions/{version}",
+    summary="One attribute definition version",
+    responses=error_responses(404),
+)
+def read_definition(
+    caller: Caller,
+    conn: Conn,
+    tenant_id: Tenant,
+    catalog_id: Catalog,
+    attribute_key: Key,
+    version: Version,
+) -> AttributeDefinition:
+    """404 ``ATTRIBUTE_NOT_FOUND`` for an unknown key or version."""
+    caller.require_tenant(tenant_id)
+    return AttributeDefinition.of(
+        queries.read_definition(conn, tenant_id, catalog_id, attribute_key, version)
+    )
+
+
+@router.get(
+    CATALOG + "/items/{item_id}/attributes",
+    summary="An item's current attribute values, with their definitions' labels and types",
+    responses=error_responses(404),
+)
+def item_attributes(
+    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, item_id: ItemId
+) -> ItemAttributes:
+    """404 ``ITEM_NOT_FOUND`` for an unknown item."""
+    caller.require_tenant(tenant_id)
+    found = queries.item_values(conn, tenant_id, catalog_id, item_id)
+    return ItemAttributes(
+        item_id=found.item_id,
+        class_id=found.class_id,
+        lineage=found.lineage,
+        values=[
+            AttributeValue(
+                attribute_key=v.attribute_key,
+                definition_version=v.definition_version,
+                label=d.label,
+                value_type=d.value_type,  # type: ignore[arg-type]  # the table's CHECK
+                value=v.value,
+                revision=v.revision,
+                item_revision=v.item_revision,
+                decision_id=v.decision_id,
+                updated_at=v.updated_at,
+            )
+            for v, d in found.values
+        ],
+    )

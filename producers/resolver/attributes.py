@@ -1,0 +1,499 @@
+"""Classes, attribute definitions and attribute values (INV-07).
+
+An attribute value references a published definition version whose applicability
+includes the item's class, directly or through the class's ancestors. The facts here
+check that before they write; PostgreSQL checks it again at COMMIT (deferred
+constraint triggers, ``db.tables.attributes``) for whatever bypassed them.
+
+What could take a value out of its definition's reach later, and how it is refused:
+- a published definition version, or its applicability, changing: never offered by
+  the domain (a change is a new version); PostgreSQL refuses it immediately;
+- a class moving under another parent: ``DefineClass`` refuses to redefine a class;
+  the deferred trigger re-checks the values of the class's whole subtree;
+- an item changing class: ``refuse_class_change`` (run by the item fact) refuses it
+  when a current value would no longer apply; the deferred trigger re-checks the
+  item's values, also for writers that call ``record_item`` directly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+import psycopg.errors
+
+from db.repositories import attributes as rows
+from db.repositories import catalog_items as items
+from db.repositories.attributes import DefinitionRow
+from db.stream_writer import PendingEvent
+from db.tables.attributes import KEY_PATTERN, VALUE_TYPES
+from db.unit_of_work import UnitOfWork
+from producers.resolver.exceptions import (
+    AttributeAlreadyPublished,
+    AttributeDefinitionInvalid,
+    AttributeNotApplicable,
+    AttributeNotFound,
+    AttributeNotPublished,
+    AttributeValueInvalid,
+    AttributeVersionExists,
+    ClassAlreadyDefined,
+    ClassReparentRefused,
+    DomainError,
+    InvalidClass,
+    ItemNotActive,
+    ItemNotFound,
+    ParentClassNotFound,
+)
+from producers.resolver.facts import DecisionScope
+from schemas.events import AggregateRef, AttributeDefined, AttributeValueSet, CatalogClassDefined
+
+CLASS = "catalog_class"
+DEFINITION = "attribute_definition"
+VALUE = "attribute_value"
+ITEM = "catalog_item"
+
+MAX_ID = 200
+MAX_LABEL = 1_000
+MAX_VALUE = 10_000
+MAX_VERSION = 2**31 - 1
+MAX_NUMBER_DIGITS = 60
+"""A number keeps at most this many significant digits and this magnitude (10^±60),
+so its canonical text stays short."""
+
+_KEY = re.compile(KEY_PATTERN)
+
+RawValue = str | bool | int | float | Decimal
+"""A value as a caller gives it; ``canonical_value`` turns it into stored text."""
+
+
+# --- pure rules ----------------------------------------------------------------------
+
+
+def definition_id(attribute_key: str, version: int) -> str:
+    """The aggregate id of a definition version (keys hold no slash)."""
+    return f"{attribute_key}/{version}"
+
+
+def value_id(item_id: str, attribute_key: str) -> str:
+    """The aggregate id of an item's value of a key (split at the last slash)."""
+    return f"{item_id}/{attribute_key}"
+
+
+def applies(lineage: Sequence[str], applies_to: Iterable[str]) -> bool:
+    """Whether a definition applying to ``applies_to`` reaches a class whose lineage
+    (the class, then its ancestors) is ``lineage``."""
+    return not set(lineage).isdisjoint(applies_to)
+
+
+def canonical_value(value_type: str, allowed_values: Sequence[str], raw: RawValue) -> str:
+    """The stored text of ``raw`` as a value of the type, or ``AttributeValueInvalid``.
+
+    text: any non-empty string; number: a finite decimal (int, float, Decimal or its
+    string), kept without exponent, trailing zeros or a negative zero (``"1.5"``,
+    ``"-0.25"``, ``"100"``); boolean: ``true``/``false`` (a bool or that text); enum:
+    one of ``allowed_values``, exactly. PostgreSQL's ``attribute_value_fits`` accepts
+    exactly these forms.
+    """
+    if value_type == "number":
+        return _canonical_number(raw)
+    if value_type == "boolean":
+        if isinstance(raw, bool):
+            return "true" if raw else "false"
+        if raw in ("true", "false"):
+            return str(raw)
+        raise AttributeValueInvalid(f"{raw!r} is not a boolean (true or false)")
+    if not isinstance(raw, str):
+        raise AttributeValueInvalid(f"a {value_type} value is a string, not {raw!r}")
+    if value_type == "enum":
+        if raw not in allowed_values:
+            raise AttributeValueInvalid(f"{raw!r} is not one of {list(allowed_values)}")
+        return raw
+    if value_type == "text":
+        _check_text(raw, "a text value", MAX_VALUE, AttributeValueInvalid)
+        return raw
+    raise AttributeValueInvalid(f"unknown value type {value_type!r}")
+
+
+def _canonical_number(raw: RawValue) -> str:
+    if isinstance(raw, bool):
+        raise AttributeValueInvalid(f"{raw!r} is a boolean, not a number")
+    try:
+        if isinstance(raw, float):
+            if not math.isfinite(raw):
+                raise AttributeValueInvalid(f"{raw!r} is not a finite number")
+            number = Decimal(repr(raw))  # the shortest text that reads back as the float
+        elif isinstance(raw, str):
+            if len(raw) > MAX_VALUE:
+                raise AttributeValueInvalid("the number is too long")
+            number = Decimal(raw)
+        else:
+            number = Decimal(raw)
+    except InvalidOperation as exc:
+        raise AttributeValueInvalid(f"{raw!r} is not a number") from exc
+    if not number.is_finite():
+        raise AttributeValueInvalid(f"{raw!r} is not a finite number")
+    if number.is_zero():
+        return "0"
+    # Drop trailing zeros by hand: Decimal.normalize() would also round to the
+    # context's 28 digits, silently changing a longer number.
+    sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    kept = list(digits)
+    while kept[-1] == 0:
+        kept.pop()
+        exponent += 1
+    magnitude = len(kept) + exponent - 1
+    if len(kept) > MAX_NUMBER_DIGITS or abs(magnitude) > MAX_NUMBER_DIGITS:
+        raise AttributeValueInvalid(
+            f"{raw!r} has more than {MAX_NUMBER_DIGITS} significant digits or a magnitude"
+            f" beyond 10^±{MAX_NUMBER_DIGITS}"
+        )
+    return format(Decimal((sign, tuple(kept), exponent)), "f")
+
+
+def _check_text(value: str, what: str, limit: int, error: type[DomainError]) -> None:
+    if not value:
+        raise error(f"{what} cannot be empty")
+    if len(value) > limit:
+        raise error(f"{what} is longer than {limit} characters")
+    if "\x00" in value:
+        raise error(f"{what} contains a NUL character")
+
+
+def _check_reference(attribute_key: str, version: int) -> None:
+    """A key or version no definition can have is simply not found."""
+    if not _KEY.fullmatch(attribute_key) or not 1 <= version <= MAX_VERSION:
+        raise AttributeNotFound(f"no attribute {attribute_key!r} version {version} can exist")
+
+
+# --- facts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DefineClass:
+    """Register ``class_id`` in the catalog, under ``parent_class_id`` (a registered
+    class) or as a root. A class is defined once and never moves."""
+
+    class_id: str
+    parent_class_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_text(self.class_id, "a class id", MAX_ID, InvalidClass)
+        if self.parent_class_id is not None:
+            _check_text(self.parent_class_id, "a parent class id", MAX_ID, InvalidClass)
+        if self.parent_class_id == self.class_id:
+            raise InvalidClass(f"class {self.class_id!r} cannot be its own parent")
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        define_class(uow, scope, self)
+
+
+@dataclass(frozen=True, slots=True)
+class DefineAttribute:
+    """Define ``version`` of the attribute ``attribute_key``: its label, its type
+    (``text``, ``number``, ``boolean``, or ``enum`` with ``allowed_values``) and the
+    classes it applies to (each with its descendants). ``publish`` defines it
+    published at once; otherwise it is a draft until ``PublishAttribute``."""
+
+    attribute_key: str
+    version: int
+    label: str
+    value_type: str
+    applies_to: tuple[str, ...]
+    allowed_values: tuple[str, ...] = ()
+    publish: bool = False
+
+    def __post_init__(self) -> None:
+        bad = AttributeDefinitionInvalid
+        if not _KEY.fullmatch(self.attribute_key):
+            raise bad(
+                f"attribute key {self.attribute_key!r} must be 1-100 letters, digits or"
+                " '_.:-', starting with a letter or digit"
+            )
+        if not 1 <= self.version <= MAX_VERSION:
+            raise bad(f"version {self.version} is not between 1 and {MAX_VERSION}")
+        _check_text(self.label, "a label", MAX_LABEL, bad)
+        if self.value_type not in VALUE_TYPES:
+            raise bad(f"value type {self.value_type!r} is not one of {VALUE_TYPES}")
+        if (self.value_type == "enum") != bool(self.allowed_values):
+            raise bad("an enum lists its allowed values; other types list none")
+        for allowed in self.allowed_values:
+            _check_text(allowed, "an allowed value", MAX_ID, bad)
+        if len(set(self.allowed_values)) != len(self.allowed_values):
+            raise bad("allowed values must be distinct")
+        if not self.applies_to:
+            raise bad(f"attribute {self.attribute_key!r} applies to no class")
+        for class_id in self.applies_to:
+            _check_text(class_id, "a class id", MAX_ID, bad)
+        if len(set(self.applies_to)) != len(self.applies_to):
+            raise bad("the classes it applies to must be distinct")
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        define_attribute(uow, scope, self)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishAttribute:
+    """Publish a draft definition version; from then on it never changes."""
+
+    attribute_key: str
+    version: int
+
+    def __post_init__(self) -> None:
+        _check_reference(self.attribute_key, self.version)
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        publish_attribute(uow, scope, self)
+
+
+@dataclass(frozen=True, slots=True)
+class SetAttributeValue:
+    """Set item ``item_id``'s value of ``attribute_key`` under definition ``version``."""
+
+    item_id: str
+    attribute_key: str
+    version: int
+    value: RawValue
+
+    def __post_init__(self) -> None:
+        _check_reference(self.attribute_key, self.version)
+        # No stored item has such an id (PostgreSQL text cannot even hold a NUL).
+        if not self.item_id or "\x00" in self.item_id or len(self.item_id) > MAX_ID:
+            raise ItemNotFound(f"no item can have the id {self.item_id!r}")
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        set_attribute_value(uow, scope, self)
+
+
+# --- the write path (parts of ``record_decision``) -------------------------------------
+
+
+def define_class(uow: UnitOfWork, scope: DecisionScope, fact: DefineClass) -> None:
+    """Register the class and queue its event.
+
+    1. lock the stream's cursor: it serializes every writer of this catalog's
+       classes, so the existence checks below stay true until COMMIT;
+    2. refuse a class that exists (with another parent: a re-parent) and a parent
+       that does not;
+    3. insert the class (the primary key and the parent's foreign key would refuse
+       what step 2 let through) and queue its event.
+    """
+    writer = uow.stream(scope.tenant_id, scope.catalog_id)
+    tx = uow.tx
+    where = f"{scope.tenant_id}/{scope.catalog_id}"
+    existing = rows.get_class(tx, scope.tenant_id, scope.catalog_id, fact.class_id)
+    if existing is not None:
+        if existing.parent_class_id != fact.parent_class_id:
+            raise ClassReparentRefused(
+                f"class {fact.class_id!r} of {where} is under {existing.parent_class_id!r};"
+                " classes never move (the values of their items rely on their lineage)"
+            )
+        raise ClassAlreadyDefined(f"class {fact.class_id!r} of {where} is already defined")
+    if (
+        fact.parent_class_id is not None
+        and rows.get_class(tx, scope.tenant_id, scope.catalog_id, fact.parent_class_id) is None
+    ):
+        raise ParentClassNotFound(f"no class {fact.parent_class_id!r} in {where}")
+    t, c = scope.tenant_id, scope.catalog_id
+    rows.insert_class(tx, t, c, fact.class_id, fact.parent_class_id, scope.decision_id)
+    writer.append(
+        PendingEvent(
+            aggregate=AggregateRef(type=CLASS, id=fact.class_id, revision=1),
+            payload=CatalogClassDefined(
+                parent_class_id=fact.parent_class_id, decision_id=scope.decision_id
+            ),
+        )
+    )
+
+
+def define_attribute(uow: UnitOfWork, scope: DecisionScope, fact: DefineAttribute) -> None:
+    """Insert the definition version (revision 1) and queue its event.
+
+    1. lock the stream's cursor: no other domain writer can define the same version
+       meanwhile (the primary key refuses one that skipped the lock);
+    2. insert the version and its applicability (``insert_definition``);
+    3. read the stored row back and queue its event, so the event says exactly what
+       was stored.
+    """
+    writer = uow.stream(scope.tenant_id, scope.catalog_id)
+    try:
+        rows.insert_definition(
+            uow.tx,
+            scope.tenant_id,
+            scope.catalog_id,
+            fact.attribute_key,
+            fact.version,
+            fact.label,
+            fact.value_type,
+            fact.allowed_values,
+            fact.applies_to,
+            fact.publish,
+            scope.decision_id,
+        )
+    except psycopg.errors.UniqueViolation as exc:
+        raise AttributeVersionExists(
+            f"attribute {fact.attribute_key!r} version {fact.version} already exists in"
+            f" {scope.tenant_id}/{scope.catalog_id}; define a new version"
+        ) from exc
+    stored = rows.get_definition(
+        uow.tx, scope.tenant_id, scope.catalog_id, fact.attribute_key, fact.version
+    )
+    assert stored is not None  # inserted just above, in this transaction
+    writer.append(_defined_event(stored))
+
+
+def publish_attribute(uow: UnitOfWork, scope: DecisionScope, fact: PublishAttribute) -> int:
+    """Publish the draft with ``revision + 1`` and queue its event; returns the revision.
+
+    The UPDATE only matches a draft, so two publishers cannot both succeed; when it
+    matches nothing, the row (read after) says why.
+    """
+    writer = uow.stream(scope.tenant_id, scope.catalog_id)
+    tx = uow.tx
+    revision = rows.publish_definition(
+        tx, scope.tenant_id, scope.catalog_id, fact.attribute_key, fact.version, scope.decision_id
+    )
+    definition = rows.get_definition(
+        tx, scope.tenant_id, scope.catalog_id, fact.attribute_key, fact.version
+    )
+    name = f"attribute {fact.attribute_key!r} version {fact.version}"
+    if definition is None:
+        raise AttributeNotFound(f"no {name} in {scope.tenant_id}/{scope.catalog_id}")
+    if revision is None:
+        raise AttributeAlreadyPublished(f"{name} is already published")
+    writer.append(_defined_event(definition))
+    return revision
+
+
+def set_attribute_value(uow: UnitOfWork, scope: DecisionScope, fact: SetAttributeValue) -> int:
+    """Write the item's value of the key with ``revision + 1``; returns the revision.
+
+    1. lock the stream's cursor (before reading anything exported);
+    2. share-lock the definition version and require it published (a published
+       version never changes, so its type and applicability hold from here on);
+    3. share-lock the item and require it active: FOR SHARE conflicts with any
+       writer's UPDATE of the row, so the item can neither leave 'active' nor change
+       class until this transaction ends;
+    4. require the version to apply to the item's class or one of its ancestors (the
+       lineage is read without locks: classes never change through the domain, and
+       the deferred trigger re-checks, with locks, for writers that skip it);
+    5. turn the value into canonical text for the definition's type;
+    6. write the value naming the item revision it saw, and queue its event, depending
+       on that item revision and on the published definition revision.
+    The deferred INV-07 trigger re-checks the row at COMMIT.
+    """
+    writer = uow.stream(scope.tenant_id, scope.catalog_id)
+    tx = uow.tx
+    where = f"{scope.tenant_id}/{scope.catalog_id}"
+    name = f"attribute {fact.attribute_key!r} version {fact.version}"
+    definition = rows.get_definition(
+        tx, scope.tenant_id, scope.catalog_id, fact.attribute_key, fact.version, lock="share"
+    )
+    if definition is None:
+        raise AttributeNotFound(f"no {name} in {where}")
+    if definition.status != "published":
+        raise AttributeNotPublished(f"{name} is a {definition.status}, not published")
+
+    item = items.get_for_share(tx, scope.tenant_id, scope.catalog_id, fact.item_id)
+    if item is None:
+        raise ItemNotFound(f"no item {fact.item_id!r} in {where}")
+    if item.status != "active":
+        raise ItemNotActive(f"item {fact.item_id!r} of {where} is {item.status}")
+
+    lineage = rows.lineage(tx, scope.tenant_id, scope.catalog_id, item.class_id)
+    if not applies(lineage, definition.applies_to):
+        raise AttributeNotApplicable(
+            f"{name} applies to {list(definition.applies_to)}, not to item"
+            f" {fact.item_id!r} of class {' < '.join(lineage)}"
+        )
+    value = canonical_value(definition.value_type, definition.allowed_values, fact.value)
+
+    revision = rows.save_value(
+        tx,
+        scope.tenant_id,
+        scope.catalog_id,
+        fact.item_id,
+        fact.attribute_key,
+        fact.version,
+        value,
+        item.revision,
+        scope.decision_id,
+    )
+    writer.append(
+        PendingEvent(
+            aggregate=AggregateRef(
+                type=VALUE, id=value_id(fact.item_id, fact.attribute_key), revision=revision
+            ),
+            dependencies=(
+                AggregateRef(type=ITEM, id=item.item_id, revision=item.revision),
+                AggregateRef(
+                    type=DEFINITION,
+                    id=definition_id(fact.attribute_key, fact.version),
+                    revision=definition.revision,
+                ),
+            ),
+            payload=AttributeValueSet(
+                item_id=fact.item_id,
+                item_revision=item.revision,
+                attribute_key=fact.attribute_key,
+                definition_version=fact.version,
+                value_type=definition.value_type,
+                value=value,
+                decision_id=scope.decision_id,
+            ),
+        )
+    )
+    return revision
+
+
+def refuse_class_change(
+    uow: UnitOfWork, tenant_id: str, catalog_id: str, item_id: str, class_id: str
+) -> None:
+    """Raise ``AttributeNotApplicable`` if moving the item to ``class_id`` would leave
+    one of its current values outside its definition's reach.
+
+    It takes the stream's cursor lock first (a no-op if the transaction holds it),
+    which keeps every domain writer of the item, its values and the classes out until
+    this transaction commits.
+    """
+    uow.stream(tenant_id, catalog_id)
+    tx = uow.tx
+    current = items.get(tx, tenant_id, catalog_id, item_id)
+    if current is None or current.class_id == class_id:
+        return
+    values = rows.values_of_item(tx, tenant_id, catalog_id, item_id)
+    if not values:
+        return
+    lineage = rows.lineage(tx, tenant_id, catalog_id, class_id)
+    for value in values:
+        definition = rows.get_definition(
+            tx, tenant_id, catalog_id, value.attribute_key, value.definition_version
+        )
+        if definition is None or not applies(lineage, definition.applies_to):
+            raise AttributeNotApplicable(
+                f"item {item_id!r} of {tenant_id}/{catalog_id} cannot move to class"
+                f" {class_id!r}: its attribute {value.attribute_key!r} (version"
+                f" {value.definition_version}) does not apply there"
+            )
+
+
+def _defined_event(definition: DefinitionRow) -> PendingEvent:
+    d = definition
+    return PendingEvent(
+        aggregate=AggregateRef(
+            type=DEFINITION, id=definition_id(d.attribute_key, d.version), revision=d.revision
+        ),
+        payload=AttributeDefined(
+            attribute_key=d.attribute_key,
+            version=d.version,
+            label=d.label,
+            value_type=d.value_type,
+            allowed_values=d.allowed_values,
+            applies_to=d.applies_to,
+            status=d.status,
+            decision_id=d.decision_id,
+        ),
+    )
