@@ -27,7 +27,7 @@ from producers.resolver.attributes import (
     PublishAttribute,
     SetAttributeValue,
 )
-from producers.resolver.catalog_items import ItemChange, record_item, retire_item
+from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.facts import Fact
 from schemas.codec import CODEC
@@ -61,9 +61,7 @@ def _accept(pool: ConnectionPool, epochs: EpochSource, *facts: Fact) -> None:
 
 
 def _item(pool: ConnectionPool, epochs: EpochSource, item_id: str, class_id: str) -> None:
-    with UnitOfWork(pool, epochs, CODEC) as uow:
-        record_item(uow, ItemChange(TENANT, CATALOG, item_id, class_id, f"item {item_id}"))
-        uow.commit()
+    _accept(pool, epochs, ItemChange(TENANT, CATALOG, item_id, class_id, f"item {item_id}"))
 
 
 def _write_history(settings: DatabaseSettings) -> None:
@@ -98,9 +96,7 @@ def _write_history(settings: DatabaseSettings) -> None:
         )
         _accept(pool, epochs, ItemChange(TENANT, CATALOG, "i0", "shoe", "item i0, now a shoe"))
         _accept(pool, epochs, SetAttributeValue("i0", "fit", 1, "wide"))
-        with UnitOfWork(pool, epochs, CODEC) as uow:
-            retire_item(uow, TENANT, CATALOG, "i5", "discontinued")
-            uow.commit()
+        _accept(pool, epochs, RetireItem("i5", "discontinued"))
     finally:
         pool.close()
         epochs.close()

@@ -16,8 +16,9 @@ from pydantic import SecretStr
 from db.settings import DatabaseSettings
 from producers.api import create_app
 from producers.auth import token_hash
-from producers.resolver.catalog_items import ItemChange, record_item
+from producers.resolver.catalog_items import ItemChange
 from producers.settings import ApiSettings
+from tests.fixtures.decisions import accept
 from tests.integration.resolver.conftest import UowFactory
 from tests.integration.resolver.test_api import (
     CATALOG,
@@ -43,8 +44,7 @@ def api(clean_db: DatabaseSettings) -> Iterator[TestClient]:
 
 def add_item(uow: UowFactory, item_id: str, class_id: str) -> None:
     with uow() as u:
-        record_item(u, ItemChange("t1", "c1", item_id, class_id, f"item {item_id}"))
-        u.commit()
+        accept(u, "t1", "c1", ItemChange("t1", "c1", item_id, class_id, f"item {item_id}"))
 
 
 def decide(api: TestClient, case: str, revision: int, *facts: dict[str, Any]) -> Any:

@@ -35,7 +35,7 @@ from producers.resolver.attributes import (
     canonical_value,
     set_attribute_value,
 )
-from producers.resolver.catalog_items import ItemChange, record_item
+from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import (
     AttributeAlreadyPublished,
@@ -56,6 +56,7 @@ from producers.resolver.exceptions import (
 from producers.resolver.facts import DecisionScope
 from schemas.codec import CODEC
 from schemas.events import AggregateRef, AttributeDefined, AttributeValueSet, CatalogClassDefined
+from tests.fixtures.decisions import accept
 from tests.integration.resolver.conftest import (
     EVIDENCE,
     UowFactory,
@@ -84,8 +85,7 @@ def decide(uow: UowFactory, *facts: object) -> uuid.UUID:
 
 def add_item(uow: UowFactory, item_id: str, class_id: str) -> None:
     with uow() as u:
-        record_item(u, ItemChange("t1", "c1", item_id, class_id, f"item {item_id}"))
-        u.commit()
+        accept(u, "t1", "c1", ItemChange("t1", "c1", item_id, class_id, f"item {item_id}"))
 
 
 @dataclass(frozen=True)
@@ -402,7 +402,7 @@ def raw(shoes: UowFactory, clean_db: DatabaseSettings) -> Iterator[psycopg.Conne
     """A connection as the table owner (more privileges than the application role:
     the triggers must hold even so), with a decision to name and a published value."""
     decide(shoes, SetAttributeValue("i1", "size", 1, 42))
-    with psycopg.connect(clean_db.resolver_dsn) as conn:
+    with psycopg.connect(clean_db.resolver_owner_dsn) as conn:
         yield conn
 
 
@@ -455,7 +455,9 @@ def test_postgres_checks_the_state_at_commit_not_at_each_statement(
     """A value written before its item's class is registered commits once it is."""
     raw.execute(
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
-        " attributes, revision) VALUES ('t1', 'c1', 'i9', 'boot', 'active', 'boot', '{}', 1)"
+        " attributes, revision, decision_id)"
+        " VALUES ('t1', 'c1', 'i9', 'boot', 'active', 'boot', '{}', 1, %s)",
+        (_decision_id(raw),),
     )
     _insert_value(raw, "i9", "size", 1, "44")
     raw.execute(
