@@ -29,6 +29,17 @@ def insert_next_version(
     refuse it anyway). Raises ``psycopg.errors.ExclusionViolation`` if the window
     overlaps another version of the same tenant, policy and scope (INV-03).
     """
+    # Serializes writers of one (tenant, policy, scope) across catalogs, whose cursor
+    # locks differ. Without it two overlapping inserts can each find the other's
+    # uncommitted row while checking the exclusion constraint and wait on each other:
+    # PostgreSQL then aborts one with a deadlock instead of the overlap error. With
+    # it the second waits for the first to end and gets ExclusionViolation (or
+    # inserts, if the first rolled back). Held to the end of the transaction; a hash
+    # collision only serializes two unrelated policies a little.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+        (f"shipping_policy_version\x1f{tenant_id}\x1f{policy_id}\x1f{scope}",),
+    )
     row = tx.execute(
         "INSERT INTO shipping_policy_version (tenant_id, catalog_id, policy_id, version,"
         " scope, effective_from, effective_to, terms, decision_id)"
