@@ -211,3 +211,30 @@ capture_repair = Table(
     CheckConstraint("action IN ('retry', 'skip', 'replay')", name="capture_repair_action_known"),
     CheckConstraint("action <> 'skip' OR reason <> ''", name="capture_repair_skip_reason"),
 )
+
+# The identity generation each class of a capture's products is resolved in: the one
+# active when the capture arrived, recorded the first time a product of that class is
+# resolved and read on every later attempt and replay. Recomputing it from the
+# arrival time is not enough: an activation stamps its time while its transaction
+# runs, so a capture arriving just before that commit could read the older
+# generation first and the newer one later. NULL: the class had none.
+capture_identity_pin = Table(
+    "capture_identity_pin",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("capture_id", Uuid, nullable=False),
+    Column("class_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("identity_generation", Integer),
+    Column("pinned_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "capture_id", "class_id"),
+    ForeignKeyConstraint(
+        ["tenant_id", "capture_id"],
+        ["capture.tenant_id", "capture.capture_id"],
+        name="capture_identity_pin_capture_fk",
+    ),
+    CheckConstraint(
+        "identity_generation IS NULL OR identity_generation >= 1",
+        name="capture_identity_pin_generation_positive",
+    ),
+)

@@ -15,15 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from db.repositories import catalog_items, listing_mappings
+from db.repositories import catalog_items, identity_pins, listing_mappings
 from db.repositories import identity as identity_rows
 from db.repositories.capture_items import ResultKey
+from db.repositories.identity import GenerationKey
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision
 from producers.resolver.facts import Fact
 from producers.resolver.identity import (
     AssignIdentity,
+    Generation,
     identity_hash,
     lookup,
     pinned_generation,
@@ -152,10 +154,35 @@ def new_item_id(catalog_id: str, class_id: str, generation: int, digest: str) ->
     return f"item-{uuid.uuid5(_ITEM_NAMESPACE, name)}"
 
 
+def _pinned(tx: Transaction, work: ItemWork) -> Generation | None:
+    """The generation the capture's class is pinned to: the one active at its arrival,
+    recorded the first time and read back ever after (``capture_identity_pin``)."""
+    klass = work.product.class_id
+    at_arrival = pinned_generation(tx, work.tenant_id, work.catalog_id, klass, work.arrived_at)
+    number = identity_pins.pin(
+        tx,
+        work.tenant_id,
+        work.capture_id,
+        work.catalog_id,
+        klass,
+        at_arrival.generation if at_arrival else None,
+    )
+    if number is None:
+        return None
+    if at_arrival is not None and at_arrival.generation == number:
+        return at_arrival
+    row = identity_rows.get_generation(
+        tx, GenerationKey(work.tenant_id, work.catalog_id, klass, number)
+    )
+    assert row is not None  # generations are never deleted
+    return Generation.of(row)
+
+
 def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
     """Which item the product is, by identity (INV-02), in the generation of its class
     that was active when the capture arrived (its ``created_at``: the resolver's own
-    clock, where ``captured_at`` is the collector's; a replay pins the same one).
+    clock, where ``captured_at`` is the collector's), pinned per capture and class on
+    first use so every retry and replay resolves in the same generation.
 
     - no generation then, or claims without the rule's fields: review;
     - the key's holder, unless the claimed strong identifiers contradict it: review;
@@ -164,7 +191,7 @@ def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
       retired since (keys go to the active one: review).
     """
     p = work.product
-    generation = pinned_generation(tx, work.tenant_id, work.catalog_id, p.class_id, work.arrived_at)
+    generation = _pinned(tx, work)
     if generation is None:
         return Unresolved(
             "NO_ACTIVE_GENERATION",

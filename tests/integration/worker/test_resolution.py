@@ -7,7 +7,7 @@ from typing import Any
 
 from producers.resolver.identity import IdentityRule
 
-from .conftest import Harness, product
+from .conftest import Harness, Parser, product
 
 GTIN_A = "4006381333931"
 GTIN_B = "4006381333924"
@@ -28,6 +28,40 @@ def test_the_generation_is_pinned_at_the_captures_arrival(harness: Harness) -> N
     assert harness.worker().run(late.job_id).result == "done"
     assert harness.results(early)["a"][:3] == ("review", 0, "NO_ACTIVE_GENERATION")
     assert harness.results(late)["a"][0] == "applied"
+
+
+def test_a_replay_resolves_in_the_generation_pinned_the_first_time(
+    harness: Harness, monkeypatch: Any
+) -> None:
+    """The pin is recorded, not recomputed: an activation whose transaction began
+    before the capture arrived but committed after it (emulated by moving its
+    activation time back) does not change what a replay of the capture resolves in."""
+    from producers.worker.adapters.json_feed import JsonFeedAdapter
+    from producers.worker.replays import request_replay
+
+    harness.bind()
+    early = harness.capture([product("a")])
+    assert harness.worker().run(early.job_id).result == "done"
+    assert harness.results(early)["a"][:3] == ("review", 0, "NO_ACTIVE_GENERATION")
+    generation = harness.activate()
+    with harness.conn() as conn:
+        conn.execute(
+            "UPDATE identity_generation SET activated_at = c.created_at - interval '1 second'"
+            " FROM capture c WHERE c.capture_id = %s AND identity_generation = %s",
+            (early.capture_id, generation),
+        )
+        pins = conn.execute(
+            "SELECT class_id, identity_generation FROM capture_identity_pin WHERE capture_id = %s",
+            (early.capture_id,),
+        ).fetchall()
+    assert pins == [("shoe", None)]
+    monkeypatch.setattr(JsonFeedAdapter, "parser_version", 2)
+    with harness.conn() as conn:
+        replay = request_replay(conn, "t1", early.capture_id, "ana").job_id
+    assert harness.worker(parse=Parser(parser_version=2)).run(replay).outcomes == {"review": 1}
+    # A capture arriving now resolves in the (back-dated) generation as usual.
+    late = harness.capture([product("a")])
+    assert harness.worker().run(late.job_id).outcomes == {"applied": 1}
 
 
 def test_a_product_without_the_rule_fields_goes_to_review(harness: Harness) -> None:

@@ -34,7 +34,6 @@ _APPENDED = ("source_binding", "capture_repair")
 
 
 def upgrade() -> None:
-    """Upgrade schema."""
     """Upgrade schema: the worker's tables, the job states and lease, then grants."""
     op.create_table(
         "source_binding",
