@@ -1,15 +1,21 @@
 """``gapless demo``: the whole pipeline on real services, checked row by row.
 
 1. start the local services (if needed), migrate, create topics;
-2. start the relay and the product agents as separate processes;
-3. write a concurrent workload of real domain decisions (``infra.workload``: rules and
+2. start the resolver API, the relay, the product agents and the capture worker as
+   separate processes;
+3. collectors post product feeds over HTTP (``infra.demo_captures``: an operator binds
+   each source, a reviewer approves GTIN identity generations, a repeated post gets
+   its first receipt back); the worker turns them into rule decisions and is killed
+   once midway (``kill -9``) and restarted;
+4. write a concurrent workload of real domain decisions (``infra.workload``: rules and
    reviewers creating, mapping, versioning, splitting and retiring, with refusals and
    rollbacks), killing the relay and the agents once each midway (``kill -9``) and
    restarting them, so recovery is part of every run;
-4. wait until every stream's durable progress equals its committed cursor;
-5. compare the projections (items, listing mappings, shipping policy versions,
+5. wait until every capture job is settled and every stream's durable progress equals
+   its committed cursor;
+6. compare the projections (items, listing mappings, shipping policy versions,
    splits) with the resolver's accepted state row by row;
-6. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
+7. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +39,15 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.stream_writer import StreamId
+from infra import demo_captures
 from infra.config import load, use_local_services
 from infra.projection_check import Comparison, compare
 from infra.workload import WorkloadStats, run_workload, streams_for
 
 Echo = Callable[[str], None]
+
+DEMO_FEEDS = 4
+DEMO_PRODUCTS = 24
 
 
 @dataclass
@@ -45,6 +55,7 @@ class _Process:
     name: str
     args: list[str]
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
     popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -53,7 +64,7 @@ class _Process:
             [sys.executable, "-m", "infra.cli", *self.args],
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env=os.environ.copy(),
+            env={**os.environ, **self.env},
             start_new_session=True,
         )
         handle.close()
@@ -97,16 +108,31 @@ def run_demo(
     api = _Process("resolver-api", ["resolver-api"], logs / "demo-resolver-api.log")
     relay = _Process("relay", ["relay"], logs / "demo-relay.log")
     agents = _Process("agents", ["agents"], logs / "demo-agents.log")
+    # A killed worker's job waits for its lease to expire; keep that short here.
+    worker = _Process(
+        "resolver-worker",
+        ["resolver-worker"],
+        logs / "demo-resolver-worker.log",
+        env={
+            "GAPLESS_WORKER_LEASE_SECONDS": "5",
+            "GAPLESS_WORKER_SCAN_INTERVAL_SECONDS": "1",
+            "GAPLESS_WORKER_ORPHANED_AFTER_SECONDS": "10",
+        },
+    )
     run_id = f"demo{uuid.uuid4().hex[:6]}"
     streams = streams_for(run_id, tenants)
     echo(f"run {run_id}: {len(streams)} streams, {events} events, {writers} writers")
     api.start()
     relay.start()
     agents.start()
+    worker.start()
     began = time.monotonic()
     try:
         _wait_for_api(echo)
+        captures = _collect(chaos, settings, streams, worker, echo)
         stats = _write(chaos, settings, streams, events, writers, relay, agents, echo)
+        echo("waiting for the capture worker to settle every capture job…")
+        settled = demo_captures.wait_settled(settings, run_id, captures.posted, timeout=120.0)
         echo("waiting for every stream's durable progress to reach its committed cursor…")
         caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
         elapsed = time.monotonic() - began
@@ -115,22 +141,32 @@ def run_demo(
         echo("waiting for the agents to report their progress to the resolver…")
         reported = _wait_reported(settings, run_id, timeout=30.0)
         summary = _summary(settings, run_id, stats, elapsed, caught_up, comparison)
+        summary.update(_capture_summary(settings, run_id, captures, settled))
         summary["progress_reported"] = reported
         summary["events_pruned"] = _prune(settings, run_id)
     finally:
+        worker.stop()
         agents.stop()
         relay.stop()
         api.stop()
         if started_here and not keep_running:
             down(echo)
-    ok = (
-        caught_up
-        and summary["progress_reported"]
-        and not mismatches
-        and summary["quarantined"] == 0
-        and summary["events_committed"] == stats.events > 0
-        and summary["events_applied"] + summary["ignored_stale"] == stats.events
-    )
+    summary["workload_events"] = stats.events
+    checks = {
+        "caught_up": caught_up,
+        "progress_reported": summary["progress_reported"],
+        "rows_match": not mismatches,
+        "nothing_quarantined": summary["quarantined"] == 0,
+        "captures_done": summary["captures_settled"]
+        and summary["capture_jobs"].get("done", 0) == captures.posted,
+        "every_event_committed": summary["events_committed"]
+        == stats.events + summary["capture_events"]
+        > 0,
+        "every_event_applied": summary["events_applied"] + summary["ignored_stale"]
+        == summary["events_committed"],
+    }
+    summary["failed_checks"] = [name for name, passed in checks.items() if not passed]
+    ok = not summary["failed_checks"]
     _print(summary, mismatches, ok, as_json)
     return ok
 
@@ -168,6 +204,59 @@ def _write(
     finally:
         pool.close()
         epochs.close()
+
+
+def _collect(
+    chaos: bool,
+    settings: DatabaseSettings,
+    streams: list[tuple[str, str]],
+    worker: _Process,
+    echo: Echo,
+) -> demo_captures.CaptureStats:
+    """Collectors post product feeds for each tenant's first catalog
+    (``infra.demo_captures``), after an operator bound the source and a reviewer
+    approved a GTIN identity generation per class; the worker is killed once midway."""
+    import httpx
+
+    from infra.local.collector_keys import mint
+    from infra.local.layout import current_layout
+
+    first: dict[str, str] = {}
+    for tenant_id, catalog_id in streams:
+        first.setdefault(tenant_id, catalog_id)
+    tenants = sorted(first.items())
+    echo(f"collectors: binding {len(tenants)} sources and approving identity generations…")
+    demo_captures.register_collectors(settings, tenants)
+    url = os.environ["GAPLESS_RESOLVER_URL"]
+    token = os.environ["GAPLESS_RESOLVER_TOKEN"]
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
+    ) as api:
+        demo_captures.activate_identity(api, tenants)
+    layout = current_layout()
+
+    def crash(tenant_index: int) -> None:
+        if chaos and tenant_index == 0:
+            echo("  crash: kill -9 resolver-worker while it works, restarting it")
+            worker.kill()
+            worker.start()
+
+    return demo_captures.post_feeds(
+        url, lambda client: mint(layout, client), tenants, DEMO_FEEDS, DEMO_PRODUCTS, echo, crash
+    )
+
+
+def _capture_summary(
+    settings: DatabaseSettings, run_id: str, captures: demo_captures.CaptureStats, settled: bool
+) -> dict[str, Any]:
+    return {
+        "captures_posted": captures.posted,
+        "capture_reposts_answered_with_the_same_receipt": captures.repeated_posts,
+        "captures_settled": settled,
+        "capture_jobs": demo_captures.job_counts(settings, run_id),
+        "capture_products": demo_captures.product_outcomes(settings, run_id),
+        "capture_events": demo_captures.capture_path_events(settings, run_id),
+    }
 
 
 def _wait_caught_up(settings: DatabaseSettings, run_id: str, echo: Echo, timeout: float) -> bool:
@@ -326,7 +415,7 @@ def _print(summary: dict[str, Any], mismatches: list[str], ok: bool, as_json: bo
     detail = (
         f"{summary['events_committed']} events, projection matches accepted state"
         if ok
-        else f"caught_up={summary['caught_up']} mismatched_rows={summary['mismatched_rows']}"
-        f" quarantined={summary['quarantined']}"
+        else f"failed: {', '.join(summary['failed_checks'])}; mismatched_rows="
+        f"{summary['mismatched_rows']} quarantined={summary['quarantined']}"
     )
     click.echo(f"{verdict} ({detail})")

@@ -37,6 +37,7 @@ ADAPTER = "json-feed"
 RULE = ("gtin",)
 CATEGORIES = ("Home > Lighting > Desk Lamps", "Kitchen > Kettles", "Outdoor > Tents")
 TERMINAL_JOB_STATES = ("done", "failed", "skipped")
+IDENTITY_REVIEWER = "reviewer:demo-identity"
 
 
 @dataclass
@@ -82,13 +83,14 @@ def activate_identity(api: httpx.Client, tenants: list[tuple[str, str]]) -> int:
         for category in CATEGORIES:
             class_id = category.lower().replace(" > ", "/").replace(" ", "-")
             created = _ok(api.post(base, json={"class_id": class_id, "rule_fields": list(RULE)}))
+            generation = created["generation"]
             approval = {
-                "actor": "reviewer:demo",
+                "actor": IDENTITY_REVIEWER,
                 "rationale": "GTINs identify this class; the backfill found no collisions",
                 "evidence": [{"capture_id": "demo:identity-review", "locator": class_id}],
-                "expected_revision": created["revision"],
+                "expected_revision": generation["revision"],
             }
-            _ok(api.post(f"{base}/{class_id}/{created['generation']}/approval", json=approval))
+            _ok(api.post(f"{base}/{class_id}/{generation['generation']}/approval", json=approval))
             approved += 1
     return approved
 
@@ -100,11 +102,13 @@ def post_feeds(
     feeds: int,
     products: int,
     echo: Echo,
+    after_tenant: Callable[[int], None] = lambda index: None,
 ) -> CaptureStats:
-    """Step 3: ``feeds`` captures per tenant of ``products`` products each."""
+    """Step 3: ``feeds`` captures per tenant of ``products`` products or more each
+    (later feeds add products); ``after_tenant`` runs after each tenant's posts."""
     stats = CaptureStats()
     with httpx.Client(base_url=api_url, timeout=30.0) as http:
-        for tenant_id, _catalog in tenants:
+        for index, (tenant_id, _catalog) in enumerate(tenants):
             headers = {"Authorization": f"Bearer {token_for(client_id(tenant_id))}"}
             for feed in range(feeds):
                 body = _capture(_feed(feed, products))
@@ -120,6 +124,7 @@ def post_feeds(
                         raise RuntimeError("a repeated post got a second receipt")
                     stats.repeated_posts += 1
             echo(f"  posted {feeds} feeds for {tenant_id}")
+            after_tenant(index)
     return stats
 
 
@@ -155,16 +160,17 @@ def product_outcomes(settings: DatabaseSettings, run_id: str) -> dict[str, int]:
     return {outcome: int(n) for outcome, n in rows}
 
 
-def worker_events(settings: DatabaseSettings, run_id: str) -> int:
-    """Events the worker's decisions committed: one per aggregate revision each changed."""
+def capture_path_events(settings: DatabaseSettings, run_id: str) -> int:
+    """Events this path committed (the identity approvals and the worker's decisions):
+    one per aggregate revision each decision changed, its own included."""
     from producers.worker.resolution import ACTOR
 
     with psycopg.connect(settings.resolver_dsn) as conn:
         row = conn.execute(
             "SELECT count(*) FROM decision_effect e JOIN decision d USING"
             " (tenant_id, catalog_id, decision_id)"
-            " WHERE e.tenant_id LIKE %s AND e.role = 'changed' AND d.actor = %s",
-            (f"{run_id}-%", ACTOR),
+            " WHERE e.tenant_id LIKE %s AND e.role = 'changed' AND d.actor IN (%s, %s)",
+            (f"{run_id}-%", ACTOR, IDENTITY_REVIEWER),
         ).fetchone()
     return int(row[0]) if row else 0
 

@@ -73,3 +73,12 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
     # The agents reported their progress, so everything they applied could be pruned.
     assert summary["progress_reported"] is True
     assert summary["events_pruned"] == summary["events_committed"]
+    # Collectors posted feeds over HTTP; the capture worker (killed once midway)
+    # settled every job, its decisions reached the projections with the rest, and a
+    # repeated post was answered with the first receipt.
+    assert summary["captures_settled"] is True
+    assert summary["capture_jobs"].get("done") == summary["captures_posted"] > 0
+    assert summary["capture_products"].get("applied", 0) > 0
+    assert summary["capture_reposts_answered_with_the_same_receipt"] > 0
+    assert summary["events_committed"] == summary["workload_events"] + summary["capture_events"]
+    assert summary["failed_checks"] == []
