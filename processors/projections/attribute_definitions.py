@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from processors.applier.plan import AggregateKey, aggregate_key
+from processors.applier.plan import AggregateKey
+from processors.projections.latest import latest_of
 from schemas.events import AttributeDefined, Envelope
 
 AGGREGATE = "attribute_definition"
@@ -78,18 +79,9 @@ def load_revisions(
 
 
 def fold(events: Iterable[Envelope]) -> dict[AggregateKey, DefinitionState]:
-    """Collapse the applied events of a batch into one row per definition version; a
-    later revision replaces an earlier one."""
-    changes: dict[AggregateKey, DefinitionState] = {}
-    for event in events:
-        payload = event.payload
-        if not isinstance(payload, AttributeDefined):
-            continue
-        key = aggregate_key(event)
-        previous = changes.get(key)
-        if previous is not None and previous.revision >= event.aggregate.revision:
-            continue
-        changes[key] = DefinitionState(
+    """One row per definition version: the batch's last revision of it."""
+    return {
+        key: DefinitionState(
             event.tenant_id,
             event.catalog_id,
             payload.attribute_key,
@@ -103,7 +95,8 @@ def fold(events: Iterable[Envelope]) -> dict[AggregateKey, DefinitionState]:
             event.aggregate.revision,
             event.position,
         )
-    return changes
+        for key, (event, payload) in latest_of(events, AttributeDefined).items()
+    }
 
 
 def write(conn: psycopg.Connection, generation: int, changes: Iterable[DefinitionState]) -> None:

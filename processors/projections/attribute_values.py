@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from processors.applier.plan import AggregateKey, aggregate_key
+from processors.applier.plan import AggregateKey
+from processors.projections.latest import latest_of
 from schemas.events import AttributeValueSet, Envelope
 
 AGGREGATE = "attribute_value"
@@ -75,18 +76,9 @@ def load_revisions(
 
 
 def fold(events: Iterable[Envelope]) -> dict[AggregateKey, ValueState]:
-    """Collapse the applied events of a batch into one row per (item, key); a later
-    revision replaces an earlier one."""
-    changes: dict[AggregateKey, ValueState] = {}
-    for event in events:
-        payload = event.payload
-        if not isinstance(payload, AttributeValueSet):
-            continue
-        key = aggregate_key(event)
-        previous = changes.get(key)
-        if previous is not None and previous.revision >= event.aggregate.revision:
-            continue
-        changes[key] = ValueState(
+    """One row per (item, key): the batch's last revision of it."""
+    return {
+        key: ValueState(
             event.tenant_id,
             event.catalog_id,
             payload.item_id,
@@ -99,7 +91,8 @@ def fold(events: Iterable[Envelope]) -> dict[AggregateKey, ValueState]:
             event.aggregate.revision,
             event.position,
         )
-    return changes
+        for key, (event, payload) in latest_of(events, AttributeValueSet).items()
+    }
 
 
 def write(conn: psycopg.Connection, generation: int, changes: Iterable[ValueState]) -> None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from processors.applier.plan import AggregateKey, aggregate_key
+from processors.applier.plan import AggregateKey
+from processors.projections.latest import latest_of
 from schemas.events import Envelope, ListingMapped
 
 AGGREGATE = "listing_mapping"
@@ -56,21 +57,9 @@ def load_revisions(
 
 
 def fold(events: Iterable[Envelope]) -> dict[AggregateKey, MappingState]:
-    """Collapse the applied events of a batch into one row per listing.
-
-    The planner hands over events in application order, so a later revision of the
-    same listing replaces an earlier one.
-    """
-    changes: dict[AggregateKey, MappingState] = {}
-    for event in events:
-        payload = event.payload
-        if not isinstance(payload, ListingMapped):
-            continue
-        key = aggregate_key(event)
-        previous = changes.get(key)
-        if previous is not None and previous.revision >= event.aggregate.revision:
-            continue
-        changes[key] = MappingState(
+    """One row per listing: the batch's last revision of it."""
+    return {
+        key: MappingState(
             event.tenant_id,
             event.catalog_id,
             event.aggregate.id,
@@ -80,7 +69,8 @@ def fold(events: Iterable[Envelope]) -> dict[AggregateKey, MappingState]:
             event.aggregate.revision,
             event.position,
         )
-    return changes
+        for key, (event, payload) in latest_of(events, ListingMapped).items()
+    }
 
 
 def write(conn: psycopg.Connection, generation: int, changes: Iterable[MappingState]) -> None:
