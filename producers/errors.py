@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -94,6 +95,16 @@ async def _validation(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "VALIDATION_FAILED", "; ".join(problems) or "invalid request")
 
 
+async def _bad_value(_request: Request, exc: Exception) -> JSONResponse:
+    # PostgreSQL refused a value the request carried (SQLSTATE class 22: a NUL
+    # character in text, a number out of range…). The statement never ran and the
+    # Unit of Work rolled back, so nothing changed: the caller's input is at fault.
+    log.info("refused a value: %s", exc)
+    return error_response(
+        422, "VALIDATION_FAILED", f"a value cannot be stored: {str(exc).splitlines()[0]}"
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "INTERNAL_ERROR", "internal error; see the server log")
@@ -118,4 +129,5 @@ def install_error_handlers(
         app.add_exception_handler(cls, _unavailable)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(psycopg.DataError, _bad_value)
     app.add_exception_handler(Exception, _unexpected)

@@ -289,6 +289,20 @@ def test_a_decision_without_evidence_or_with_bad_fields_is_422(
     assert ok(client.get(f"{CATALOG}/review-cases/case-1"))["revision"] == 1
 
 
+def test_a_nul_character_in_an_id_or_a_body_is_422_and_changes_nothing(
+    client: TestClient, uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    """PostgreSQL text cannot hold NUL; such input is the caller's error, never a 500."""
+    open_cases(uow, "case-1")
+    error(client.get(f"{CATALOG}/review-cases/a%00b"), 422, "VALIDATION_FAILED")
+    error(client.get(f"{CATALOG}/items/i%00/decisions"), 422, "VALIDATION_FAILED")
+    url = f"{CATALOG}/review-cases/case-1/decisions"
+    error(client.post(url, json=decision(rationale="a\u0000b")), 422, "VALIDATION_FAILED")
+    assert ok(client.get(f"{CATALOG}/review-cases/case-1"))["revision"] == 1
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM decision").fetchone() == (0,)
+
+
 def test_unknown_case_is_404(client: TestClient) -> None:
     error(client.get(f"{CATALOG}/review-cases/nope"), 404, "CASE_NOT_FOUND")
     error(
