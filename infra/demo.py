@@ -8,13 +8,14 @@
    its first receipt back); the worker turns them into rule decisions and is killed
    once midway (``kill -9``) and restarted;
 4. write a concurrent workload of real domain decisions (``infra.workload``: rules and
-   reviewers creating, mapping, versioning, splitting and retiring, with refusals and
-   rollbacks), killing the relay and the agents once each midway (``kill -9``) and
-   restarting them, so recovery is part of every run;
+   reviewers creating, mapping, versioning, setting attribute values, splitting and
+   retiring, with refusals and rollbacks), killing the relay and the agents once
+   each midway (``kill -9``) and restarting them, so recovery is part of every run;
 5. wait until every capture job is settled and every stream's durable progress equals
    its committed cursor;
 6. compare the projections (items, listing mappings, shipping policy versions,
-   splits) with the resolver's accepted state row by row;
+   splits, attribute definitions and values) with the resolver's accepted state
+   row by row;
 7. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
 """
 

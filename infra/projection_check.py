@@ -1,11 +1,12 @@
 """Row by row: do the product projections hold exactly the resolver's accepted state?
 
 For each projected aggregate (items, listing mappings, shipping policy versions,
-splits with their successors and remaps) the same columns are read from both
-databases, keyed the same way, for the tenants matching a ``LIKE`` pattern; every key
-present on one side only, or with different values, is a difference. Each side is
-read in one snapshot of its own database, so run it once the consumers have caught up
-with the streams' committed cursors (the demo waits for that first).
+splits with their successors and remaps, attribute definitions with the classes they
+apply to, attribute values) the same columns are read from both databases, keyed the
+same way, for the tenants matching a ``LIKE`` pattern; every key present on one side
+only, or with different values, is a difference. Each side is read in one snapshot of
+its own database, so run it once the consumers have caught up with the streams'
+committed cursors (the demo waits for that first).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ _ITEM += " revision"
 _MAPPING = "tenant_id, catalog_id, listing_id, item_id, item_revision, decision_id, revision"
 _POLICY = "tenant_id, catalog_id, policy_id, version, scope, effective_from, effective_to,"
 _POLICY += " terms, decision_id"
+_VALUE = "v.tenant_id, v.catalog_id, v.item_id, v.attribute_key, v.definition_version,"
+_VALUE += " {}.value_type, v.value, v.item_revision, v.decision_id, v.revision"
+"""``{}``: the table the value type is read from. The resolver keeps it on the
+definition version (``d``), the projection on the value row itself (``v``)."""
 
 CHECKS = (
     Check(
@@ -68,6 +73,32 @@ CHECKS = (
         "SELECT tenant_id, catalog_id, split_id, source_item_id, source_revision,"
         " ARRAY(SELECT unnest(successor_item_ids) ORDER BY 1), remaps, decision_id"
         " FROM product_item_split WHERE generation = %s AND tenant_id LIKE %s",
+    ),
+    # Enum values keep their order; the classes a version applies to are a set.
+    Check(
+        "attribute_definition",
+        4,
+        "SELECT d.tenant_id, d.catalog_id, d.attribute_key, d.version, d.label, d.value_type,"
+        " to_jsonb(d.allowed_values),"
+        " ARRAY(SELECT a.class_id FROM attribute_applicability a"
+        "  WHERE a.tenant_id = d.tenant_id AND a.catalog_id = d.catalog_id"
+        "  AND a.attribute_key = d.attribute_key AND a.version = d.version ORDER BY 1),"
+        " d.status, d.decision_id, d.revision"
+        " FROM attribute_definition d WHERE d.tenant_id LIKE %s",
+        "SELECT tenant_id, catalog_id, attribute_key, version, label, value_type,"
+        " allowed_values, ARRAY(SELECT jsonb_array_elements_text(applies_to) ORDER BY 1),"
+        " status, decision_id, revision"
+        " FROM product_attribute_definition WHERE generation = %s AND tenant_id LIKE %s",
+    ),
+    Check(
+        "attribute_value",
+        4,
+        f"SELECT {_VALUE.format('d')} FROM attribute_value v JOIN attribute_definition d"
+        " ON d.tenant_id = v.tenant_id AND d.catalog_id = v.catalog_id"
+        " AND d.attribute_key = v.attribute_key AND d.version = v.definition_version"
+        " WHERE v.tenant_id LIKE %s",
+        f"SELECT {_VALUE.format('v')} FROM product_attribute_value v"
+        " WHERE v.generation = %s AND v.tenant_id LIKE %s",
     ),
 )
 

@@ -13,6 +13,16 @@ evidence:
   correction at the next revision naming the decision it corrects;
 - products are split into successors with their listings remapped, and items are
   retired;
+- each catalog starts with one rule decision defining its class tree and three
+  attribute definitions (a published number reaching every class through the root, a
+  published enum reaching the apparel classes through their parent, an enum for two
+  leaf classes defined as a draft), and a reviewer publishes the draft once a third of
+  the events are written; rules set and change values on active items, and now and
+  then deliberately try one the domain must refuse: a value for the draft
+  (``ATTRIBUTE_NOT_PUBLISHED``), outside the enum (``ATTRIBUTE_VALUE_INVALID``) or for
+  a class the definition does not reach (``ATTRIBUTE_NOT_APPLICABLE``). An item's
+  class only ever changes to one the same definitions reach, so no update is refused
+  for stranding a value;
 - about one transaction in ten is rolled back on purpose where it would commit.
 Writers race, so a plan can meet state another writer changed first (a target item
 just split or retired): the resolver refuses it with a typed error, counted as
@@ -33,6 +43,14 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.unit_of_work import UnitOfWork
+from producers.resolver.attributes import (
+    DefineAttribute,
+    DefineClass,
+    PublishAttribute,
+    RawValue,
+    SetAttributeValue,
+    applies,
+)
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import DomainError
@@ -45,6 +63,31 @@ from schemas.codec import CODEC
 from schemas.events import Envelope, EvidenceRef
 
 CLASSES = ("shoe", "jacket", "lamp", "kettle", "desk")
+CLASS_TREE = (
+    ("goods", None),
+    ("apparel", "goods"),
+    ("home", "goods"),
+    ("shoe", "apparel"),
+    ("jacket", "apparel"),
+    ("lamp", "home"),
+    ("kettle", "home"),
+    ("desk", "home"),
+)
+"""Each catalog's classes (class, parent), parents first; items take the leaves."""
+WEIGHT = DefineAttribute("weight_g", 1, "Weight in grams", "number", ("goods",), publish=True)
+FIT = DefineAttribute(
+    "fit", 1, "Fit", "enum", ("apparel",), ("slim", "regular", "wide"), publish=True
+)
+ENERGY = DefineAttribute(
+    "energy_class", 1, "Energy class", "enum", ("lamp", "kettle"), ("A", "B", "C", "D")
+)
+DEFINITIONS = {d.attribute_key: d for d in (WEIGHT, FIT, ENERGY)}
+"""Defined by each catalog's first decision; ENERGY as a draft, published later."""
+PUBLISH_AT = 1 / 3
+"""The share of the event budget after which each catalog's next attribute decision
+publishes its drafts."""
+REFUSED_ATTEMPTS = 0.25
+"""The share of attribute decisions that try a value the domain must refuse."""
 COLOURS = ("red", "blue", "green", "black", "white")
 POLICIES = ("std", "express")
 SCOPES = ("DE", "FR", "AT")
@@ -61,7 +104,28 @@ OPERATIONS = (
     ("review", 15),
     ("split", 5),
     ("retire", 10),
+    ("attributes", 12),
 )
+
+
+def _lineage(class_id: str) -> list[str]:
+    parents = dict(CLASS_TREE)
+    lineage = [class_id]
+    while (parent := parents.get(lineage[-1])) is not None:
+        lineage.append(parent)
+    return lineage
+
+
+REACH = {
+    cls: frozenset(key for key, d in DEFINITIONS.items() if applies(_lineage(cls), d.applies_to))
+    for cls in CLASSES
+}
+"""Item class → the keys of the definitions reaching it (directly or through an
+ancestor)."""
+KIN = {cls: tuple(other for other in CLASSES if REACH[other] == REACH[cls]) for cls in CLASSES}
+"""The classes an item of a class may move to: those the same definitions reach, so
+a class change never leaves one of its values out of reach (the domain would refuse
+the change, ``ATTRIBUTE_NOT_APPLICABLE``)."""
 
 
 class _Abandon(Exception):
@@ -90,6 +154,16 @@ class _Catalog:
     windows: dict[tuple[str, str], list[datetime]] = field(default_factory=dict)
     """(policy, scope) → starts of the accepted windows."""
     next_window: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    classes: dict[str, str] = field(default_factory=dict)
+    """Item → its class, for every item a committed decision wrote."""
+    valued: dict[str, set[str]] = field(default_factory=dict)
+    """Item → the keys it has a value of."""
+    schema: bool = False
+    """Whether the class tree and the definitions are committed."""
+    drafts: set[str] = field(default_factory=set)
+    """Keys whose definition is still a draft."""
+    publishing: bool = False
+    """Whether a decision publishing the drafts is under way."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 0
 
@@ -105,6 +179,10 @@ class _Step:
     kind: str
     decision: Decision
     committed: Callable[[], None] = lambda: None
+    abandoned: Callable[[], None] = lambda: None
+    """Called instead of ``committed`` when the decision was rolled back or refused."""
+    refusal: str | None = None
+    """The code the domain must refuse this deliberate attempt with."""
 
 
 @dataclass
@@ -116,6 +194,10 @@ class WorkloadStats:
     decisions: Counter[str] = field(default_factory=Counter)
     """Committed decisions by operation."""
     rejected_by_code: Counter[str] = field(default_factory=Counter)
+    refusals_attempted: Counter[str] = field(default_factory=Counter)
+    """Deliberately refusable attempts, by the code they were made to draw (one can
+    still commit when another writer changed the state first, e.g. published the
+    draft it aimed at)."""
     cases_opened: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -143,18 +225,24 @@ def run_workload(
     names = [name for name, _ in OPERATIONS]
     weights = [weight for _, weight in OPERATIONS]
 
-    def record(step: _Step, rng: random.Random) -> uuid.UUID | None:
+    def record(step: _Step, rng: random.Random, may_roll_back: bool = True) -> uuid.UUID | None:
         """Record one decision; its id if it committed."""
-        unit = _AbandonedUnitOfWork if rng.random() < rollback_rate else UnitOfWork
+        roll_back = may_roll_back and rng.random() < rollback_rate
+        unit = _AbandonedUnitOfWork if roll_back else UnitOfWork
+        if step.refusal is not None:
+            with stats.lock:
+                stats.refusals_attempted[step.refusal] += 1
         try:
             with unit(pool, epochs, CODEC) as uow:
                 record_decision(uow, step.decision)
                 envelopes = uow.envelopes
         except _Abandon:
+            step.abandoned()
             with stats.lock:
                 stats.rolled_back += 1
             return None
         except DomainError as exc:
+            step.abandoned()
             with stats.lock:
                 stats.rejected += 1
                 stats.rejected_by_code[exc.code] += 1
@@ -172,7 +260,12 @@ def run_workload(
         if operation == "review":
             _review(c, rng, record, lambda case: _open(pool, epochs, stats, c, case))
             return
-        step = PLANNERS[operation](c, rng)
+        if operation == "attributes":
+            with stats.lock:
+                drafts_due = stats.events >= events * PUBLISH_AT
+            step = _attributes(c, rng, drafts_due)
+        else:
+            step = PLANNERS[operation](c, rng)
         if step is not None:
             record(step, rng)
 
@@ -185,6 +278,11 @@ def run_workload(
             one_operation(rng)
             progress(stats.events)
 
+    # Each catalog's classes and definitions, once, before the writers start (never
+    # rolled back on purpose: every later attribute decision builds on them).
+    setup = random.Random(len(catalogs))
+    for c in catalogs:
+        record(_schema(c, setup), setup, may_roll_back=False)
     threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(writers)]
     for t in threads:
         t.start()
@@ -210,8 +308,9 @@ def _rule(c: _Catalog, rng: random.Random, action: str, *facts: Fact) -> Decisio
     )
 
 
-def _item(c: _Catalog, item_id: str, rng: random.Random, parent: str | None = None) -> ItemChange:
-    cls = rng.choice(CLASSES)
+def _item(
+    c: _Catalog, item_id: str, cls: str, rng: random.Random, parent: str | None = None
+) -> ItemChange:
     return ItemChange(
         c.tenant_id,
         c.catalog_id,
@@ -224,31 +323,36 @@ def _item(c: _Catalog, item_id: str, rng: random.Random, parent: str | None = No
 
 
 def _items(c: _Catalog, rng: random.Random) -> _Step:
-    """Create products and variants, and update active ones."""
+    """Create products and variants, and update active ones (an update may move an
+    item to a kindred class, one the same definitions reach)."""
     facts: list[Fact] = []
     products: list[str] = []
     variants: dict[str, str] = {}
+    classes: dict[str, str] = {}
     with c.lock:
         for _ in range(rng.randint(1, 3)):
             roll = rng.random()
             if roll < 0.35 or not c.products:
-                products.append(c.new_id("p"))
-                facts.append(_item(c, products[-1], rng))
+                item, parent, cls = c.new_id("p"), None, rng.choice(CLASSES)
+                products.append(item)
             elif roll < 0.7:
                 parent = rng.choice(c.products)
-                variant = f"{parent}-v{c.new_id('')}"
-                variants[variant] = parent
-                facts.append(_item(c, variant, rng, parent))
+                item, cls = f"{parent}-v{c.new_id('')}", rng.choice(CLASSES)
+                variants[item] = parent
             elif roll < 0.85 or not c.variants:
-                facts.append(_item(c, rng.choice(c.products), rng))
+                item, parent = rng.choice(c.products), None
+                cls = rng.choice(KIN[c.classes[item]])
             else:
-                variant, parent = rng.choice(sorted(c.variants.items()))
-                facts.append(_item(c, variant, rng, parent))
+                item, parent = rng.choice(sorted(c.variants.items()))
+                cls = rng.choice(KIN[c.classes[item]])
+            classes[item] = cls
+            facts.append(_item(c, item, cls, rng, parent))
 
     def committed() -> None:
         with c.lock:
             c.products.extend(products)
             c.variants.update(variants)
+            c.classes.update(classes)
 
     return _Step("items", _rule(c, rng, "accept", *facts), committed)
 
@@ -308,6 +412,7 @@ def _split(c: _Catalog, rng: random.Random) -> _Step | None:
         for variant in [v for v, p in c.variants.items() if p == source]:
             del c.variants[variant]
         successors = (c.new_id(f"{source}-s"), c.new_id(f"{source}-s"))
+        cls = c.classes[source]  # successors take the source's class
         remaps = {
             listing: rng.choice(successors)
             for listing, item in sorted(c.listings.items())
@@ -319,6 +424,7 @@ def _split(c: _Catalog, rng: random.Random) -> _Step | None:
         with c.lock:
             c.products.extend(successors)
             c.listings.update(remaps)
+            c.classes.update(dict.fromkeys(successors, cls))
 
     decision = Decision(
         c.tenant_id,
@@ -345,6 +451,122 @@ def _retire(c: _Catalog, rng: random.Random) -> _Step | None:
         else:
             return None
     return _Step("retire", _rule(c, rng, "retire", RetireItem(item, "discontinued")))
+
+
+def _schema(c: _Catalog, rng: random.Random) -> _Step:
+    """The catalog's class tree and attribute definitions, in one rule decision."""
+    facts: list[Fact] = [
+        *(DefineClass(cls, parent) for cls, parent in CLASS_TREE),
+        *DEFINITIONS.values(),
+    ]
+
+    def committed() -> None:
+        with c.lock:
+            c.schema = True
+            c.drafts.update(key for key, d in DEFINITIONS.items() if not d.publish)
+
+    return _Step("attribute_schema", _rule(c, rng, "define", *facts), committed)
+
+
+def _attributes(c: _Catalog, rng: random.Random, drafts_due: bool) -> _Step | None:
+    """Set or change attribute values of active items, now and then one the domain
+    must refuse; once ``drafts_due``, a reviewer first publishes the catalog's drafts."""
+    with c.lock:
+        if not c.schema:
+            return None
+        if c.drafts and not c.publishing and drafts_due:
+            c.publishing = True
+            return _publish(c, rng, sorted(c.drafts))
+        active = {item: c.classes[item] for item in _active(c)}
+        if not active:
+            return None
+        attempt = _refusable(c, rng, active) if rng.random() < REFUSED_ATTEMPTS else None
+        facts = [attempt[0]] if attempt else _values(c, rng, active)
+
+    def committed() -> None:
+        with c.lock:
+            for fact in facts:
+                c.valued.setdefault(fact.item_id, set()).add(fact.attribute_key)
+
+    decision = _rule(c, rng, "set", *facts)
+    return _Step("attributes", decision, committed, refusal=attempt[1] if attempt else None)
+
+
+def _publish(c: _Catalog, rng: random.Random, keys: list[str]) -> _Step:
+    """A reviewer publishes the draft definitions (the caller holds the lock and has
+    marked the catalog as publishing, so no other writer tries it meanwhile)."""
+
+    def committed() -> None:
+        with c.lock:
+            c.drafts.difference_update(keys)
+            c.publishing = False
+
+    def abandoned() -> None:
+        with c.lock:
+            c.publishing = False
+
+    decision = Decision(
+        c.tenant_id,
+        c.catalog_id,
+        "publish",
+        rng.choice(REVIEWERS),
+        "the definition was reviewed against the suppliers' data sheets",
+        _evidence(rng, "$.specs"),
+        facts=tuple(PublishAttribute(key, DEFINITIONS[key].version) for key in keys),
+    )
+    return _Step("attribute_publish", decision, committed, abandoned)
+
+
+def _value(key: str, rng: random.Random) -> RawValue:
+    definition = DEFINITIONS[key]
+    if definition.value_type == "number":
+        return rng.choice((rng.randint(40, 4000), round(rng.uniform(40, 4000), 1)))
+    return rng.choice(definition.allowed_values)
+
+
+def _values(c: _Catalog, rng: random.Random, active: dict[str, str]) -> list[SetAttributeValue]:
+    """One or two values of published definitions reaching the items' classes; some
+    change a value the item has (its revision + 1). The caller holds the lock."""
+    chosen: dict[tuple[str, str], SetAttributeValue] = {}
+    for _ in range(rng.randint(1, 2)):
+        valued = sorted(i for i in active if c.valued.get(i, set()) - c.drafts)
+        if valued and rng.random() < 0.4:
+            item = rng.choice(valued)
+            key = rng.choice(sorted(c.valued[item] - c.drafts))
+        else:
+            item = rng.choice(sorted(active))
+            # WEIGHT reaches every class, so there is always a key.
+            key = rng.choice(sorted(REACH[active[item]] - c.drafts))
+        version = DEFINITIONS[key].version
+        chosen[item, key] = SetAttributeValue(item, key, version, _value(key, rng))
+    return list(chosen.values())
+
+
+def _refusable(
+    c: _Catalog, rng: random.Random, active: dict[str, str]
+) -> tuple[SetAttributeValue, str] | None:
+    """A value the domain must refuse, and the code it must refuse it with: for a draft
+    definition, outside an enum, or for an item whose class the definition does not
+    reach. The caller holds the lock."""
+    attempts: dict[str, list[SetAttributeValue]] = {}
+    for key, d in DEFINITIONS.items():
+        reached = sorted(i for i, cls in active.items() if key in REACH[cls])
+        others = sorted(i for i, cls in active.items() if key not in REACH[cls])
+        if key in c.drafts:
+            if reached:
+                value = SetAttributeValue(rng.choice(reached), key, d.version, _value(key, rng))
+                attempts.setdefault("ATTRIBUTE_NOT_PUBLISHED", []).append(value)
+            continue
+        if d.value_type == "enum" and reached:
+            value = SetAttributeValue(rng.choice(reached), key, d.version, "oversized")
+            attempts.setdefault("ATTRIBUTE_VALUE_INVALID", []).append(value)
+        if others:
+            value = SetAttributeValue(rng.choice(others), key, d.version, _value(key, rng))
+            attempts.setdefault("ATTRIBUTE_NOT_APPLICABLE", []).append(value)
+    if not attempts:
+        return None
+    code = rng.choice(sorted(attempts))  # each refusal as likely as the others
+    return rng.choice(attempts[code]), code
 
 
 PLANNERS: dict[str, Callable[[_Catalog, random.Random], _Step | None]] = {

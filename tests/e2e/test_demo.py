@@ -58,6 +58,8 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
         "listing_mapping",
         "shipping_policy_version",
         "item_split",
+        "attribute_definition",
+        "attribute_value",
     }
     assert all(n > 0 for n in summary["rows_compared"].values()), summary["rows_compared"]
     assert set(summary["decisions_by_operation"]) == {
@@ -67,8 +69,17 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
         "review",
         "split",
         "retire",
+        "attribute_schema",
+        "attribute_publish",
+        "attributes",
     }
     assert summary["rejected_by_code"].get("STALE_REVISION", 0) > 0
+    attribute_codes = {
+        "ATTRIBUTE_NOT_PUBLISHED",
+        "ATTRIBUTE_VALUE_INVALID",
+        "ATTRIBUTE_NOT_APPLICABLE",
+    }
+    assert attribute_codes & set(summary["rejected_by_code"]), summary["rejected_by_code"]
     assert summary["rolled_back_on_purpose"] > 0
     # The agents reported their progress, so everything they applied could be pruned.
     assert summary["progress_reported"] is True

@@ -1,5 +1,6 @@
 """End to end through real services: rule and reviewer decisions (items, mappings,
-policy versions, a split with remaps, a retirement) → outbox → relay → Kafka →
+policy versions, classes, attribute definitions and values, a split with remaps, a
+retirement) → outbox → relay → Kafka →
 applier → product projections, which then hold exactly the accepted state."""
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
+from producers.resolver.attributes import (
+    DefineAttribute,
+    DefineClass,
+    PublishAttribute,
+    SetAttributeValue,
+)
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import OverlappingPolicyWindow
@@ -75,6 +82,31 @@ def write_decisions(record: Callable[[Decision], object], uow: Callable[[], Unit
         )
     )
     record(by_rule("t1", "c1", VersionShippingPolicy("std", "DE", MAR, None, {"rate": "5.90"})))
+    record(
+        by_rule(
+            "t1",
+            "c1",
+            DefineClass("goods"),
+            DefineClass("apparel", "goods"),
+            DefineClass("shoe", "apparel"),
+            DefineClass("lamp", "goods"),
+            DefineAttribute("weight_g", 1, "Weight", "number", ("goods",), publish=True),
+            DefineAttribute("fit", 1, "Fit", "enum", ("apparel", "lamp"), ("slim", "wide")),
+            SetAttributeValue("i1", "weight_g", 1, 310),
+            SetAttributeValue("i2", "weight_g", 1, "1200.50"),
+            action="define",
+        )
+    )
+    record(by_reviewer(PublishAttribute("fit", 1), action="publish"))
+    record(
+        by_rule(
+            "t1",
+            "c1",
+            SetAttributeValue("i1-v", "fit", 1, "wide"),
+            SetAttributeValue("i1", "weight_g", 1, 305.5),  # revision 2
+            action="set",
+        )
+    )
     with pytest.raises(OverlappingPolicyWindow):  # refused: nothing of it is written
         record(by_rule("t1", "c1", VersionShippingPolicy("std", "DE", JUN, None)))
     record(
@@ -135,6 +167,8 @@ def test_decisions_flow_through_kafka_to_projections_that_match_the_accepted_sta
         "listing_mapping": 3,
         "shipping_policy_version": 2,
         "item_split": 1,
+        "attribute_definition": 2,
+        "attribute_value": 3,  # i1 (split, revision 2), i2 (retired), i1-v
     }
     with psycopg.connect(clean_db.product_dsn) as conn:
         source = conn.execute("SELECT status FROM product_item WHERE item_id = 'i1'").fetchone()
@@ -145,11 +179,33 @@ def test_decisions_flow_through_kafka_to_projections_that_match_the_accepted_sta
     assert source == ("split",)
     assert split == ("i1", ["i1-red", "i1-blue"], {"L1": "i1-red", "L2": "i1-blue"})
     assert progress == committed
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        values = conn.execute(
+            "SELECT item_id, attribute_key, value, revision FROM product_attribute_value"
+            " ORDER BY item_id"
+        ).fetchall()
+    assert values == [
+        ("i1", "weight_g", "305.5", 2),
+        ("i1-v", "fit", "wide", 1),
+        ("i2", "weight_g", "1200.5", 1),
+    ]
 
     # The check sees a projection that drifted from the accepted state.
     with psycopg.connect(clean_db.product_dsn) as conn:
         conn.execute("UPDATE product_item_split SET successor_item_ids = ARRAY['i1-red']::text[]")
         conn.execute("UPDATE product_listing_mapping SET item_id = 'i1' WHERE listing_id = 'L1'")
+        # The classes a version applies to are a set: their order is no difference.
+        conn.execute(
+            """UPDATE product_attribute_definition SET applies_to = '["lamp", "apparel"]'"""
+        )
+        conn.execute("UPDATE product_attribute_value SET value_type = 'text' WHERE item_id = 'i2'")
     drifted = compare(clean_db.resolver_dsn, clean_db.product_dsn, "t1")
-    assert [d.aggregate for d in drifted.differences] == ["listing_mapping", "item_split"]
+    assert [d.aggregate for d in drifted.differences] == [
+        "listing_mapping",
+        "item_split",
+        "attribute_definition",
+        "attribute_value",
+    ]
     assert drifted.differences[0].key == ("t1", "c1", "L1")
+    assert drifted.differences[2].key == ("t1", "c1", "weight_g", 1)
+    assert drifted.differences[3].key == ("t1", "c1", "i2", "weight_g")
