@@ -78,8 +78,12 @@ def sandbox(echo: Echo) -> Iterator[Sandbox]:
     names = {db: f"gapless_bench_{run_id}_{db}" for db in ("resolver", "product", "control")}
     # The bench creates and drops databases and tables of its own, so it works as
     # the resolver's owner throughout (the services' login may do neither).
+    # Both resolver DSNs are named: a GAPLESS_RESOLVER_MIGRATION_DSN in the
+    # environment would otherwise point the migrations at the shared database.
+    owner = with_dbname(shared.resolver_owner_dsn, names["resolver"])
     databases = DatabaseSettings(
-        resolver_dsn=with_dbname(shared.resolver_owner_dsn, names["resolver"]),
+        resolver_dsn=owner,
+        resolver_migration_dsn=owner,
         product_dsn=with_dbname(shared.product_dsn, names["product"]),
         control_dsn=with_dbname(shared.control_dsn, names["control"]),
     )
