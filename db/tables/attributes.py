@@ -37,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from db.tables.resolver import metadata
+from db.tables.resolver import SCOPE, decision_fk, metadata
 
 VALUE_TYPES = ("text", "number", "boolean", "enum")
 DEFINITION_STATUSES = ("draft", "published")
@@ -55,16 +55,6 @@ VALUE_CONSTRAINTS = (NOT_PUBLISHED, NOT_APPLICABLE, VALUE_INVALID)
 DEFINITION_IMMUTABLE = "attribute_definition_published_immutable"
 APPLICABILITY_FROZEN = "attribute_applicability_frozen"
 
-_SCOPE = ("tenant_id", "catalog_id")
-
-
-def _decision_fk(table: str) -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        [*_SCOPE, "decision_id"],
-        ["decision.tenant_id", "decision.catalog_id", "decision.decision_id"],
-        name=f"{table}_decision_fk",
-    )
-
 
 # A class of a catalog, under an optional parent class. Definitions applying to a
 # class apply to all its descendants. Rows are never updated: re-parenting is refused
@@ -78,13 +68,13 @@ catalog_class = Table(
     Column("parent_class_id", Text),
     Column("decision_id", Uuid, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "class_id"),
+    PrimaryKeyConstraint(*SCOPE, "class_id"),
     ForeignKeyConstraint(
-        [*_SCOPE, "parent_class_id"],
+        [*SCOPE, "parent_class_id"],
         ["catalog_class.tenant_id", "catalog_class.catalog_id", "catalog_class.class_id"],
         name="catalog_class_parent_fk",
     ),
-    _decision_fk("catalog_class"),
+    decision_fk("catalog_class_decision_fk"),
     CheckConstraint("class_id <> ''", name="catalog_class_id_nonempty"),
     CheckConstraint("parent_class_id <> class_id", name="catalog_class_not_own_parent"),
 )
@@ -107,8 +97,8 @@ attribute_definition = Table(
     Column("decision_id", Uuid, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "attribute_key", "version"),
-    _decision_fk("attribute_definition"),
+    PrimaryKeyConstraint(*SCOPE, "attribute_key", "version"),
+    decision_fk("attribute_definition_decision_fk"),
     CheckConstraint(f"attribute_key ~ '{KEY_PATTERN}'", name="attribute_definition_key_format"),
     CheckConstraint("version >= 1", name="attribute_definition_version_positive"),
     CheckConstraint("revision >= 1", name="attribute_definition_revision_positive"),
@@ -135,9 +125,9 @@ attribute_applicability = Table(
     Column("attribute_key", Text, nullable=False),
     Column("version", Integer, nullable=False),
     Column("class_id", Text, nullable=False),
-    PrimaryKeyConstraint(*_SCOPE, "attribute_key", "version", "class_id"),
+    PrimaryKeyConstraint(*SCOPE, "attribute_key", "version", "class_id"),
     ForeignKeyConstraint(
-        [*_SCOPE, "attribute_key", "version"],
+        [*SCOPE, "attribute_key", "version"],
         [
             "attribute_definition.tenant_id",
             "attribute_definition.catalog_id",
@@ -165,14 +155,14 @@ attribute_value = Table(
     Column("revision", Integer, nullable=False),
     Column("decision_id", Uuid, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "item_id", "attribute_key"),
+    PrimaryKeyConstraint(*SCOPE, "item_id", "attribute_key"),
     ForeignKeyConstraint(
-        [*_SCOPE, "item_id"],
+        [*SCOPE, "item_id"],
         ["catalog_item.tenant_id", "catalog_item.catalog_id", "catalog_item.item_id"],
         name="attribute_value_item_fk",
     ),
     ForeignKeyConstraint(
-        [*_SCOPE, "attribute_key", "definition_version"],
+        [*SCOPE, "attribute_key", "definition_version"],
         [
             "attribute_definition.tenant_id",
             "attribute_definition.catalog_id",
@@ -181,7 +171,7 @@ attribute_value = Table(
         ],
         name="attribute_value_definition_fk",
     ),
-    _decision_fk("attribute_value"),
+    decision_fk("attribute_value_decision_fk"),
     CheckConstraint("value <> ''", name="attribute_value_nonempty"),
     CheckConstraint("revision >= 1", name="attribute_value_revision_positive"),
     CheckConstraint("item_revision >= 1", name="attribute_value_item_revision_positive"),

@@ -31,31 +31,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, ExcludeConstraint
 
-from db.tables.resolver import metadata
+from db.tables.resolver import SCOPE, decision_fk, item_fk, metadata
 
 APP_ROLE = "gapless_resolver_app"
 """The role the resolver services run as (created by migration resolver_0004d)."""
 
 CASE_STATUSES = ("open", "decided")
 ACTOR_KINDS = ("human", "rule")
-
-_SCOPE = ("tenant_id", "catalog_id")
-
-
-def _decision_fk(table: str) -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        [*_SCOPE, "decision_id"],
-        ["decision.tenant_id", "decision.catalog_id", "decision.decision_id"],
-        name=f"{table}_decision_fk",
-    )
-
-
-def _item_fk(table: str, column: str) -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        [*_SCOPE, column],
-        ["catalog_item.tenant_id", "catalog_item.catalog_id", "catalog_item.item_id"],
-        name=f"{table}_{column}_fk",
-    )
 
 
 # A piece of work for a reviewer about one subject (an item, a listing, …). Every
@@ -73,7 +55,7 @@ review_case = Table(
     Column("revision", Integer, nullable=False),
     Column("opened_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "case_id"),
+    PrimaryKeyConstraint(*SCOPE, "case_id"),
     CheckConstraint("status IN ('open', 'decided')", name="review_case_status_known"),
     CheckConstraint("revision >= 1", name="review_case_revision_positive"),
 )
@@ -96,9 +78,9 @@ decision = Table(
     Column("case_id", Text),
     Column("case_revision", Integer),
     Column("decided_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "decision_id"),
+    PrimaryKeyConstraint(*SCOPE, "decision_id"),
     ForeignKeyConstraint(
-        [*_SCOPE, "case_id"],
+        [*SCOPE, "case_id"],
         ["review_case.tenant_id", "review_case.catalog_id", "review_case.case_id"],
         name="decision_case_fk",
     ),
@@ -127,10 +109,10 @@ decision_prior = Table(
     Column("catalog_id", Text, nullable=False),
     Column("decision_id", Uuid, nullable=False),
     Column("prior_decision_id", Uuid, nullable=False),
-    PrimaryKeyConstraint(*_SCOPE, "decision_id", "prior_decision_id"),
-    _decision_fk("decision_prior"),
+    PrimaryKeyConstraint(*SCOPE, "decision_id", "prior_decision_id"),
+    decision_fk("decision_prior_decision_fk"),
     ForeignKeyConstraint(
-        [*_SCOPE, "prior_decision_id"],
+        [*SCOPE, "prior_decision_id"],
         ["decision.tenant_id", "decision.catalog_id", "decision.decision_id"],
         name="decision_prior_prior_fk",
     ),
@@ -157,9 +139,9 @@ decision_effect = Table(
     Column("role", Text, nullable=False),
     Column("decision_id", Uuid, nullable=False),
     PrimaryKeyConstraint(
-        *_SCOPE, "aggregate_type", "aggregate_id", "revision", "role", "decision_id"
+        *SCOPE, "aggregate_type", "aggregate_id", "revision", "role", "decision_id"
     ),
-    _decision_fk("decision_effect"),
+    decision_fk("decision_effect_decision_fk"),
     CheckConstraint("role IN ('changed', 'relied_on')", name="decision_effect_role_known"),
     CheckConstraint("revision >= 1", name="decision_effect_revision_positive"),
 )
@@ -187,9 +169,9 @@ listing_mapping = Table(
     Column("decision_id", Uuid, nullable=False),
     Column("revision", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "listing_id"),
-    _item_fk("listing_mapping", "item_id"),
-    _decision_fk("listing_mapping"),
+    PrimaryKeyConstraint(*SCOPE, "listing_id"),
+    item_fk("listing_mapping_item_id_fk", "item_id"),
+    decision_fk("listing_mapping_decision_fk"),
     CheckConstraint("revision >= 1", name="listing_mapping_revision_positive"),
     CheckConstraint("item_revision >= 1", name="listing_mapping_item_revision_positive"),
 )
@@ -217,8 +199,8 @@ shipping_policy_version = Table(
     Column("terms", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("decision_id", Uuid, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "policy_id", "version"),
-    _decision_fk("shipping_policy_version"),
+    PrimaryKeyConstraint(*SCOPE, "policy_id", "version"),
+    decision_fk("shipping_policy_version_decision_fk"),
     CheckConstraint("version >= 1", name="shipping_policy_version_positive"),
     CheckConstraint(
         "effective_to IS NULL OR effective_to > effective_from",
@@ -246,10 +228,10 @@ item_split = Table(
     Column("source_revision", Integer, nullable=False),
     Column("decision_id", Uuid, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "split_id"),
-    UniqueConstraint(*_SCOPE, "source_item_id", name="item_split_source_once"),
-    _item_fk("item_split", "source_item_id"),
-    _decision_fk("item_split"),
+    PrimaryKeyConstraint(*SCOPE, "split_id"),
+    UniqueConstraint(*SCOPE, "source_item_id", name="item_split_source_once"),
+    item_fk("item_split_source_item_id_fk", "source_item_id"),
+    decision_fk("item_split_decision_fk"),
 )
 
 item_split_successor = Table(
@@ -259,13 +241,13 @@ item_split_successor = Table(
     Column("catalog_id", Text, nullable=False),
     Column("split_id", Uuid, nullable=False),
     Column("item_id", Text, nullable=False),
-    PrimaryKeyConstraint(*_SCOPE, "split_id", "item_id"),
+    PrimaryKeyConstraint(*SCOPE, "split_id", "item_id"),
     ForeignKeyConstraint(
-        [*_SCOPE, "split_id"],
+        [*SCOPE, "split_id"],
         ["item_split.tenant_id", "item_split.catalog_id", "item_split.split_id"],
         name="item_split_successor_split_fk",
     ),
-    _item_fk("item_split_successor", "item_id"),
+    item_fk("item_split_successor_item_id_fk", "item_id"),
 )
 
 # A listing moved by a split from the source item to one of its successors, at the
@@ -279,9 +261,9 @@ item_split_remap = Table(
     Column("listing_id", Text, nullable=False),
     Column("to_item_id", Text, nullable=False),
     Column("mapping_revision", Integer, nullable=False),
-    PrimaryKeyConstraint(*_SCOPE, "split_id", "listing_id"),
+    PrimaryKeyConstraint(*SCOPE, "split_id", "listing_id"),
     ForeignKeyConstraint(
-        [*_SCOPE, "split_id", "to_item_id"],
+        [*SCOPE, "split_id", "to_item_id"],
         [
             "item_split_successor.tenant_id",
             "item_split_successor.catalog_id",
@@ -291,7 +273,7 @@ item_split_remap = Table(
         name="item_split_remap_successor_fk",
     ),
     ForeignKeyConstraint(
-        [*_SCOPE, "listing_id"],
+        [*SCOPE, "listing_id"],
         ["listing_mapping.tenant_id", "listing_mapping.catalog_id", "listing_mapping.listing_id"],
         name="item_split_remap_listing_fk",
     ),

@@ -34,13 +34,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, ExcludeConstraint
 
-from db.tables.resolver import metadata
+from db.tables.resolver import SCOPE, decision_fk, item_fk, metadata
 
 GENERATION_STATUSES = ("backfilling", "ready", "active", "retired")
 KEY_STATES = ("ready", "active", "retired", "released")
 
-_SCOPE = ("tenant_id", "catalog_id")
-_GENERATION = (*_SCOPE, "class_id", "identity_generation")
+_GENERATION = (*SCOPE, "class_id", "identity_generation")
 _HASH_SHAPE = "identity_hash ~ '^[0-9a-f]{64}$'"
 
 
@@ -49,22 +48,6 @@ def _generation_fk(table: str) -> ForeignKeyConstraint:
         list(_GENERATION),
         [f"identity_generation.{c}" for c in _GENERATION],
         name=f"{table}_generation_fk",
-    )
-
-
-def _item_fk(table: str, column: str) -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        [*_SCOPE, column],
-        ["catalog_item.tenant_id", "catalog_item.catalog_id", "catalog_item.item_id"],
-        name=f"{table}_{column}_fk",
-    )
-
-
-def _decision_fk(table: str, column: str) -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        [*_SCOPE, column],
-        ["decision.tenant_id", "decision.catalog_id", "decision.decision_id"],
-        name=f"{table}_{column}_fk",
     )
 
 
@@ -90,7 +73,7 @@ identity_generation = Table(
     Column("retired_at", DateTime(timezone=True)),
     Column("activation_decision_id", Uuid),
     PrimaryKeyConstraint(*_GENERATION),
-    _decision_fk("identity_generation", "activation_decision_id"),
+    decision_fk("identity_generation_activation_decision_id_fk", "activation_decision_id"),
     CheckConstraint("identity_generation >= 1", name="identity_generation_positive"),
     CheckConstraint("revision >= 1", name="identity_generation_revision_positive"),
     CheckConstraint(
@@ -143,8 +126,8 @@ identity_key = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint(*_GENERATION, "item_id"),
     _generation_fk("identity_key"),
-    _item_fk("identity_key", "item_id"),
-    _decision_fk("identity_key", "decision_id"),
+    item_fk("identity_key_item_id_fk", "item_id"),
+    decision_fk("identity_key_decision_id_fk", "decision_id"),
     CheckConstraint(_HASH_SHAPE, name="identity_key_hash_shape"),
     CheckConstraint(
         "state IN ('ready', 'active', 'retired', 'released')", name="identity_key_state_known"
@@ -179,7 +162,7 @@ identity_collision = Table(
     Column("resolved_at", DateTime(timezone=True)),
     PrimaryKeyConstraint(*_GENERATION, "identity_hash"),
     _generation_fk("identity_collision"),
-    _decision_fk("identity_collision", "decision_id"),
+    decision_fk("identity_collision_decision_id_fk", "decision_id"),
     ForeignKeyConstraint(
         [*_GENERATION, "identity_hash", "holder_item_id"],
         [f"identity_candidate.{c}" for c in (*_GENERATION, "identity_hash", "item_id")],
@@ -210,7 +193,7 @@ identity_candidate = Table(
         [f"identity_collision.{c}" for c in (*_GENERATION, "identity_hash")],
         name="identity_candidate_collision_fk",
     ),
-    _item_fk("identity_candidate", "item_id"),
+    item_fk("identity_candidate_item_id_fk", "item_id"),
 )
 
 # Strong identifiers of an item (a GTIN and the like), one value per scheme,
@@ -225,8 +208,8 @@ identity_strong_id = Table(
     Column("scheme", Text, nullable=False),
     Column("value", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint(*_SCOPE, "item_id", "scheme"),
-    _item_fk("identity_strong_id", "item_id"),
+    PrimaryKeyConstraint(*SCOPE, "item_id", "scheme"),
+    item_fk("identity_strong_id_item_id_fk", "item_id"),
     CheckConstraint("scheme <> '' AND value <> ''", name="identity_strong_id_nonempty"),
 )
 # Who else carries a claimed value.

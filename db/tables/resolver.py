@@ -90,6 +90,28 @@ stream_publication = Table(
 
 ITEM_STATUSES = ("active", "split", "retired")
 
+SCOPE = ("tenant_id", "catalog_id")
+"""The leading columns of every catalog-scoped key: references never cross a catalog."""
+
+
+def decision_fk(name: str, column: str = "decision_id") -> ForeignKeyConstraint:
+    """(tenant, catalog, ``column``) → the decision a fact rests on (INV-05)."""
+    return ForeignKeyConstraint(
+        [*SCOPE, column],
+        ["decision.tenant_id", "decision.catalog_id", "decision.decision_id"],
+        name=name,
+    )
+
+
+def item_fk(name: str, column: str) -> ForeignKeyConstraint:
+    """(tenant, catalog, ``column``) → a catalog item of the same catalog."""
+    return ForeignKeyConstraint(
+        [*SCOPE, column],
+        ["catalog_item.tenant_id", "catalog_item.catalog_id", "catalog_item.item_id"],
+        name=name,
+    )
+
+
 # The first accepted aggregate. ``parent_item_id`` makes an item depend on another
 # item of the same catalog (a variant on its product), so events carry dependencies.
 # ``decision_id`` names the decision that accepted the current revision (INV-05); the
