@@ -158,21 +158,19 @@ def _pinned(tx: Transaction, work: ItemWork) -> Generation | None:
     """The generation the capture's class is pinned to: the one active at its arrival,
     recorded the first time and read back ever after (``capture_identity_pin``)."""
     klass = work.product.class_id
-    at_arrival = pinned_generation(tx, work.tenant_id, work.catalog_id, klass, work.arrived_at)
-    number = identity_pins.pin(
-        tx,
-        work.tenant_id,
-        work.capture_id,
-        work.catalog_id,
-        klass,
-        at_arrival.generation if at_arrival else None,
-    )
-    if number is None:
+    held = identity_pins.get(tx, work.tenant_id, work.capture_id, klass)
+    if held is None:
+        at_arrival = pinned_generation(tx, work.tenant_id, work.catalog_id, klass, work.arrived_at)
+        number = at_arrival.generation if at_arrival else None
+        held = identity_pins.pin(
+            tx, work.tenant_id, work.capture_id, work.catalog_id, klass, number
+        )
+        if at_arrival is not None and held.generation == number:
+            return at_arrival
+    if held.generation is None:
         return None
-    if at_arrival is not None and at_arrival.generation == number:
-        return at_arrival
     row = identity_rows.get_generation(
-        tx, GenerationKey(work.tenant_id, work.catalog_id, klass, number)
+        tx, GenerationKey(work.tenant_id, work.catalog_id, klass, held.generation)
     )
     assert row is not None  # generations are never deleted
     return Generation.of(row)
