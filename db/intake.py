@@ -1,7 +1,7 @@
 """Capture intake SQL: collector credentials, captures, receipts and intake jobs.
 
 Every function runs inside the caller's transaction (or, on an autocommit
-connection, as its own statement); ``producers.intake`` decides where transactions
+connection, as its own statement); ``producers.capture.intake`` decides where transactions
 begin and end. Times come from the database clock, so the API and every sweeper
 agree on when a job is due.
 """

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import psycopg
 
-from db.stream_writer import StreamId
 from schemas.codec import KafkaHeaders, kafka_headers
+from schemas.ids import StreamId
 
 
 class OutboxRow(NamedTuple):

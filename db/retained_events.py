@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db.stream_writer import StreamId
+from schemas.ids import StreamId
 
 
 @dataclass(frozen=True, slots=True)

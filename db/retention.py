@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from db.stream_writer import StreamId
+from schemas.ids import StreamId
 
 _WHERE_STREAM = "tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
 

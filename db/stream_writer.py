@@ -16,18 +16,9 @@ import psycopg
 
 from schemas.codec import EventCodec
 from schemas.events import AggregateRef, Envelope, Payload, StreamKey
+from schemas.ids import StreamId
 
 NOTIFY_CHANNEL = "gapless_outbox"
-
-
-@dataclass(frozen=True, slots=True)
-class StreamId:
-    tenant_id: str
-    catalog_id: str
-    history_epoch: int
-
-    def __str__(self) -> str:
-        return f"{self.tenant_id}/{self.catalog_id}@{self.history_epoch}"
 
 
 @dataclass(frozen=True, slots=True)

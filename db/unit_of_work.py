@@ -15,9 +15,10 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from db.stream_writer import StreamId, StreamWriter, lock_cursor
+from db.stream_writer import StreamWriter, lock_cursor
 from schemas.codec import EventCodec
 from schemas.events import Envelope
+from schemas.ids import StreamId
 
 
 class Transaction:

@@ -16,17 +16,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from producers.deps import Res, Resources
-from producers.errors import ErrorBody, error_response, install_error_handlers
-from producers.intake.collectors import CollectorVerifier
-from producers.intake.enqueue import JobEnqueuer
-from producers.intake.evidence import EvidenceStore
-from producers.intake.exceptions import IntakeError
-from producers.intake.limits import CaptureBodyLimit, request_limit
-from producers.intake.metrics import IntakeCollector
-from producers.intake.routes import CAPTURES_PATH, IntakeResources
-from producers.intake.routes import router as intake_router
-from producers.intake.service import IntakeService
+from producers.capture.evidence import EvidenceStore
+from producers.capture.intake.captures import IntakeService
+from producers.capture.intake.collectors import CollectorVerifier
+from producers.capture.intake.enqueue import JobEnqueuer
+from producers.capture.intake.exceptions import IntakeError
+from producers.capture.intake.limits import CaptureBodyLimit, request_limit
+from producers.capture.intake.routes import CAPTURES_PATH, IntakeResources
+from producers.capture.intake.routes import router as intake_router
+from producers.capture.jobs_metrics import IntakeCollector
+from producers.http.deps import Res, Resources
+from producers.http.errors import ErrorBody, error_response, install_error_handlers
+from producers.http.settings import ApiSettings
 from producers.resolver.attribute_routes import router as attribute_router
 from producers.resolver.exceptions import DomainError
 from producers.resolver.identity_routes import router as identity_router
@@ -34,7 +35,6 @@ from producers.resolver.routes import router as resolver_router
 from producers.retention.exceptions import RetentionError
 from producers.retention.metrics import RetentionCollector
 from producers.retention.routes import router as retention_router
-from producers.settings import ApiSettings
 
 DESCRIPTION = """\
 The resolver's HTTP API. Every request carries `Authorization: Bearer <token>`; a

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import ClassVar
 
+from schemas.ids import AggregateKey, StreamId
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamKey:
@@ -278,11 +280,17 @@ class Envelope:
         return self.payload.EVENT_TYPE
 
     @property
-    def stream(self) -> tuple[str, str, int]:
-        """The stream this event belongs to: ``(tenant_id, catalog_id, history_epoch)``."""
-        return (self.tenant_id, self.catalog_id, self.history_epoch)
+    def stream(self) -> StreamId:
+        """The stream this event belongs to."""
+        return StreamId(self.tenant_id, self.catalog_id, self.history_epoch)
 
     @property
     def key(self) -> StreamKey:
         """The Kafka key: the stream family, without the epoch."""
         return StreamKey(tenant_id=self.tenant_id, catalog_id=self.catalog_id)
+
+
+def aggregate_key(event: Envelope, ref: AggregateRef | None = None) -> AggregateKey:
+    """The key of the aggregate ``event`` changes, or of ``ref`` (one it depends on)."""
+    ref = ref or event.aggregate
+    return (event.tenant_id, event.catalog_id, ref.type, ref.id)

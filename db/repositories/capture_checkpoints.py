@@ -4,7 +4,7 @@ A checkpoint says how far one job's run over one extraction (one parser version)
 got: every product before ``next_item`` has a terminal outcome or a durable retry
 record. It only moves by compare-and-set against the value the caller's run
 loaded, so a stale run can never move it backwards or past newer progress.
-``producers.worker.checkpoints`` is the only caller; a unit test reads the code and
+``producers.capture.worker.checkpoints`` is the only caller; a unit test reads the code and
 fails when any other module writes these rows.
 """
 

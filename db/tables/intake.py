@@ -125,7 +125,7 @@ FINISHED_JOB_STATUSES = ("done", "failed", "skipped")
 # sweeper re-enqueues pending jobs once ``next_attempt_at`` has passed. ``attempts``
 # counts enqueue attempts.
 #
-# The capture worker (``producers.worker``) claims a job by moving it to ``running``
+# The capture worker (``producers.capture.worker``) claims a job by moving it to ``running``
 # under a lease (``lease_owner`` until ``lease_expires_at``; ``runs`` counts claims).
 # A run ends ``done`` (every product terminal), ``retrying`` (some wait for a retry
 # at ``next_attempt_at``; ``run_failures`` counts the job-level ones against their

@@ -53,11 +53,11 @@ def _environment(box: Sandbox) -> dict[str, object]:
 
 def run_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> None:
     """Prepare the local services, run every phase in a sandbox, print the figures."""
-    from infra.cli import _prepare
     from infra.config import use_local_services
+    from infra.provision import provision
 
     use_local_services()
-    _prepare()
+    provision(echo)
     with sandbox(echo) as box:
         environment = _environment(box)
         pool = ConnectionPool(

@@ -24,7 +24,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from db.stream_writer import NOTIFY_CHANNEL, StreamId, StreamWriter
+from db.stream_writer import NOTIFY_CHANNEL, StreamWriter
 from db.unit_of_work import UnitOfWork
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate, run_each_once, run_threads
@@ -32,6 +32,7 @@ from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
 from schemas.codec import CODEC, EventCodec
 from schemas.events import Envelope, EvidenceRef
+from schemas.ids import StreamId
 
 THREADS = 8
 CATALOG = "catalog1"

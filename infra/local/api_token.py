@@ -10,7 +10,7 @@ import os
 import secrets
 
 from infra.local.layout import Layout
-from producers.auth import token_hash
+from producers.http.auth import token_hash
 
 __all__ = ["dev_token", "token_hash"]
 

@@ -19,17 +19,16 @@ from processors.applier.plan import (
     IGNORED_OLD_EPOCH,
     IGNORED_STALE,
     PARKED,
-    AggregateKey,
     Parked,
-    aggregate_key,
     named_keys,
     plan_batch,
 )
 from processors.applier.quarantine import quarantine
 from processors.projections import registry
 from schemas.codec import EventCodec
-from schemas.events import Envelope
+from schemas.events import Envelope, aggregate_key
 from schemas.exceptions import CodecError, CodecErrorCode
+from schemas.ids import AggregateKey
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Sequence
 
 import psycopg
 
-from processors.applier.plan import AggregateKey, Parked, aggregate_key
+from processors.applier.plan import Parked
 from schemas.codec import EventCodec
-from schemas.events import AggregateRef, Envelope
+from schemas.events import AggregateRef, Envelope, aggregate_key
+from schemas.ids import AggregateKey
 
 
 def park(

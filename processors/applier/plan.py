@@ -14,20 +14,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from schemas.events import AggregateRef, Envelope
+from schemas.events import AggregateRef, Envelope, aggregate_key
+from schemas.ids import AggregateKey
 
 APPLIED = "applied"
 IGNORED_STALE = "ignored_stale"
 IGNORED_OLD_EPOCH = "ignored_old_epoch"
 PARKED = "parked"
-
-# (tenant_id, catalog_id, aggregate type, aggregate id)
-AggregateKey = tuple[str, str, str, str]
-
-
-def aggregate_key(event: Envelope, ref: AggregateRef | None = None) -> AggregateKey:
-    ref = ref or event.aggregate
-    return (event.tenant_id, event.catalog_id, ref.type, ref.id)
 
 
 def named_keys(event: Envelope) -> list[AggregateKey]:

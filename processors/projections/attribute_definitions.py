@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from processors.applier.plan import AggregateKey
 from processors.projections.latest import latest_of
 from schemas.events import AttributeDefined, Envelope
+from schemas.ids import AggregateKey, parse_definition_id
 
 AGGREGATE = "attribute_definition"
 
@@ -40,15 +40,6 @@ class DefinitionState:
     position: int
 
 
-def split_id(aggregate_id: str) -> tuple[str, int] | None:
-    """``"<key>/<version>"`` as (key, version); None for an id of another shape
-    (which then reads as never applied). Keys hold no slash."""
-    key, _, version = aggregate_id.rpartition("/")
-    if not key or not version.isdigit():
-        return None
-    return key, int(version)
-
-
 def load_revisions(
     conn: psycopg.Connection, generation: int, keys: Iterable[AggregateKey]
 ) -> dict[AggregateKey, int]:
@@ -56,7 +47,7 @@ def load_revisions(
     projection has: one primary-key probe per key, as the other projections do."""
     wanted = []
     for key in sorted({k for k in keys if k[2] == AGGREGATE}):
-        parts = split_id(key[3])
+        parts = parse_definition_id(key[3])
         if parts is not None:
             wanted.append((key, *parts))
     if not wanted:

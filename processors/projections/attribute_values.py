@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-from processors.applier.plan import AggregateKey
 from processors.projections.latest import latest_of
 from schemas.events import AttributeValueSet, Envelope
+from schemas.ids import AggregateKey, parse_value_id
 
 AGGREGATE = "attribute_value"
 
@@ -39,13 +39,6 @@ class ValueState:
     position: int
 
 
-def split_id(aggregate_id: str) -> tuple[str, str] | None:
-    """``"<item_id>/<key>"`` as (item id, key), split at the last slash (keys hold
-    none); None for an id without a slash (which then reads as never applied)."""
-    item_id, slash, key = aggregate_id.rpartition("/")
-    return (item_id, key) if slash and key else None
-
-
 def load_revisions(
     conn: psycopg.Connection, generation: int, keys: Iterable[AggregateKey]
 ) -> dict[AggregateKey, int]:
@@ -53,7 +46,7 @@ def load_revisions(
     primary-key probe per key, as the other projections do."""
     wanted = []
     for key in sorted({k for k in keys if k[2] == AGGREGATE}):
-        parts = split_id(key[3])
+        parts = parse_value_id(key[3])
         if parts is not None:
             wanted.append((key, *parts))
     if not wanted:

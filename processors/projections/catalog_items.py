@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 import psycopg
 from psycopg.types.json import Jsonb
 
-from processors.applier.plan import AggregateKey, aggregate_key
-from schemas.events import CatalogItemRetired, CatalogItemUpserted, Envelope
+from schemas.events import CatalogItemRetired, CatalogItemUpserted, Envelope, aggregate_key
+from schemas.ids import AggregateKey
 
 AGGREGATE = "catalog_item"
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from processors.applier.plan import AggregateKey, aggregate_key
-from schemas.events import CatalogItemSplit, Envelope
+from schemas.events import CatalogItemSplit, Envelope, aggregate_key
+from schemas.ids import AggregateKey
 
 AGGREGATE = "item_split"
 

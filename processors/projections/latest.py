@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from processors.applier.plan import AggregateKey, aggregate_key
-from schemas.events import Envelope
+from schemas.events import Envelope, aggregate_key
+from schemas.ids import AggregateKey
 
 P = TypeVar("P")
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-from processors.applier.plan import AggregateKey
 from processors.projections.latest import latest_of
 from schemas.events import Envelope, ListingMapped
+from schemas.ids import AggregateKey
 
 AGGREGATE = "listing_mapping"
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import psycopg
 
-from processors.applier.plan import AggregateKey
 from processors.projections import (
     attribute_definitions,
     attribute_values,
@@ -25,6 +24,7 @@ from processors.projections import (
     shipping_policies,
 )
 from schemas.events import Envelope
+from schemas.ids import AggregateKey
 
 RevisionLoader = Callable[
     [psycopg.Connection, int, Iterable[AggregateKey]], dict[AggregateKey, int]

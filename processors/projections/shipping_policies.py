@@ -18,8 +18,8 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
-from processors.applier.plan import AggregateKey, aggregate_key
-from schemas.events import Envelope, ShippingPolicyVersioned
+from schemas.events import Envelope, ShippingPolicyVersioned, aggregate_key
+from schemas.ids import AggregateKey
 
 AGGREGATE = "shipping_policy"
 

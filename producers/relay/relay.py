@@ -20,10 +20,11 @@ from db.outbox import (
     streams_with_unpublished,
     try_claim_stream,
 )
-from db.stream_writer import NOTIFY_CHANNEL, StreamId
+from db.stream_writer import NOTIFY_CHANNEL
 from producers.relay.exceptions import OutboxGap, RelayError
 from producers.relay.publisher import Publisher
 from producers.relay.settings import DEFAULT_BATCH_SIZE
+from schemas.ids import StreamId
 
 log = logging.getLogger(__name__)
 

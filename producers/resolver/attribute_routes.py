@@ -15,9 +15,9 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
 from db.repositories.attributes import ClassRow, DefinitionRow
-from producers.auth import Caller
-from producers.deps import Conn
-from producers.errors import error_responses
+from producers.http.auth import Caller
+from producers.http.deps import Conn
+from producers.http.errors import error_responses
 from producers.resolver import attribute_queries as queries
 from producers.resolver.attributes import MAX_VERSION
 

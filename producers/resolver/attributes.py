@@ -49,6 +49,7 @@ from producers.resolver.exceptions import (
 )
 from producers.resolver.facts import DecisionScope
 from schemas.events import AggregateRef, AttributeDefined, AttributeValueSet, CatalogClassDefined
+from schemas.ids import definition_id, value_id
 
 CLASS = "catalog_class"
 DEFINITION = "attribute_definition"
@@ -70,16 +71,6 @@ RawValue = str | bool | int | float | Decimal
 
 
 # --- pure rules ----------------------------------------------------------------------
-
-
-def definition_id(attribute_key: str, version: int) -> str:
-    """The aggregate id of a definition version (keys hold no slash)."""
-    return f"{attribute_key}/{version}"
-
-
-def value_id(item_id: str, attribute_key: str) -> str:
-    """The aggregate id of an item's value of a key (split at the last slash)."""
-    return f"{item_id}/{attribute_key}"
 
 
 def applies(lineage: Sequence[str], applies_to: Iterable[str]) -> bool:

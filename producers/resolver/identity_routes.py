@@ -15,9 +15,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, status
 
 from db.repositories.identity import GenerationKey
-from producers.auth import Caller
-from producers.deps import Conn, Res
-from producers.errors import error_responses
+from producers.http.auth import Caller
+from producers.http.deps import Conn, Res
+from producers.http.errors import error_responses
 from producers.resolver import identity_queries
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.facts import Fact

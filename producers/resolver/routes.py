@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, status
 
-from producers.auth import Caller
-from producers.deps import Conn, Res
-from producers.errors import error_responses
+from producers.http.auth import Caller
+from producers.http.deps import Conn, Res
+from producers.http.errors import error_responses
 from producers.resolver import queries
 from producers.resolver.decisions import Decision, Recorded, record_decision
 from producers.resolver.facts import Fact

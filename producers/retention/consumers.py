@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import psycopg
 
 from db import retention as sql
-from db.stream_writer import StreamId
 from producers.retention.exceptions import ConsumerNotFound, PositionBeyondCommitted
+from schemas.ids import StreamId
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ import psycopg
 
 from db import retention as sql
 from db.retention import LeaseRow
-from db.stream_writer import StreamId
 from producers.retention.exceptions import (
     EpochNotCurrent,
     LeaseExpired,
@@ -28,6 +27,7 @@ from producers.retention.exceptions import (
     LeaseReleased,
     PositionBeyondCommitted,
 )
+from schemas.ids import StreamId
 
 
 def require_current_epoch(stream: StreamId, current_epoch: int | None) -> None:

@@ -16,7 +16,6 @@ import psycopg
 
 from db import retention as sql
 from db.outbox import published_position
-from db.stream_writer import StreamId
 from producers.retention.rules import (
     BATCH_SIZE,
     consumer_holder,
@@ -25,6 +24,7 @@ from producers.retention.rules import (
     prune_step,
     retention_floor,
 )
+from schemas.ids import StreamId
 
 
 @dataclass(frozen=True, slots=True)

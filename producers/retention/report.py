@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 
 from db import retention as sql
-from db.stream_writer import StreamId
 from producers.retention.rules import Holder, consumer_holder, lease_holder, retention_floor
+from schemas.ids import StreamId
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ import psycopg
 
 from db import retention as sql
 from db.retained_events import EventRow, begin_snapshot, read_events
-from db.stream_writer import StreamId
 from producers.retention import leases
 from producers.retention.exceptions import CursorPruned, LeaseEpochMismatch
+from schemas.ids import StreamId
 
 DEFAULT_PAGE = 500
 MAX_PAGE = 5000

@@ -11,10 +11,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from db.stream_writer import StreamId
-from producers.auth import Caller
-from producers.deps import Conn, Res
-from producers.errors import ApiError, error_responses
+from producers.http.auth import Caller
+from producers.http.deps import Conn, Res
+from producers.http.errors import ApiError, error_responses
 from producers.retention import consumers, leases, retained
 from producers.retention.exceptions import StreamNotFound
 from producers.retention.http_models import (
@@ -29,6 +28,7 @@ from producers.retention.http_models import (
     StreamState,
 )
 from producers.retention.report import stream_report
+from schemas.ids import StreamId
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
 

@@ -9,7 +9,7 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
-from infra.workload import DEFINITIONS, run_workload, streams_for
+from infra.demo.workload import DEFINITIONS, run_workload, streams_for
 
 ATTRIBUTE_CODES = ("ATTRIBUTE_NOT_PUBLISHED", "ATTRIBUTE_VALUE_INVALID", "ATTRIBUTE_NOT_APPLICABLE")
 

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
-from infra.projection_check import compare
+from infra.demo.projection_check import compare
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from producers.relay.publisher import Publisher

@@ -83,14 +83,6 @@ def test_the_definition_fold_keeps_each_version_at_its_newest_revision() -> None
     }
 
 
-def test_aggregate_ids_split_back_into_their_columns() -> None:
-    assert attribute_values.split_id("shop/i1/size") == ("shop/i1", "size")
-    assert attribute_values.split_id("no-slash") is None
-    assert attribute_definitions.split_id("size/12") == ("size", 12)
-    assert attribute_definitions.split_id("size/x") is None
-    assert attribute_definitions.split_id("/3") is None
-
-
 def test_both_aggregates_have_a_projection() -> None:
     kept = {p.aggregate for p in registry.PROJECTIONS}
     assert {"attribute_definition", "attribute_value"} <= kept

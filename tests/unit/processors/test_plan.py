@@ -10,11 +10,11 @@ from processors.applier.plan import (
     APPLIED,
     IGNORED_STALE,
     PARKED,
-    AggregateKey,
     Parked,
     plan_batch,
 )
 from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted, Envelope
+from schemas.ids import AggregateKey
 
 TENANT, CATALOG = "t1", "c1"
 ITEM = "catalog_item"

@@ -1,0 +1,1 @@
+"""The ``gapless`` command, one module per command group (``main`` assembles them)."""

@@ -1,0 +1,145 @@
+"""The deployable processes (relay, resolver API, agents, capture worker) and the
+periodic jobs (prune, sweep-jobs), each run until SIGTERM or once."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from infra.cli.output import echo, guarded, json_logging
+from infra.config import load
+
+
+@click.command()
+def relay() -> None:
+    """Run the outbox relay until SIGTERM (a deployable process)."""
+    from producers.relay.service import run as run_relay
+    from producers.relay.settings import RelaySettings
+
+    json_logging()
+    settings = guarded(lambda: load(RelaySettings))
+    run_relay(settings)
+
+
+@click.command("resolver-api")
+def resolver_api() -> None:
+    """Run the resolver HTTP API on 127.0.0.1 until SIGTERM (a deployable process)."""
+    import uvicorn
+
+    from producers.api import create_app
+    from producers.http.settings import ApiSettings
+
+    json_logging()
+    settings = guarded(lambda: load(ApiSettings))
+    uvicorn.run(
+        create_app(settings), host="127.0.0.1", port=settings.resolver_api_port, log_config=None
+    )
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="One pass over every stream, then exit.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per stream pruned.")
+def prune(once: bool, as_json: bool) -> None:
+    """Delete retained events nobody needs any more, and print what went per stream.
+
+    Only published events older than GAPLESS_RETENTION_AGE_SECONDS, and never past a
+    registered consumer's progress or a live lease's pin. Without --once, a pass
+    runs every GAPLESS_PRUNE_INTERVAL_SECONDS until SIGTERM.
+    """
+    from producers.retention.pruner import StreamPruned
+    from producers.retention.service import prune_once, run
+    from producers.retention.settings import RetentionSettings
+
+    settings = guarded(lambda: load(RetentionSettings))
+
+    def show(results: list[StreamPruned], quiet: bool) -> None:
+        for r in results:
+            if quiet and not r.deleted:
+                continue
+            if as_json:
+                click.echo(
+                    json.dumps(
+                        {
+                            "stream": str(r.stream),
+                            "deleted": r.deleted,
+                            "pruned_through": r.pruned_through,
+                            "limited_by": r.limited_by,
+                        }
+                    )
+                )
+            else:
+                click.echo(
+                    f"{r.stream!s:<32} deleted {r.deleted:>8}  pruned through"
+                    f" {r.pruned_through:>9}  limited by {r.limited_by}"
+                )
+
+    if once:
+        results = prune_once(settings)
+        show(results, quiet=False)
+        if not results:
+            echo("no stream has published events left to prune")
+        return
+    json_logging()
+    run(settings, lambda results: show(results, quiet=True))
+
+
+@click.command()
+def agents() -> None:
+    """Run the product agents (a Faust worker) until SIGTERM (a deployable process)."""
+    import faust
+
+    from processors.app import create_app
+    from processors.settings import AgentSettings
+
+    settings = guarded(lambda: load(AgentSettings))
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel="INFO")
+    worker.execute_from_commandline()
+
+
+@click.command("sweep-jobs")
+@click.option("--once", is_flag=True, help="One pass, print what it did, then exit.")
+def sweep_jobs(once: bool) -> None:
+    """Re-enqueue intake jobs left pending (the API's enqueue failed or never ran).
+
+    Jobs are due GAPLESS_JOB_SWEEP_AFTER_SECONDS after they were recorded, then again
+    after each failed attempt with exponential backoff and jitter. Without --once, a
+    pass runs every GAPLESS_SWEEP_INTERVAL_SECONDS until SIGTERM.
+    """
+    from producers.capture.intake.sweeper import run
+    from producers.capture.settings import SweeperSettings
+
+    settings = guarded(lambda: load(SweeperSettings))
+    if not once:
+        json_logging()
+    result = run(settings, once)
+    if result is not None:
+        click.echo(
+            json.dumps(
+                {
+                    "pages": result.pages,
+                    "claimed": result.claimed,
+                    "enqueued": result.enqueued,
+                    "still_pending": {str(k): v for k, v in result.failed.items()},
+                }
+            )
+        )
+
+
+@click.command("resolver-worker")
+def resolver_worker() -> None:
+    """Run the capture worker until SIGTERM (a deployable process).
+
+    Takes capture jobs from GAPLESS_JOBS_TOPIC (and, every
+    GAPLESS_WORKER_SCAN_INTERVAL_SECONDS, due retries, expired leases and jobs whose
+    message never came from the database), parses each capture with its source's
+    adapter and resolves every product into a decision or a review case.
+    /healthz and /metrics with GAPLESS_WORKER_HTTP_PORT.
+    """
+    from producers.capture.worker.service import run
+    from producers.capture.worker.settings import WorkerSettings
+
+    json_logging()
+    settings = guarded(lambda: load(WorkerSettings))
+    run(settings)

@@ -1,0 +1,112 @@
+"""Poison messages of the product agents: list, retry, skip."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from infra.cli.output import actor, echo, fail, guarded
+from infra.config import load
+
+
+@click.group()
+def quarantine() -> None:
+    """Inspect and repair quarantined messages (list, retry, skip)."""
+
+
+@quarantine.command("list")
+@click.option(
+    "--status",
+    type=click.Choice(["open", "retried", "skipped", "all"]),
+    default="open",
+    show_default=True,
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
+def quarantine_list(status: str, as_json: bool) -> None:
+    """List quarantined messages with their origin and classified error."""
+    import psycopg
+
+    from processors.applier.repair import list_entries
+    from processors.settings import AgentSettings
+
+    settings = guarded(lambda: load(AgentSettings))
+    with psycopg.connect(settings.product_dsn) as conn:
+        entries = list_entries(conn, None if status == "all" else status)
+    for e in entries:
+        stream = "/".join(map(str, e.stream)) if e.stream else "-"
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "id": e.id,
+                        "consumer": e.consumer,
+                        "topic": e.topic,
+                        "partition": e.partition,
+                        "offset": e.offset,
+                        "event_id": str(e.event_id) if e.event_id else None,
+                        "stream": stream if e.stream else None,
+                        "position": e.position,
+                        "error_code": e.error_code,
+                        "error_detail": e.error_detail,
+                        "status": e.status,
+                        "created_at": e.created_at.isoformat(),
+                        "resolution": e.resolution,
+                    }
+                )
+            )
+        else:
+            click.echo(
+                f"#{e.id:<5} {e.status:<8} {e.error_code:<22} {stream}#{e.position or '-'}"
+                f"  ({e.topic} p{e.partition} o{e.offset})  {e.error_detail[:80]}"
+            )
+    if not entries and not as_json:
+        echo(f"no {status} entries")
+
+
+@quarantine.command("retry")
+@click.argument("entry_ids", nargs=-1, type=int, required=True)
+def quarantine_retry(entry_ids: tuple[int, ...]) -> None:
+    """Apply quarantined messages again (after fixing what made them fail)."""
+    from db.epochs import EpochSource
+    from processors.applier.batch import Applier
+    from processors.applier.repair import RepairError, retry
+    from processors.settings import AgentSettings
+    from schemas.codec import CODEC
+
+    settings = guarded(lambda: load(AgentSettings))
+    applier = Applier(
+        settings.product_dsn, EpochSource(settings.control_dsn), CODEC, settings.agents_consumer
+    )
+    failed = 0
+    for entry_id in entry_ids:
+        try:
+            ok = retry(settings.product_dsn, applier, entry_id, actor())
+        except RepairError as exc:
+            echo(f"#{entry_id}: {exc.code}: {exc}")
+            failed += 1
+            continue
+        echo(f"#{entry_id}: {'applied, marked retried' if ok else 'still failing, left open'}")
+        failed += 0 if ok else 1
+    applier.close()
+    sys.exit(1 if failed else 0)
+
+
+@quarantine.command("skip")
+@click.argument("entry_id", type=int)
+@click.option("--reason", required=True, help="Why it is safe to give this event up (audited).")
+def quarantine_skip(entry_id: int, reason: str) -> None:
+    """Give up a quarantined event with an audited reason, so progress can pass it."""
+    from processors.applier.repair import RepairError, skip
+    from processors.settings import AgentSettings
+
+    settings = guarded(lambda: load(AgentSettings))
+    try:
+        position = skip(settings.product_dsn, entry_id, reason, actor())
+    except RepairError as exc:
+        fail(exc)
+    echo(
+        f"#{entry_id}: skipped"
+        + (f"; stream progress now {position}" if position is not None else "")
+    )

@@ -1,0 +1,98 @@
+"""Local services: up, down, status, migrate."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from infra.cli.output import echo, guarded
+from infra.config import load, use_local_services
+from infra.provision import provision
+
+
+@click.command()
+def up() -> None:
+    """Start local PostgreSQL, Kafka and S3 (idempotent), migrate, create topics."""
+
+    def run() -> None:
+        from infra.local import up as start
+
+        start(echo)
+        use_local_services()
+        provision(echo)
+        echo("services up")
+
+    guarded(run)
+
+
+@click.command()
+def down() -> None:
+    """Stop the local services that `gapless up` started (and only those)."""
+
+    def run() -> None:
+        from infra.local import down as stop
+
+        stop(echo)
+
+    guarded(run)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--services-only", is_flag=True, help="Only the local services.")
+def status(as_json: bool, services_only: bool) -> None:
+    """Local services, then per stream: committed, published, retention floor and what
+    holds it, leases, and each consumer's durable progress, lag, parked and quarantined."""
+    from dataclasses import asdict
+
+    from db.settings import DatabaseSettings
+    from infra.local import status as service_status
+    from infra.status import collect, lines, to_json
+
+    services = guarded(service_status)
+    streams: list[Any] = []
+    unattributed = 0
+    problem = None
+    if not services_only:
+        use_local_services()
+        try:
+            streams, unattributed = collect(load(DatabaseSettings))
+        except Exception as exc:  # the databases may be down: say so, keep the rest
+            problem = f"streams unavailable: {exc}"
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "services": [asdict(s) for s in services],
+                    "streams": [to_json(s) for s in streams],
+                    "undecodable_quarantined": unattributed,
+                    "error": problem,
+                }
+            )
+        )
+        return
+    for s in services:
+        mark = click.style("up  ", fg="green") if s.running else click.style("down", fg="red")
+        click.echo(f"{mark} {s.name:<9} {s.address:<24} {s.detail}")
+    if problem:
+        echo(problem)
+    for stream in streams:
+        for line in lines(stream):
+            click.echo(line)
+    if unattributed:
+        click.echo(f"{unattributed} quarantined messages never decoded (gapless quarantine list)")
+
+
+@click.command()
+@click.option("--local/--no-local", default=True, help="Fill unset variables for local services.")
+def migrate(local: bool) -> None:
+    """Apply database migrations and create Kafka topics."""
+
+    def run() -> None:
+        if local:
+            use_local_services()
+        provision(echo)
+
+    guarded(run)

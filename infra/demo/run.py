@@ -1,0 +1,422 @@
+"""``gapless demo``: the whole pipeline on real services, checked row by row.
+
+1. start the local services (if needed), migrate, create topics;
+2. start the resolver API, the relay, the product agents and the capture worker as
+   separate processes;
+3. collectors post product feeds over HTTP (``infra.demo.captures``: an operator binds
+   each source, a reviewer approves GTIN identity generations, a repeated post gets
+   its first receipt back); the worker turns them into rule decisions and is killed
+   once midway (``kill -9``) and restarted;
+4. write a concurrent workload of real domain decisions (``infra.demo.workload``: rules and
+   reviewers creating, mapping, versioning, setting attribute values, splitting and
+   retiring, with refusals and rollbacks), killing the relay and the agents once
+   each midway (``kill -9``) and restarting them, so recovery is part of every run;
+5. wait until every capture job is settled and every stream's durable progress equals
+   its committed cursor;
+6. compare the projections (items, listing mappings, shipping policy versions,
+   splits, attribute definitions and values) with the resolver's accepted state
+   row by row;
+7. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.settings import DatabaseSettings
+from infra.config import load, use_local_services
+from infra.demo import captures as demo_captures
+from infra.demo.projection_check import Comparison, compare
+from infra.demo.workload import WorkloadStats, run_workload, streams_for
+from schemas.ids import StreamId
+
+Echo = Callable[[str], None]
+
+DEMO_FEEDS = 4
+DEMO_PRODUCTS = 24
+
+
+@dataclass
+class _Process:
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        handle = self.log.open("ab")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "infra.cli", *self.args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+        )
+        handle.close()
+
+    def kill(self) -> None:
+        """Simulate a crash: SIGKILL, no chance to finish anything."""
+        if self.popen and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+    def stop(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def run_demo(
+    events: int,
+    tenants: int,
+    writers: int,
+    keep_running: bool,
+    as_json: bool,
+    echo: Echo,
+    chaos: bool = True,
+) -> bool:
+    from infra.local import down, status, up
+    from infra.provision import provision
+
+    started_here = not all(s.running for s in status())
+    echo("starting services…")
+    up(echo)
+    use_local_services()
+    provision(echo)
+    settings = load(DatabaseSettings)
+    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    api = _Process("resolver-api", ["resolver-api"], logs / "demo-resolver-api.log")
+    relay = _Process("relay", ["relay"], logs / "demo-relay.log")
+    agents = _Process("agents", ["agents"], logs / "demo-agents.log")
+    # A killed worker's job waits for its lease to expire; keep that short here.
+    worker = _Process(
+        "resolver-worker",
+        ["resolver-worker"],
+        logs / "demo-resolver-worker.log",
+        env={
+            "GAPLESS_WORKER_LEASE_SECONDS": "5",
+            "GAPLESS_WORKER_SCAN_INTERVAL_SECONDS": "1",
+            "GAPLESS_WORKER_ORPHANED_AFTER_SECONDS": "10",
+        },
+    )
+    run_id = f"demo{uuid.uuid4().hex[:6]}"
+    streams = streams_for(run_id, tenants)
+    echo(f"run {run_id}: {len(streams)} streams, {events} events, {writers} writers")
+    api.start()
+    relay.start()
+    agents.start()
+    worker.start()
+    began = time.monotonic()
+    try:
+        _wait_for_api(echo)
+        captures = _collect(chaos, settings, streams, worker, echo)
+        stats = _write(chaos, settings, streams, events, writers, relay, agents, echo)
+        echo("waiting for the capture worker to settle every capture job…")
+        settled = demo_captures.wait_settled(settings, run_id, captures.posted, timeout=120.0)
+        echo("waiting for every stream's durable progress to reach its committed cursor…")
+        caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
+        elapsed = time.monotonic() - began
+        comparison = compare(settings.resolver_dsn, settings.product_dsn, f"{run_id}-%")
+        mismatches = [str(d) for d in comparison.differences]
+        echo("waiting for the agents to report their progress to the resolver…")
+        reported = _wait_reported(settings, run_id, timeout=30.0)
+        summary = _summary(settings, run_id, stats, elapsed, caught_up, comparison)
+        summary.update(_capture_summary(settings, run_id, captures, settled))
+        summary["progress_reported"] = reported
+        summary["events_pruned"] = _prune(settings, run_id)
+    finally:
+        worker.stop()
+        agents.stop()
+        relay.stop()
+        api.stop()
+        if started_here and not keep_running:
+            down(echo)
+    summary["workload_events"] = stats.events
+    checks = {
+        "caught_up": caught_up,
+        "progress_reported": summary["progress_reported"],
+        "rows_match": not mismatches,
+        "nothing_quarantined": summary["quarantined"] == 0,
+        "captures_done": summary["captures_settled"]
+        and summary["capture_jobs"].get("done", 0) == captures.posted,
+        "every_event_committed": summary["events_committed"]
+        == stats.events + summary["capture_events"]
+        > 0,
+        "every_event_applied": summary["events_applied"] + summary["ignored_stale"]
+        == summary["events_committed"],
+    }
+    summary["failed_checks"] = [name for name, passed in checks.items() if not passed]
+    ok = not summary["failed_checks"]
+    _print(summary, mismatches, ok, as_json)
+    return ok
+
+
+def _write(
+    chaos: bool,
+    settings: DatabaseSettings,
+    streams: list[tuple[str, str]],
+    events: int,
+    writers: int,
+    relay: _Process,
+    agents: _Process,
+    echo: Echo,
+) -> WorkloadStats:
+    pool = ConnectionPool(settings.resolver_dsn, min_size=writers, max_size=writers, open=True)
+    epochs = EpochSource(settings.control_dsn)
+    crashes = {"relay": events // 3, "agents": (2 * events) // 3} if chaos else {}
+    last_echo = [0.0]
+
+    def progress(done: int) -> None:
+        now = time.monotonic()
+        for name, at in list(crashes.items()):
+            if done >= at:
+                del crashes[name]
+                process = relay if name == "relay" else agents
+                echo(f"  crash: kill -9 {name} at {done} events, restarting it")
+                process.kill()
+                process.start()
+        if now - last_echo[0] >= 1.0:
+            last_echo[0] = now
+            echo(f"  written {min(done, events)}/{events}")
+
+    try:
+        return run_workload(pool, epochs, streams, events, writers, progress=progress)
+    finally:
+        pool.close()
+        epochs.close()
+
+
+def _collect(
+    chaos: bool,
+    settings: DatabaseSettings,
+    streams: list[tuple[str, str]],
+    worker: _Process,
+    echo: Echo,
+) -> demo_captures.CaptureStats:
+    """Collectors post product feeds for each tenant's first catalog
+    (``infra.demo.captures``), after an operator bound the source and a reviewer
+    approved a GTIN identity generation per class; the worker is killed once midway."""
+    import httpx
+
+    from infra.local.collector_keys import mint
+    from infra.local.layout import current_layout
+
+    first: dict[str, str] = {}
+    for tenant_id, catalog_id in streams:
+        first.setdefault(tenant_id, catalog_id)
+    tenants = sorted(first.items())
+    echo(f"collectors: binding {len(tenants)} sources and approving identity generations…")
+    demo_captures.register_collectors(settings, tenants)
+    url = os.environ["GAPLESS_RESOLVER_URL"]
+    token = os.environ["GAPLESS_RESOLVER_TOKEN"]
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
+    ) as api:
+        demo_captures.activate_identity(api, tenants)
+    layout = current_layout()
+
+    def crash(tenant_index: int) -> None:
+        if chaos and tenant_index == 0:
+            echo("  crash: kill -9 resolver-worker while it works, restarting it")
+            worker.kill()
+            worker.start()
+
+    return demo_captures.post_feeds(
+        url, lambda client: mint(layout, client), tenants, DEMO_FEEDS, DEMO_PRODUCTS, echo, crash
+    )
+
+
+def _capture_summary(
+    settings: DatabaseSettings, run_id: str, captures: demo_captures.CaptureStats, settled: bool
+) -> dict[str, Any]:
+    return {
+        "captures_posted": captures.posted,
+        "capture_reposts_answered_with_the_same_receipt": captures.repeated_posts,
+        "captures_settled": settled,
+        "capture_jobs": demo_captures.job_counts(settings, run_id),
+        "capture_products": demo_captures.product_outcomes(settings, run_id),
+        "capture_events": demo_captures.capture_path_events(settings, run_id),
+    }
+
+
+def _wait_caught_up(settings: DatabaseSettings, run_id: str, echo: Echo, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    last = 0.0
+    while time.monotonic() < deadline:
+        cursors = _cursors(settings, run_id)
+        progress = _progress(settings, run_id)
+        behind = {s: c - progress.get(s, 0) for s, c in cursors.items() if progress.get(s, 0) < c}
+        if not behind:
+            return True
+        if time.monotonic() - last >= 2:
+            last = time.monotonic()
+            echo(f"  {len(behind)} streams behind by {sum(behind.values())} positions")
+        time.sleep(0.25)
+    return False
+
+
+def _wait_for_api(echo: Echo, timeout: float = 30.0) -> None:
+    import httpx
+
+    url = os.environ["GAPLESS_RESOLVER_URL"] + "/healthz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    echo(f"warning: the resolver API did not answer at {url}; progress reports will lag")
+
+
+def _wait_reported(settings: DatabaseSettings, run_id: str, timeout: float) -> bool:
+    """True once the resolver holds, for every demo stream, the agents' final progress."""
+    from producers.retention.report import stream_report
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(settings.resolver_dsn) as conn:
+            report = [r for r in stream_report(conn) if r.tenant_id.startswith(f"{run_id}-")]
+        if report and all(
+            any(c.reported_position == r.committed for c in r.consumers) for r in report
+        ):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _prune(settings: DatabaseSettings, run_id: str) -> int:
+    """Prune the demo's streams with no age limit: everything every consumer applied
+    and reported may go; the retained tail above that stays."""
+    from producers.retention.pruner import RetentionPolicy, prune_stream
+
+    policy = RetentionPolicy(age_seconds=0, batch_size=1000)
+    with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
+        return sum(
+            prune_stream(conn, StreamId(*stream), policy).deleted
+            for stream in _cursors(settings, run_id)
+        )
+
+
+def _cursors(settings: DatabaseSettings, run_id: str) -> dict[tuple[str, str, int], int]:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        rows = conn.execute(
+            "SELECT tenant_id, catalog_id, history_epoch, position FROM stream_cursor"
+            " WHERE tenant_id LIKE %s",
+            (f"{run_id}-%",),
+        ).fetchall()
+    return {(t, c, e): p for t, c, e, p in rows}
+
+
+def _progress(settings: DatabaseSettings, run_id: str) -> dict[tuple[str, str, int], int]:
+    with psycopg.connect(settings.product_dsn) as conn:
+        rows = conn.execute(
+            "SELECT tenant_id, catalog_id, history_epoch, position FROM stream_progress"
+            " WHERE tenant_id LIKE %s",
+            (f"{run_id}-%",),
+        ).fetchall()
+    return {(t, c, e): p for t, c, e, p in rows}
+
+
+def _summary(
+    settings: DatabaseSettings,
+    run_id: str,
+    stats: WorkloadStats,
+    elapsed: float,
+    caught_up: bool,
+    comparison: Comparison,
+) -> dict[str, Any]:
+    like = (f"{run_id}-%",)
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        committed = (
+            conn.execute("SELECT count(*) FROM outbox WHERE tenant_id LIKE %s", like).fetchone()
+            or (0,)
+        )[0]
+        # Positions start at 1 and are gapless, so a stream's published position is
+        # the number of its events in Kafka.
+        published = (
+            conn.execute(
+                "SELECT coalesce(sum(published_position), 0)::bigint FROM stream_publication"
+                " WHERE tenant_id LIKE %s",
+                like,
+            ).fetchone()
+            or (0,)
+        )[0]
+        row = conn.execute("SELECT count(*) FROM catalog_item WHERE tenant_id LIKE %s", like)
+        items = (row.fetchone() or (0,))[0]
+    with psycopg.connect(settings.product_dsn) as conn:
+        counts = conn.execute(
+            "SELECT coalesce(sum(applied_count), 0), coalesce(sum(duplicate_count), 0),"
+            " coalesce(sum(parked_count), 0), coalesce(sum(released_count), 0),"
+            " coalesce(sum(ignored_count), 0) FROM stream_progress WHERE tenant_id LIKE %s",
+            like,
+        ).fetchone() or (0, 0, 0, 0, 0)
+        quarantined = conn.execute(
+            "SELECT count(*) FROM quarantine WHERE tenant_id LIKE %s OR tenant_id IS NULL",
+            like,
+        ).fetchone()
+    return {
+        "run_id": run_id,
+        "events_committed": committed,
+        "events_published": published,
+        "events_applied": int(counts[0]),
+        "duplicates_absorbed": int(counts[1]),
+        "parked": int(counts[2]),
+        "released": int(counts[3]),
+        "ignored_stale": int(counts[4]),
+        "quarantined": int(quarantined[0]) if quarantined else 0,
+        "transactions_committed": stats.transactions,
+        "transactions_rolled_back": stats.rolled_back + stats.rejected,
+        "rolled_back_on_purpose": stats.rolled_back,
+        "rejected": stats.rejected,
+        "rejected_by_code": dict(sorted(stats.rejected_by_code.items())),
+        "decisions_by_operation": dict(sorted(stats.decisions.items())),
+        "review_cases_opened": stats.cases_opened,
+        "items": items,
+        "rows_compared": comparison.rows,
+        "caught_up": caught_up,
+        "mismatched_rows": len(comparison.differences),
+        "elapsed_s": round(elapsed, 2),
+        "events_per_s": round(committed / elapsed, 1) if elapsed else 0.0,
+    }
+
+
+def _print(summary: dict[str, Any], mismatches: list[str], ok: bool, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({**summary, "ok": ok}))
+    else:
+        width = max(len(k) for k in summary)
+        for key, value in summary.items():
+            click.echo(f"{key.replace('_', ' '):<{width}}  {value}")
+        for line in mismatches[:20]:
+            click.echo(f"mismatch: {line}")
+    verdict = "demo: OK" if ok else "demo: FAILED"
+    detail = (
+        f"{summary['events_committed']} events, projection matches accepted state"
+        if ok
+        else f"failed: {', '.join(summary['failed_checks'])}; mismatched_rows="
+        f"{summary['mismatched_rows']} quarantined={summary['quarantined']}"
+    )
+    click.echo(f"{verdict} ({detail})")

@@ -1,0 +1,155 @@
+"""Intake settings from ``GAPLESS_*`` environment variables.
+
+``JobQueueSettings`` is shared by the API (its enqueue after commit) and the pending-job
+sweeper, ``ObjectStoreSettings`` by the API and the capture worker; ``IntakeSettings``
+adds what only the API needs (collector tokens, limits).
+``producers.http.settings.ApiSettings`` includes ``IntakeSettings``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from db.settings import ENV_PREFIX, DatabaseSettings
+from producers.capture.raw import RAW_ENVELOPE_CONTENT_TYPE
+from producers.capture.rules import MediaType
+from schemas.topics import JOBS_TOPIC
+
+# The raw envelope lets a collector that fetched several responses post them together.
+DEFAULT_CONTENT_TYPES = (
+    f"text/html,application/json,application/ld+json,text/plain,{RAW_ENVELOPE_CONTENT_TYPE}"
+)
+
+
+class JobQueueSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:59092",
+        description="GAPLESS_KAFKA_BOOTSTRAP: comma-separated host:port list.",
+    )
+    jobs_topic: str = Field(default=JOBS_TOPIC, description="GAPLESS_JOBS_TOPIC")
+    enqueue_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=120,
+        description="GAPLESS_ENQUEUE_TIMEOUT_SECONDS: how long an enqueue waits for the"
+        " broker's confirmation before the job is left pending for the sweeper.",
+    )
+    job_sweep_after_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="GAPLESS_JOB_SWEEP_AFTER_SECONDS: a new job is left to the API's own"
+        " enqueue this long before the sweeper may take it.",
+    )
+    enqueue_backoff_base_seconds: float = Field(
+        default=2.0, gt=0, description="GAPLESS_ENQUEUE_BACKOFF_BASE_SECONDS"
+    )
+    enqueue_backoff_cap_seconds: float = Field(
+        default=600.0, gt=0, description="GAPLESS_ENQUEUE_BACKOFF_CAP_SECONDS"
+    )
+
+
+class ObjectStoreSettings(BaseSettings):
+    """The S3-compatible object store and the bounds of every call to it; shared by
+    the API (evidence puts) and the capture worker (evidence reads)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
+    )
+
+    s3_endpoint: str | None = Field(
+        default=None, description="GAPLESS_S3_ENDPOINT: S3 endpoint URL (unset: AWS)."
+    )
+    s3_access_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_ACCESS_KEY")
+    s3_secret_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_SECRET_KEY")
+    s3_region: str = Field(default="us-east-1", description="GAPLESS_S3_REGION")
+    evidence_bucket: str = Field(default="gapless-evidence", description="GAPLESS_EVIDENCE_BUCKET")
+    s3_connect_timeout_seconds: float = Field(
+        default=3.0, gt=0, description="GAPLESS_S3_CONNECT_TIMEOUT_SECONDS"
+    )
+    s3_read_timeout_seconds: float = Field(
+        default=20.0, gt=0, description="GAPLESS_S3_READ_TIMEOUT_SECONDS"
+    )
+    s3_max_attempts: int = Field(
+        default=4, ge=1, le=10, description="GAPLESS_S3_MAX_ATTEMPTS: per object call."
+    )
+    s3_max_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="GAPLESS_S3_MAX_CONCURRENCY: object calls in flight per process.",
+    )
+
+
+class IntakeSettings(JobQueueSettings, ObjectStoreSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
+    )
+
+    collector_jwt_public_key: str | None = Field(
+        default=None,
+        description="GAPLESS_COLLECTOR_JWT_PUBLIC_KEY: PEM public key that signs collector"
+        " tokens (or set GAPLESS_COLLECTOR_JWKS_URL instead).",
+    )
+    collector_jwks_url: str | None = Field(
+        default=None, description="GAPLESS_COLLECTOR_JWKS_URL: JWKS of the token issuer."
+    )
+    collector_jwt_issuer: str | None = Field(
+        default=None, description="GAPLESS_COLLECTOR_JWT_ISSUER: required ``iss``."
+    )
+    collector_jwt_audience: str = Field(
+        default="gapless-resolver-api",
+        description="GAPLESS_COLLECTOR_JWT_AUDIENCE: required ``aud``.",
+    )
+    collector_jwt_algorithms: str = Field(
+        default="ES256,RS256,EdDSA",
+        description="GAPLESS_COLLECTOR_JWT_ALGORITHMS: accepted signature algorithms.",
+    )
+    intake_max_artifact_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=1,
+        description="GAPLESS_INTAKE_MAX_ARTIFACT_BYTES: larger artifacts are refused (413).",
+    )
+    intake_content_types: str = Field(
+        default=DEFAULT_CONTENT_TYPES,
+        description="GAPLESS_INTAKE_CONTENT_TYPES: accepted artifact media types"
+        " (comma-separated); others are refused (415).",
+    )
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> IntakeSettings:
+        if self.collector_jwt_public_key and self.collector_jwks_url:
+            raise ValueError(
+                "set GAPLESS_COLLECTOR_JWT_PUBLIC_KEY or GAPLESS_COLLECTOR_JWKS_URL, not both"
+            )
+        if (self.collector_jwt_public_key or self.collector_jwks_url) and not (
+            self.collector_jwt_issuer
+        ):
+            raise ValueError("GAPLESS_COLLECTOR_JWT_ISSUER is required with a collector key")
+        return self
+
+    def content_types(self) -> frozenset[str]:
+        return frozenset(
+            MediaType.parse(t).essence for t in self.intake_content_types.split(",") if t.strip()
+        )
+
+    def algorithms(self) -> list[str]:
+        return [a.strip() for a in self.collector_jwt_algorithms.split(",") if a.strip()]
+
+
+class SweeperSettings(DatabaseSettings, JobQueueSettings):
+    """``gapless sweep-jobs``: re-enqueues intake jobs left pending."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    sweep_interval_seconds: float = Field(
+        default=10.0, gt=0, description="GAPLESS_SWEEP_INTERVAL_SECONDS: pause between passes."
+    )
+    sweep_page_size: int = Field(
+        default=200, ge=1, le=10_000, description="GAPLESS_SWEEP_PAGE_SIZE: jobs per page."
+    )
+    sweep_max_pages: int = Field(
+        default=50, ge=1, description="GAPLESS_SWEEP_MAX_PAGES: pages per pass at most."
+    )

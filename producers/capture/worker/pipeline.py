@@ -1,0 +1,539 @@
+"""One run of a capture job: claim, read, parse, then settle every product.
+
+A run never holds a database transaction across the object store or the parser.
+Each product is settled in a transaction of its own that also moves the job's
+checkpoint by one (compare-and-set), so the checkpoint and the products' outcomes
+are always committed together; see ``CaptureWorker.run`` for the steps and what a
+crash between them leaves behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.repositories import capture_items as items
+from db.repositories import capture_jobs as jobs
+from db.repositories.capture_items import NewResult, ResultKey, SourceItemVersion
+from db.repositories.capture_jobs import ClaimedJob
+from db.repositories.source_bindings import BindingRow
+from db.unit_of_work import Transaction, UnitOfWork
+from producers.capture.adapters import (
+    ExtractedProduct,
+    Extraction,
+    RejectedItem,
+    adapter_named,
+    reparse_stored_raw,
+)
+from producers.capture.worker import checkpoints, metrics, sources
+from producers.capture.worker.checkpoints import CheckpointLost, CheckpointRef
+from producers.capture.worker.objects import EvidenceReader
+from producers.capture.worker.outcomes import Classified, RunAborted, classify, sanitize
+from producers.capture.worker.replays import REPLAY_KINDS
+from producers.capture.worker.resolution import ItemWork, Resolve
+from producers.capture.worker.retries import RetryPolicy
+from producers.resolver.decisions import record_decision
+from producers.resolver.review_cases import open_case
+from schemas.codec import EventCodec
+from schemas.events import Envelope
+from schemas.jobs import CAPTURE_JOB
+
+log = logging.getLogger(__name__)
+
+# Parse one capture's bytes with the named adapter (``parse_capture`` in production);
+# raises ``AdapterError`` when the capture as a whole is unusable.
+Parse = Callable[[str, bytes, str, str], Extraction]
+
+
+def parse_capture(adapter: str, artifact: bytes, content_type: str, source_url: str) -> Extraction:
+    """The capture's products, read by the adapter its source is bound to (a raw
+    envelope decodes to its parts; any other artifact is its ``document`` part)."""
+    extraction = reparse_stored_raw(adapter_named(adapter), artifact, content_type, source_url)
+    assert extraction is not None  # the artifact is there
+    return extraction
+
+
+def claims_of(product: ExtractedProduct) -> list[tuple[str, str, str]]:
+    """Every field the product states, as (field, value, locator) claims."""
+    found = [
+        ("class_id", product.class_id, product.locator),
+        ("title", product.title, product.locator),
+    ]
+    for prefix, values in (
+        ("identifiers", product.identifiers),
+        ("attributes", product.attributes),
+        ("offer", product.offer),
+    ):
+        found.extend((f"{prefix}.{name}", value, product.locator) for name, value in values.items())
+    return found
+
+
+@dataclass
+class RunReport:
+    """How one run ended: ``done``, ``retrying``, ``failed`` (the job's new status),
+    ``not_claimed`` (finished, under another live lease, or not due), ``stale``
+    (another run moved the checkpoint first), ``lease_lost`` or ``aborted``."""
+
+    job_id: uuid.UUID
+    result: str
+    outcomes: dict[str, int] = field(default_factory=dict)
+    checkpoint: int | None = None
+    error_code: str | None = None
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        metrics.ITEMS.labels(outcome).inc()
+
+
+class LeaseLost(Exception):
+    """This worker's lease on the job ran out and it was claimed again (or an
+    operator acted on it): the run stops writing."""
+
+
+class _ItemUnit(UnitOfWork):
+    """A Unit of Work whose commit first moves the job's checkpoint (when given a
+    move), so a product's outcome and the checkpoint past it commit together."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        epochs: EpochSource,
+        codec: EventCodec,
+        move: Callable[[Transaction], None] | None,
+    ) -> None:
+        super().__init__(pool, epochs, codec)
+        self._move = move
+
+    def commit(self) -> list[Envelope]:
+        if self._move is not None:
+            self._move(self.tx)
+        return super().commit()
+
+
+@dataclass
+class _Run:
+    job: ClaimedJob
+    binding: BindingRow
+    adapter: str
+    parser_version: int
+    products: Sequence[ExtractedProduct]
+    report: RunReport
+    renewed_at: float
+
+    @property
+    def ref(self) -> CheckpointRef:
+        return CheckpointRef(self.job.tenant_id, self.job.job_id, self.parser_version)
+
+    def new_result(
+        self, index: int | None, source_item_id: str, fingerprint: str, locator: str
+    ) -> NewResult:
+        j = self.job
+        return NewResult(
+            key=ResultKey(j.tenant_id, j.capture_id, source_item_id, self.parser_version),
+            job_id=j.job_id,
+            source=j.source,
+            catalog_id=self.binding.catalog_id,
+            adapter=self.adapter,
+            item_index=index,
+            schema_version=j.schema_version,
+            fingerprint=fingerprint,
+            locator=locator,
+        )
+
+
+class CaptureWorker:
+    """Runs capture jobs; safe to call from several threads at once."""
+
+    KINDS: tuple[str, ...] = (CAPTURE_JOB, REPLAY_KINDS)
+    """The jobs it runs (LIKE patterns): captures, and replays of stored captures."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        uow_pool: ConnectionPool,
+        epochs: EpochSource,
+        codec: EventCodec,
+        reader: EvidenceReader,
+        parse: Parse,
+        resolve: Resolve,
+        *,
+        owner: str,
+        lease_seconds: float,
+        item_retries: RetryPolicy,
+        job_retries: RetryPolicy,
+    ) -> None:
+        self._pool = pool  # autocommit connections for the short job transactions
+        self._uow_pool = uow_pool
+        self._epochs = epochs
+        self._codec = codec
+        self._reader = reader
+        self._parse = parse
+        self._resolve = resolve
+        self.owner = owner
+        self._lease = lease_seconds
+        self._item_retries = item_retries
+        self._job_retries = job_retries
+
+    @contextmanager
+    def _short(self) -> Iterator[Transaction]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield Transaction(conn)
+
+    def run(self, job_id: uuid.UUID) -> RunReport:
+        """Run the job if it can be claimed now.
+
+        1. Claim it under a lease (one short transaction); a finished job, one under
+           another worker's live lease, or a retry not yet due is left alone.
+        2. Look up the source's binding; read the artifact from the object store
+           (bounded; no transaction open); parse it. A failure here ends the run
+           with the job ``retrying`` (budget left) or ``failed``.
+        3. Record the adapter's refused products as ``rejected`` (one transaction).
+        4. Load the checkpoint: every product before it is settled or has a durable
+           retry record.
+        5. Settle the due retries before the checkpoint, then every product from
+           the checkpoint on, each in one transaction with the checkpoint's move.
+        6. End the run: ``retrying`` at the earliest product retry, ``failed`` when
+           products ran out of retries, ``done`` otherwise.
+        A crash anywhere leaves the job ``running`` under a lease that expires; the
+        next run (any worker) starts again at 1 and resumes from the checkpoint,
+        finding every settled product settled. A crash inside a product's
+        transaction leaves neither its outcome nor the checkpoint's move.
+        """
+        with self._short() as tx:
+            job = jobs.claim(tx, job_id, self.KINDS, self.owner, self._lease)
+        if job is None:
+            metrics.RUNS.labels("not_claimed").inc()
+            return RunReport(job_id, "not_claimed")
+        report = RunReport(job_id, "aborted")
+        try:
+            self._run(job, report)
+        except LeaseLost:
+            report.result = "lease_lost"
+        except RunAborted as exc:
+            report.result = "aborted"
+            log.warning("job %s aborted; its lease will expire: %s", job_id, exc)
+        except Exception as exc:  # the database went away between steps, …
+            report.result = "aborted"
+            log.warning("job %s aborted; its lease will expire: %s", job_id, classify(exc).message)
+        metrics.RUNS.labels(report.result).inc()
+        return report
+
+    def _run(self, job: ClaimedJob, report: RunReport) -> None:
+        try:
+            with self._short() as tx:
+                binding = sources.binding_of(tx, job.tenant_id, job.source)
+            artifact = self._reader.read(job.evidence_key, job.content_sha256)
+            self._renew(job)
+            extraction = self._parse(binding.adapter, artifact, job.content_type, job.source_url)
+        except (LeaseLost, RunAborted):
+            raise
+        except Exception as exc:  # every failure before the products is the job's
+            self._fail_job(job, report, classify(exc))
+            return
+        run = _Run(
+            job,
+            binding,
+            extraction.adapter,
+            extraction.parser_version,
+            extraction.products,
+            report,
+            time.monotonic(),
+        )
+        self._record_rejections(run, extraction.rejected)
+        with self._short() as tx:
+            start = checkpoints.start(tx, run.ref, len(run.products))
+        report.checkpoint = start
+        with self._short() as tx:
+            retries = items.due_retries(tx, job.job_id, run.parser_version, start)
+        where = {p.source_item_id: i for i, p in reversed(list(enumerate(run.products)))}
+        for row in retries:
+            if (index := where.get(row.source_item_id)) is not None:
+                self._renew_if_old(run)
+                self._settle(run, index, None)
+        held = start
+        for index in range(start, len(run.products)):
+            self._renew_if_old(run)
+            try:
+                self._settle(run, index, (held, index + 1))
+            except CheckpointLost as lost:
+                # Another run got further first: never write over its progress.
+                report.checkpoint = lost.winner
+                report.result = "stale"
+                self._finish(job, "retrying", retry_in_seconds=0)
+                return
+            held = index + 1
+            report.checkpoint = held
+        self._end(run)
+
+    # --- job level ----------------------------------------------------------------
+
+    def _renew(self, job: ClaimedJob) -> None:
+        with self._short() as tx:
+            if not jobs.renew(tx, job.job_id, self.owner, self._lease):
+                raise LeaseLost(str(job.job_id))
+
+    def _renew_if_old(self, run: _Run) -> None:
+        if time.monotonic() - run.renewed_at > self._lease / 4:
+            self._renew(run.job)
+            run.renewed_at = time.monotonic()
+
+    def _finish(
+        self,
+        job: ClaimedJob,
+        status: str,
+        *,
+        retry_in_seconds: float | None = None,
+        retry_at: datetime | None = None,
+        error_code: str | None = None,
+        error: str | None = None,
+        count_failure: bool = False,
+    ) -> None:
+        with self._short() as tx:
+            finished = jobs.finish(
+                tx,
+                job.job_id,
+                self.owner,
+                status,
+                retry_in_seconds=retry_in_seconds,
+                retry_at=retry_at,
+                error_code=error_code,
+                error=error,
+                count_failure=count_failure,
+            )
+        if not finished:
+            raise LeaseLost(str(job.job_id))
+
+    def _fail_job(self, job: ClaimedJob, report: RunReport, failure: Classified) -> None:
+        """A failure of the job as a whole: retried with backoff while its budget lasts
+        (counted in ``run_failures``), then ``failed``; terminal ones at once."""
+        delay = self._job_retries.delay_after(job.run_failures + 1) if failure.retryable else None
+        status = "retrying" if delay is not None else "failed"
+        self._finish(
+            job,
+            status,
+            retry_in_seconds=delay,
+            error_code=failure.code,
+            error=failure.message,
+            count_failure=failure.retryable,
+        )
+        report.result = status
+        report.error_code = failure.code
+        log.warning("job %s %s: %s %s", job.job_id, status, failure.code, failure.message)
+
+    def _end(self, run: _Run) -> None:
+        with self._short() as tx:
+            standing = items.outcomes(tx, run.job.job_id, run.parser_version)
+        report = run.report
+        if standing.next_retry_at is not None:
+            self._finish(run.job, "retrying", retry_at=standing.next_retry_at)
+            report.result = "retrying"
+        elif failed := standing.of("failed"):
+            report.result = "failed"
+            report.error_code = "ITEMS_FAILED"
+            self._finish(
+                run.job,
+                "failed",
+                error_code="ITEMS_FAILED",
+                error=f"{failed} product(s) ran out of retries; see `gapless captures failures`",
+            )
+        else:
+            report.result = "done"
+            self._finish(run.job, "done")
+
+    # --- products -----------------------------------------------------------------
+
+    def _record_rejections(self, run: _Run, rejected: Sequence[RejectedItem]) -> None:
+        """The adapter's refused products, as terminal ``rejected`` results keyed by
+        their locator (they have no usable source item id). Idempotent."""
+        if not rejected:
+            return
+        with self._short() as tx:
+            for r in rejected:
+                new = run.new_result(None, f"@{r.locator}", "", r.locator)
+                if items.insert_rejected(tx, new, r.code, sanitize(r.message)):
+                    run.report.count("rejected")
+
+    def _unit(self, run: _Run, move: tuple[int, int] | None) -> _ItemUnit:
+        def advance(tx: Transaction) -> None:
+            assert move is not None
+            checkpoints.advance(tx, run.ref, *move)
+
+        return _ItemUnit(self._uow_pool, self._epochs, self._codec, advance if move else None)
+
+    def _settle(self, run: _Run, index: int, move: tuple[int, int] | None) -> None:
+        """Give product ``index`` an outcome, moving the checkpoint by ``move`` in the
+        same transaction. A failure rolls the attempt back, then a second
+        transaction records it (with the move): ``rejected`` for a domain refusal,
+        ``retryable`` or, the budget spent, ``failed`` otherwise. When even that
+        cannot be written, the run aborts with the checkpoint where it was."""
+        product = run.products[index]
+        new = run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
+        try:
+            outcome = self._attempt(run, new, product, move)
+        except CheckpointLost:
+            raise
+        except Exception as exc:
+            failure = classify(exc)
+            log.info(
+                "product %s of job %s failed: %s %s",
+                product.source_item_id,
+                run.job.job_id,
+                failure.code,
+                failure.message,
+            )
+            try:
+                outcome = self._record_failure(run, new, move, failure)
+            except CheckpointLost:
+                raise
+            except Exception as again:
+                raise RunAborted(
+                    f"the outcome of {product.source_item_id!r} could not be recorded:"
+                    f" {classify(again).message}"
+                ) from again
+        if outcome is not None:
+            run.report.count(outcome)
+
+    def _attempt(
+        self, run: _Run, new: NewResult, product: ExtractedProduct, move: tuple[int, int] | None
+    ) -> str | None:
+        """Settle one product in one transaction; returns its outcome (None: nothing
+        was left to do).
+
+        1. lock the result row (created if new); a settled or failed result, or a
+           retry not yet due, skips to 7;
+        2. lock the stream's cursor (through the Unit of Work, before any exported
+           state is read; the decision, if any, is written under it);
+        3. newer work on the source item already applied: ``superseded``, skip to 7;
+        4. resolve the product (identity in the pinned generation) into a plan;
+        5. write its claims, its outcome and the source item's newest version;
+        6. record the decision (``record_decision``) or open the review case;
+        7. move the checkpoint (compare-and-set), write the outbox rows, COMMIT.
+        A crash or error anywhere before COMMIT leaves nothing of it: no outcome, no
+        decision, no event, no checkpoint move. Lock order is the result row, the
+        cursor, then what the facts lock; every writer of a result keeps it.
+        """
+        job = run.job
+        with self._unit(run, move) as uow:
+            locked = items.lock(uow.tx, new)
+            if not locked.workable:
+                uow.commit()  # settled, failed, or a retry not due: only the checkpoint moves
+                return None
+            uow.stream(job.tenant_id, run.binding.catalog_id)
+            work = ItemWork(
+                key=new.key,
+                tenant_id=job.tenant_id,
+                catalog_id=run.binding.catalog_id,
+                source=job.source,
+                capture_id=job.capture_id,
+                captured_at=job.captured_at,
+                arrived_at=job.created_at,
+                product=product,
+            )
+            tx = uow.tx
+            newest = items.source_item(tx, job.tenant_id, job.source, product.source_item_id)
+            if newest is not None and _newer(newest, run):
+                items.save_claims(tx, new.key, claims_of(product))
+                items.settle(tx, new.key, "superseded", item_id=newest.item_id)
+                uow.commit()
+                return "superseded"
+            plan = self._resolve(uow, work)
+            items.save_claims(tx, new.key, claims_of(product))
+            items.settle(
+                tx,
+                new.key,
+                plan.outcome,
+                item_id=plan.item_id,
+                decision_id=plan.decision.decision_id if plan.decision else None,
+                case_id=work.case_id if plan.case else None,
+                error_code=plan.case.code if plan.case else None,
+                error=sanitize(plan.case.reason) if plan.case else None,
+            )
+            # Under the cursor lock this always succeeds; the compare-and-set is the guard.
+            if plan.item_id is not None and not items.advance_source_item(
+                tx, self._version(run, work, plan.item_id)
+            ):
+                raise RuntimeError("newer work on the source item was applied meanwhile")
+            if plan.decision is not None:
+                record_decision(uow, plan.decision)
+            else:
+                if plan.case is not None:
+                    open_case(
+                        uow,
+                        job.tenant_id,
+                        run.binding.catalog_id,
+                        work.case_id,
+                        plan.case.subject_type,
+                        plan.case.subject_id,
+                    )
+                uow.commit()
+            return plan.outcome
+
+    def _record_failure(
+        self, run: _Run, new: NewResult, move: tuple[int, int] | None, failure: Classified
+    ) -> str | None:
+        """Record a failed attempt in a transaction of its own.
+
+        1. lock the result row (created again if the attempt's creation rolled back);
+           if someone settled it meanwhile, skip to 3;
+        2. a terminal failure makes it ``rejected``; a retryable one counts an attempt
+           and schedules the next after a jittered backoff, or, the budget spent,
+           makes it ``failed``;
+        3. move the checkpoint past it and COMMIT: a durable retry record is enough
+           for the checkpoint to pass. A crash before COMMIT leaves the checkpoint
+           where it was, and the product is attempted again.
+        """
+        with self._unit(run, move) as uow:
+            locked = items.lock(uow.tx, new)
+            if not locked.workable:
+                uow.commit()  # settled by someone else meanwhile
+                return None
+            if not failure.retryable:
+                items.settle(
+                    uow.tx, new.key, "rejected", error_code=failure.code, error=failure.message
+                )
+                outcome = "rejected"
+            else:
+                delay = self._item_retries.delay_after(locked.row.attempts + 1)
+                items.record_failure(uow.tx, new.key, failure.code, failure.message, delay)
+                outcome = "retryable" if delay is not None else "failed"
+            uow.commit()
+            return outcome
+
+    def _version(self, run: _Run, work: ItemWork, item_id: str) -> SourceItemVersion:
+        return SourceItemVersion(
+            tenant_id=work.tenant_id,
+            source=work.source,
+            source_item_id=work.product.source_item_id,
+            catalog_id=work.catalog_id,
+            captured_at=work.captured_at,
+            capture_created_at=work.arrived_at,
+            capture_id=work.capture_id,
+            parser_version=run.parser_version,
+            schema_version=run.job.schema_version,
+            fingerprint=work.product.fingerprint,
+            item_id=item_id,
+        )
+
+
+def _newer(newest: SourceItemVersion, run: _Run) -> bool:
+    """Whether the applied result ``newest`` is newer than this run's would be."""
+    j = run.job
+    return (
+        newest.captured_at,
+        newest.capture_created_at,
+        newest.capture_id.bytes,
+        newest.parser_version,
+    ) > (
+        j.captured_at,
+        j.created_at,
+        j.capture_id.bytes,
+        run.parser_version,
+    )

@@ -1,0 +1,343 @@
+"""From an extracted product to a plan: an automatic decision, nothing to do, or a
+review case.
+
+``identify`` answers which catalog item the product is (an existing one, a new one
+with the facts that give it its identity, or no automatic answer, with the reason);
+``plan`` turns that into the decision's facts. Both only read: the pipeline writes
+the plan, in the product's Unit of Work, after the stream's cursor lock is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from db.repositories import catalog_items, identity_pins, listing_mappings
+from db.repositories import identity as identity_rows
+from db.repositories.capture_items import ResultKey
+from db.repositories.identity import GenerationKey
+from db.unit_of_work import Transaction, UnitOfWork
+from producers.capture.adapters import ExtractedProduct
+from producers.resolver.catalog_items import ItemChange
+from producers.resolver.decisions import Decision
+from producers.resolver.facts import Fact
+from producers.resolver.identity import (
+    AssignIdentity,
+    Generation,
+    identity_hash,
+    lookup,
+    pinned_generation,
+    strong_ids_of,
+)
+from producers.resolver.listing_mappings import MapListing
+from schemas.events import EvidenceRef
+
+ACTION = "capture.resolve"
+ACTOR = "resolver-worker"
+
+# Fixed namespaces of the worker's name-based ids (new items; decisions and review
+# cases); never change them, or a replay would create the same things again under
+# other ids.
+_ITEM_NAMESPACE = uuid.UUID("5d0e9a61-2b8f-4c53-a7e4-91f3c02b6d18")
+_NAMESPACE = uuid.UUID("0c6f4e52-7d1b-4a4e-9b7a-3f2d8e61c5a9")
+
+
+def result_uuid(key: ResultKey, purpose: str) -> uuid.UUID:
+    """A name-based id of one result's decision (or case): the same on every replay."""
+    name = json.dumps(
+        [purpose, key.tenant_id, str(key.capture_id), key.source_item_id, key.parser_version]
+    )
+    return uuid.uuid5(_NAMESPACE, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemWork:
+    """One product to resolve, with everything about its capture it may need."""
+
+    key: ResultKey
+    tenant_id: str
+    catalog_id: str
+    source: str
+    capture_id: uuid.UUID
+    captured_at: datetime
+    arrived_at: datetime  # the capture's created_at: identity generations pin to it
+    product: ExtractedProduct
+
+    @property
+    def decision_id(self) -> uuid.UUID:
+        return result_uuid(self.key, "decision")
+
+    @property
+    def case_id(self) -> str:
+        return f"capture-{result_uuid(self.key, 'case')}"
+
+    @property
+    def listing_id(self) -> str:
+        return f"{self.source}:{self.product.source_item_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class CaseToOpen:
+    """A review case to open, and why (a stable ``code`` and a message); the result
+    keeps the why."""
+
+    subject_type: str
+    subject_id: str
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What resolution decided for one product.
+
+    ``applied``: record ``decision`` (its facts name ``item_id``); ``unchanged``: the
+    catalog already says this about ``item_id``; ``review``: open ``case``.
+    """
+
+    outcome: str
+    item_id: str | None = None
+    decision: Decision | None = None
+    case: CaseToOpen | None = None
+
+    def __post_init__(self) -> None:
+        expected = {"applied": "decision", "unchanged": None, "review": "case"}
+        if self.outcome not in expected:
+            raise ValueError(f"a plan cannot end {self.outcome!r}")
+        if (self.decision is not None) != (self.outcome == "applied"):
+            raise ValueError("exactly an applied plan carries a decision")
+        if (self.case is not None) != (self.outcome == "review"):
+            raise ValueError("exactly a review plan carries a case")
+        if self.outcome != "review" and self.item_id is None:
+            raise ValueError(f"an {self.outcome} plan names its item")
+
+
+# Resolve one product into a plan. Runs inside the product's Unit of Work after the
+# stream's cursor lock is taken; reads only (the pipeline writes).
+Resolve = Callable[[UnitOfWork, ItemWork], Plan]
+
+
+@dataclass(frozen=True, slots=True)
+class Identified:
+    """The product is catalog item ``item_id``; ``new``: it does not exist yet, and
+    ``facts`` (e.g. its identity key) go into the decision that creates it."""
+
+    item_id: str
+    new: bool
+    facts: tuple[Fact, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """No automatic answer: a reviewer decides. ``code`` is stable."""
+
+    code: str
+    reason: str
+
+
+Identify = Callable[[Transaction, ItemWork], Identified | Unresolved]
+
+
+def claimed_values(work: ItemWork) -> dict[str, str]:
+    """The values an identity rule may name: the title, the attributes and the
+    identifiers (an identifier wins over an attribute of the same name)."""
+    p = work.product
+    return {"title": p.title, **p.attributes, **p.identifiers}
+
+
+def new_item_id(catalog_id: str, class_id: str, generation: int, digest: str) -> str:
+    """The id of the item a key creates: the same on every replay of any capture."""
+    name = json.dumps([catalog_id, class_id, generation, digest])
+    return f"item-{uuid.uuid5(_ITEM_NAMESPACE, name)}"
+
+
+def _pinned(tx: Transaction, work: ItemWork) -> Generation | None:
+    """The generation the capture's class is pinned to: the one active at its arrival,
+    recorded the first time and read back ever after (``capture_identity_pin``)."""
+    klass = work.product.class_id
+    held = identity_pins.get(tx, work.tenant_id, work.capture_id, klass)
+    if held is None:
+        at_arrival = pinned_generation(tx, work.tenant_id, work.catalog_id, klass, work.arrived_at)
+        number = at_arrival.generation if at_arrival else None
+        held = identity_pins.pin(
+            tx, work.tenant_id, work.capture_id, work.catalog_id, klass, number
+        )
+        if at_arrival is not None and held.generation == number:
+            return at_arrival
+    if held.generation is None:
+        return None
+    row = identity_rows.get_generation(
+        tx, GenerationKey(work.tenant_id, work.catalog_id, klass, held.generation)
+    )
+    assert row is not None  # generations are never deleted
+    return Generation.of(row)
+
+
+def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
+    """Which item the product is, by identity (INV-02), in the generation of its class
+    that was active when the capture arrived (its ``created_at``: the resolver's own
+    clock, where ``captured_at`` is the collector's), pinned per capture and class on
+    first use so every retry and replay resolves in the same generation.
+
+    - no generation then, or claims without the rule's fields: review;
+    - the key's holder, unless the claimed strong identifiers contradict it: review;
+    - no key: a new item holding the key, unless a strong identifier it claims
+      already belongs to another item (review), or the pinned generation has been
+      retired since (keys go to the active one: review).
+    """
+    p = work.product
+    generation = _pinned(tx, work)
+    if generation is None:
+        return Unresolved(
+            "NO_ACTIVE_GENERATION",
+            f"class {p.class_id!r} had no active identity generation when the capture arrived",
+        )
+    claims = claimed_values(work)
+    digest = identity_hash(generation.rule, claims)
+    if digest is None:
+        return Unresolved(
+            "NO_IDENTITY",
+            f"the product does not state every field of the identity rule {generation.rule.fields}",
+        )
+    strong = strong_ids_of(claims)
+    found = lookup(
+        tx, work.tenant_id, work.catalog_id, p.class_id, generation.generation, digest, strong
+    )
+    if found.outcome == "match":
+        assert found.item_id is not None
+        return Identified(found.item_id, new=False)
+    if found.outcome == "strong_id_conflict":
+        return Unresolved(
+            "STRONG_ID_CONFLICT",
+            f"the product's identity matches {found.item_id!r} but its {', '.join(found.conflicts)}"
+            " contradicts it",
+        )
+    for scheme, value in sorted(strong.items()):
+        holders = identity_rows.strong_id_holders(
+            tx, work.tenant_id, work.catalog_id, scheme, value
+        )
+        if holders:
+            return Unresolved(
+                "STRONG_ID_HELD",
+                f"no item has the product's identity, but its {scheme} {value} belongs to"
+                f" {', '.join(holders)}",
+            )
+    if generation.status != "active":
+        return Unresolved(
+            "GENERATION_RETIRED",
+            f"the product is new to generation {generation.generation} of {p.class_id!r}, which"
+            " has been retired since the capture arrived",
+        )
+    item_id = new_item_id(work.catalog_id, p.class_id, generation.generation, digest)
+    assign = AssignIdentity(item_id, p.class_id, generation.generation, digest, strong)
+    return Identified(item_id, new=True, facts=(assign,))
+
+
+def item_attributes(work: ItemWork) -> dict[str, str]:
+    """What the product states about the item itself: its identifiers and attributes
+    (the offer belongs to the listing and stays in the claims)."""
+    return {**work.product.identifiers, **work.product.attributes}
+
+
+def planner(identify: Identify) -> Resolve:
+    def resolve(uow: UnitOfWork, work: ItemWork) -> Plan:
+        return plan(uow.tx, work, identify(uow.tx, work))
+
+    return resolve
+
+
+def plan(tx: Transaction, work: ItemWork, answer: Identified | Unresolved) -> Plan:
+    """The plan for ``work`` given the identity answer.
+
+    - unresolved: a review case on the listing;
+    - a new item: create it (with the identity facts) and map the listing onto it;
+    - an existing active item: a new revision when the product adds or changes
+      anything (a source never removes attributes other sources stated), and the
+      listing mapped when it is not yet; ``unchanged`` when the catalog already says
+      all of it. A listing mapped onto another item, or an item no longer active,
+      is for a reviewer.
+    """
+    p = work.product
+    if isinstance(answer, Unresolved):
+        return _review(work, answer.code, answer.reason)
+    stated = item_attributes(work)
+    facts: list[Fact] = []
+    current = catalog_items.get(tx, work.tenant_id, work.catalog_id, answer.item_id)
+    if current is not None and current.status != "active":
+        # A new identity's item id is derived from its hash, so a product whose item
+        # was retired or split (releasing its key) names that item again.
+        return _review(
+            work,
+            "ITEM_NOT_ACTIVE",
+            f"the product identifies item {answer.item_id!r}, which is {current.status}",
+        )
+    mapping = listing_mappings.get(tx, work.tenant_id, work.catalog_id, work.listing_id)
+    if mapping is not None and mapping.item_id != answer.item_id:
+        return _review(
+            work,
+            "LISTING_MAPPED_ELSEWHERE",
+            f"listing {work.listing_id!r} is mapped to {mapping.item_id!r}; the product now"
+            f" identifies {answer.item_id!r}",
+        )
+    if answer.new and current is None:
+        facts.append(
+            ItemChange(
+                work.tenant_id, work.catalog_id, answer.item_id, p.class_id, p.title, None, stated
+            )
+        )
+        facts.extend(answer.facts)
+        facts.append(MapListing(work.listing_id, answer.item_id))
+        return _applied(work, answer.item_id, facts, "a new item")
+    if current is None:
+        return _review(
+            work,
+            "ITEM_NOT_ACTIVE",
+            f"the product identifies item {answer.item_id!r}, which is missing",
+        )
+    merged = {**current.attributes, **stated}
+    if (current.class_id, current.title, current.attributes) != (p.class_id, p.title, merged):
+        facts.append(
+            ItemChange(
+                work.tenant_id,
+                work.catalog_id,
+                answer.item_id,
+                p.class_id,
+                p.title,
+                current.parent_item_id,
+                merged,
+            )
+        )
+    if mapping is None:
+        facts.append(MapListing(work.listing_id, answer.item_id))
+    if not facts:
+        return Plan("unchanged", item_id=answer.item_id)
+    return _applied(work, answer.item_id, facts, "a known item")
+
+
+def _applied(work: ItemWork, item_id: str, facts: list[Fact], what: str) -> Plan:
+    decision = Decision(
+        tenant_id=work.tenant_id,
+        catalog_id=work.catalog_id,
+        action=ACTION,
+        actor=ACTOR,
+        actor_kind="rule",
+        rationale=(
+            f"source item {work.product.source_item_id!r} of capture {work.capture_id}"
+            f" identified as {what}, {item_id!r}"
+        ),
+        evidence=(EvidenceRef(capture_id=str(work.capture_id), locator=work.product.locator),),
+        facts=tuple(facts),
+        decision_id=work.decision_id,
+    )
+    return Plan("applied", item_id=item_id, decision=decision)
+
+
+def _review(work: ItemWork, code: str, reason: str) -> Plan:
+    return Plan("review", case=CaseToOpen("listing", work.listing_id, code, reason))
+
+
+RESOLVE: Resolve = planner(identify)
+"""The production resolution: ``plan`` over ``identify``."""

@@ -1,0 +1,155 @@
+"""The capture worker process (``gapless resolver-worker``): its composition root,
+signals, health and metrics."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from prometheus_client import REGISTRY
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from producers.capture.jobs_metrics import IntakeCollector
+from producers.capture.worker.consumer import JobLoop, due_job_ids, job_consumer
+from producers.capture.worker.metrics import FailuresCollector
+from producers.capture.worker.objects import ClusterSlots, EvidenceReader
+from producers.capture.worker.pipeline import CaptureWorker, Parse, parse_capture
+from producers.capture.worker.resolution import RESOLVE, Resolve
+from producers.capture.worker.retries import RetryPolicy
+from producers.capture.worker.settings import WorkerSettings
+from producers.relay.health import serve
+from schemas.codec import CODEC
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Wiring:
+    """What ``build`` made; ``close`` releases it."""
+
+    worker: CaptureWorker
+    pool: ConnectionPool
+    uow_pool: ConnectionPool
+    epochs: EpochSource
+    slots: ClusterSlots | None
+
+    def close(self) -> None:
+        for pool in (self.uow_pool, self.pool):
+            pool.close()
+        if self.slots is not None:
+            self.slots.close()
+        self.epochs.close()
+
+
+def build(
+    settings: WorkerSettings, parse: Parse = parse_capture, resolve: Resolve = RESOLVE
+) -> Wiring:
+    s = settings
+    connections = s.worker_concurrency + 2  # each job thread, the scan, the metrics
+    pool = ConnectionPool(
+        s.resolver_dsn,
+        min_size=1,
+        max_size=connections,
+        kwargs={"autocommit": True},
+        name="resolver-worker",
+        open=True,
+    )
+    uow_pool = ConnectionPool(
+        s.resolver_dsn,
+        min_size=1,
+        max_size=s.worker_concurrency,
+        name="resolver-worker-uow",
+        open=True,
+    )
+    slots = (
+        ClusterSlots(s.resolver_dsn, s.worker_s3_cluster_concurrency, s.s3_max_concurrency)
+        if s.worker_s3_cluster_concurrency
+        else None
+    )
+    epochs = EpochSource(s.control_dsn)
+    retries = (s.worker_retry_base_seconds, s.worker_retry_cap_seconds)
+    worker = CaptureWorker(
+        pool,
+        uow_pool,
+        epochs,
+        CODEC,
+        EvidenceReader.from_settings(s, slots),
+        parse,
+        resolve,
+        owner=s.worker_id,
+        lease_seconds=s.worker_lease_seconds,
+        item_retries=RetryPolicy(s.worker_item_max_attempts, *retries),
+        job_retries=RetryPolicy(s.worker_job_max_attempts, *retries),
+    )
+    return Wiring(worker, pool, uow_pool, epochs, slots)
+
+
+def run(
+    settings: WorkerSettings, parse: Parse = parse_capture, stop: threading.Event | None = None
+) -> None:
+    """Run until SIGTERM or SIGINT (or ``stop``), then let the runs under way finish.
+
+    Stopping mid-run is safe anyway: a killed run's products are settled or not
+    (never half), and its job resumes from the checkpoint once the lease expires.
+    """
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("resolver-worker stopping on signal %d", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    wiring = build(settings, parse)
+    loop = JobLoop(
+        wiring.worker.run,
+        job_consumer(
+            settings.kafka_bootstrap, settings.worker_group, settings.jobs_topic, settings.worker_id
+        ),
+        _scan(wiring, settings),
+        settings.worker_concurrency,
+        settings.worker_scan_interval_seconds,
+    )
+    server = None
+    if settings.worker_http_port:
+        for collector in (
+            IntakeCollector(wiring.pool.connection),
+            FailuresCollector(wiring.pool.connection),
+        ):
+            REGISTRY.register(collector)
+        stale_after = max(30.0, settings.worker_scan_interval_seconds * 3)
+        server = serve(
+            settings.worker_http_port, lambda: time.time() - loop.last_loop < stale_after
+        )
+    log.info(
+        "resolver-worker %s started: topic %s, group %s",
+        settings.worker_id,
+        settings.jobs_topic,
+        settings.worker_group,
+    )
+    try:
+        loop.run(stop)
+    finally:
+        if server is not None:
+            server.shutdown()
+        wiring.close()
+        log.info("resolver-worker stopped")
+
+
+def _scan(wiring: Wiring, settings: WorkerSettings) -> Callable[[], list[uuid.UUID]]:
+    s = settings
+    return lambda: due_job_ids(
+        wiring.pool,
+        CaptureWorker.KINDS,
+        s.worker_orphaned_after_seconds,
+        s.worker_scan_page_size,
+        s.worker_scan_max_pages,
+    )

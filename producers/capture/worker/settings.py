@@ -1,0 +1,97 @@
+"""Capture worker settings from ``GAPLESS_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from db.settings import ENV_PREFIX, DatabaseSettings
+from producers.capture.settings import ObjectStoreSettings
+from schemas.topics import JOBS_TOPIC, KafkaSettings
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class WorkerSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
+    """``gapless resolver-worker``: processes capture jobs from ``intake.jobs.v1``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
+    )
+
+    jobs_topic: str = Field(default=JOBS_TOPIC, description="GAPLESS_JOBS_TOPIC")
+    worker_id: str = Field(
+        default_factory=_default_worker_id,
+        min_length=1,
+        description="GAPLESS_WORKER_ID: names this process's job leases (default host-pid).",
+    )
+    worker_group: str = Field(
+        default="gapless-resolver-worker",
+        description="GAPLESS_WORKER_GROUP: the Kafka consumer group of the workers.",
+    )
+    worker_concurrency: int = Field(
+        default=4, ge=1, le=64, description="GAPLESS_WORKER_CONCURRENCY: jobs run at once."
+    )
+    worker_lease_seconds: float = Field(
+        default=300.0,
+        ge=5,
+        description="GAPLESS_WORKER_LEASE_SECONDS: a claimed job is another worker's to resume"
+        " this long after its worker last renewed the lease (it renews while it works).",
+    )
+    worker_item_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="GAPLESS_WORKER_ITEM_MAX_ATTEMPTS: attempts of one product before it is"
+        " left 'failed' for an operator.",
+    )
+    worker_job_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="GAPLESS_WORKER_JOB_MAX_ATTEMPTS: runs of a job whose capture cannot be"
+        " read (the object store down) before the job is left 'failed'.",
+    )
+    worker_retry_base_seconds: float = Field(
+        default=5.0, gt=0, description="GAPLESS_WORKER_RETRY_BASE_SECONDS"
+    )
+    worker_retry_cap_seconds: float = Field(
+        default=900.0, gt=0, description="GAPLESS_WORKER_RETRY_CAP_SECONDS"
+    )
+    worker_scan_interval_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="GAPLESS_WORKER_SCAN_INTERVAL_SECONDS: how often the repair scan looks for"
+        " due retries, expired leases and jobs whose message never came.",
+    )
+    worker_scan_page_size: int = Field(
+        default=100, ge=1, le=10_000, description="GAPLESS_WORKER_SCAN_PAGE_SIZE"
+    )
+    worker_scan_max_pages: int = Field(
+        default=10, ge=1, description="GAPLESS_WORKER_SCAN_MAX_PAGES: pages per scan at most."
+    )
+    worker_orphaned_after_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description="GAPLESS_WORKER_ORPHANED_AFTER_SECONDS: an enqueued job no worker took this"
+        " long is taken by the repair scan (its message was lost or is late).",
+    )
+    worker_s3_cluster_concurrency: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="GAPLESS_WORKER_S3_CLUSTER_CONCURRENCY: object-store reads in flight across"
+        " every worker (slots are PostgreSQL advisory locks); 0: only the per-process"
+        " GAPLESS_S3_MAX_CONCURRENCY bound applies.",
+    )
+    worker_http_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="GAPLESS_WORKER_HTTP_PORT: /healthz and /metrics; 0 disables.",
+    )

@@ -1,0 +1,305 @@
+"""The relay against real PostgreSQL and Kafka."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import Counter
+
+import psycopg
+from confluent_kafka import Consumer, Message, TopicPartition
+from psycopg_pool import ConnectionPool
+
+from db.epochs import EpochSource
+from db.outbox import OutboxRow, mark_published, published_position, try_claim_stream
+from db.settings import DatabaseSettings
+from db.stream_writer import lock_cursor
+from db.unit_of_work import UnitOfWork
+from processors.applier.batch import Applier
+from processors.applier.messages import RawMessage
+from producers.relay.publisher import Publisher
+from producers.relay.relay import Relay
+from producers.resolver.catalog_items import ItemChange, RetireItem
+from producers.resolver.facts import Fact
+from schemas.codec import CODEC, kafka_headers
+from schemas.ids import StreamId
+from schemas.topics import KafkaSettings
+from tests.fixtures.decisions import accept
+
+STREAM = StreamId("t1", "c1", 1)
+
+
+def _write(settings: DatabaseSettings, n: int, first: int = 0) -> None:
+    pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=2, open=True)
+    epochs = EpochSource(settings.control_dsn)
+    for i in range(first, first + n):
+        facts: list[Fact] = [ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}")]
+        if i % 3 == 2:
+            facts.append(
+                ItemChange("t1", "c1", f"p{i}-v", "lamp", "variant", parent_item_id=f"p{i}")
+            )
+        if i % 5 == 4:
+            facts.append(RetireItem(f"p{i - 1}", "gone"))
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            accept(uow, "t1", "c1", *facts)
+    pool.close()
+    epochs.close()
+
+
+def _consume_all(bootstrap: str, topic: str) -> list[RawMessage]:
+    return [
+        RawMessage(m.topic(), m.partition(), m.offset(), m.key(), m.value())
+        for m in _consume_messages(bootstrap, topic)
+    ]
+
+
+def _consume_messages(bootstrap: str, topic: str) -> list[Message]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "relay-test", "enable.auto.commit": False}
+    )
+    metadata = consumer.list_topics(topic, timeout=10)
+    partitions = list(metadata.topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in partitions}
+    seen: list[Message] = []
+    while len(seen) < sum(ends.values()):
+        for m in consumer.consume(500, timeout=5):
+            assert m.error() is None, m.error()
+            seen.append(m)
+    consumer.close()
+    return seen
+
+
+def _unpublished(settings: DatabaseSettings) -> int:
+    """Outbox rows above their stream's published position."""
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM outbox o LEFT JOIN stream_publication p"
+            " ON p.tenant_id = o.tenant_id AND p.catalog_id = o.catalog_id"
+            " AND p.history_epoch = o.history_epoch"
+            " WHERE o.position > coalesce(p.published_position, 0)"
+        ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def _published(settings: DatabaseSettings, stream: StreamId = STREAM) -> int:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        return published_position(conn, stream)
+
+
+def _outbox_count(settings: DatabaseSettings) -> int:
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        return int((conn.execute("SELECT count(*) FROM outbox").fetchone() or (0,))[0])
+
+
+def _crash_relay(
+    settings: DatabaseSettings, bootstrap: str, topic: str, *batching: int
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``tests.fixtures.relay_crash`` (``batching``: batch size, batch to die after)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.fixtures.relay_crash",
+            settings.resolver_dsn,
+            bootstrap,
+            topic,
+            *map(str, batching),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def test_relay_killed_between_produce_and_mark_only_duplicates(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    _write(clean_db, 30)
+    total = _outbox_count(clean_db)
+
+    crashed = _crash_relay(clean_db, kafka_settings.kafka_bootstrap, topic)
+    assert crashed.returncode == 9, crashed.stderr.decode()
+    # Kafka has every message; the resolver still calls them unpublished.
+    assert len(_consume_all(kafka_settings.kafka_bootstrap, topic)) == total
+    assert _unpublished(clean_db) == total
+    assert _published(clean_db) == 0
+
+    relay = Relay(clean_db.resolver_dsn, Publisher(kafka_settings.kafka_bootstrap, topic))
+    while relay.run_once():
+        pass
+    assert _unpublished(clean_db) == 0
+    assert _published(clean_db) == total
+    messages = _consume_all(kafka_settings.kafka_bootstrap, topic)
+    assert len(messages) == 2 * total
+
+    applier = Applier(clean_db.product_dsn, EpochSource(clean_db.control_dsn), CODEC)
+    result = applier.apply(messages)
+    applier.close()
+    assert result.duplicates == total
+    assert result.applied == total
+    assert result.progress == {("t1", "c1", 1): total}
+    with psycopg.connect(clean_db.resolver_dsn) as r, psycopg.connect(clean_db.product_dsn) as p:
+        accepted = r.execute(
+            "SELECT item_id, status, title, parent_item_id, revision FROM catalog_item"
+            " ORDER BY item_id"
+        ).fetchall()
+        projected = p.execute(
+            "SELECT item_id, status, title, parent_item_id, revision FROM product_item"
+            " ORDER BY item_id"
+        ).fetchall()
+    assert projected == accepted
+
+
+def test_two_relays_never_claim_the_same_stream(clean_db: DatabaseSettings) -> None:
+    stream = StreamId("t1", "c1", 1)
+    with psycopg.connect(clean_db.resolver_dsn) as a, psycopg.connect(clean_db.resolver_dsn) as b:
+        assert try_claim_stream(a, stream)
+        assert not try_claim_stream(b, stream)
+        assert try_claim_stream(b, StreamId("t1", "c2", 1))
+        a.commit()  # releases the claim
+        assert try_claim_stream(b, stream)
+
+
+def test_relay_restarted_after_a_crash_resumes_after_the_last_confirmed_batch(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """Killed after Kafka confirmed its third batch of 10 and before recording it: the
+    position stays at 20, and the next relay sends 21 onwards, so exactly the third
+    batch reaches Kafka twice. Kafka gets the stored key and value bytes."""
+    _write(clean_db, 30)
+    total = _outbox_count(clean_db)
+    assert total > 30
+
+    crashed = _crash_relay(clean_db, kafka_settings.kafka_bootstrap, topic, 10, 3)
+    assert crashed.returncode == 9, crashed.stderr.decode()
+    assert _published(clean_db) == 20
+
+    first_positions: list[int] = []
+
+    def record(_stream: StreamId, rows: list[OutboxRow]) -> None:
+        first_positions.append(rows[0].position)
+
+    relay = Relay(
+        clean_db.resolver_dsn,
+        Publisher(kafka_settings.kafka_bootstrap, topic),
+        batch_size=10,
+        after_publish=record,
+    )
+    while relay.run_once():
+        pass
+    assert first_positions[0] == 21
+    assert first_positions == list(range(21, total + 1, 10))
+    assert _published(clean_db) == total
+
+    messages = _consume_messages(kafka_settings.kafka_bootstrap, topic)
+    positions = Counter(CODEC.decode_value(m.value() or b"").position for m in messages)
+    assert positions == Counter([*range(1, total + 1), *range(21, 31)])
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        stored = {
+            (bytes(key), bytes(value), event_id)
+            for key, value, event_id in conn.execute(
+                "SELECT key, value, event_id::text FROM outbox"
+            ).fetchall()
+        }
+    shipped = set()
+    for m in messages:
+        headers = m.headers() or []
+        event_id = dict(headers)["event_id"].decode()
+        assert headers == kafka_headers(event_id, 1)
+        shipped.add((m.key(), m.value(), event_id))
+    assert shipped == stored
+
+
+def test_published_position_never_moves_backwards(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    _write(clean_db, 30)
+    total = _outbox_count(clean_db)
+    relay = Relay(
+        clean_db.resolver_dsn, Publisher(kafka_settings.kafka_bootstrap, topic), batch_size=7
+    )
+    seen = [_published(clean_db)]
+    while relay.run_once():
+        seen.append(_published(clean_db))
+    assert seen == [*range(0, total, 7), total]
+
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        assert mark_published(conn, STREAM, total - 10) == total
+        assert mark_published(conn, STREAM, 0) == total
+        conn.commit()
+    assert _published(clean_db) == total
+
+
+def _finishes(work: threading.Thread, seconds: float = 30.0) -> bool:
+    work.start()
+    work.join(timeout=seconds)
+    return not work.is_alive()
+
+
+def test_relay_and_writers_never_wait_for_each_other(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """A writer holding the stream's cursor row does not stop the relay from publishing
+    and recording the stream's first position; a writer commits to the stream while
+    the relay holds its claim with a batch in flight."""
+    _write(clean_db, 3)
+    first = _outbox_count(clean_db)
+    publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
+    with psycopg.connect(clean_db.resolver_dsn) as writer:
+        lock_cursor(writer, STREAM)
+        relay = threading.Thread(target=Relay(clean_db.resolver_dsn, publisher).run_once)
+        relay_finished = _finishes(relay)
+        writer.rollback()
+    relay.join()
+    assert relay_finished, "the relay waited for a writer's cursor lock"
+    assert _published(clean_db) == first
+
+    _write(clean_db, 3, first=10)
+    second = _outbox_count(clean_db)
+    writers_finished: list[bool] = []
+
+    def write_while_claimed(_stream: StreamId, _rows: list[OutboxRow]) -> None:
+        if not writers_finished:
+            writers_finished.append(
+                _finishes(threading.Thread(target=_write, args=(clean_db, 1, 100)))
+            )
+
+    Relay(clean_db.resolver_dsn, publisher, after_publish=write_while_claimed).run_once()
+    assert writers_finished == [True], "a writer waited for the relay's claim"
+    assert _published(clean_db) == second < _outbox_count(clean_db)
+
+
+def test_one_pass_publishes_several_small_streams_with_one_wait(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """Small backlogs of several streams go out in one pass (one delivery wait), each
+    stream in its own order; the batch budget spills the rest into later passes."""
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+    streams = [StreamId("t1", f"c{n}", 1) for n in range(1, 4)]
+    for stream in streams:
+        with UnitOfWork(pool, epochs, CODEC) as uow:  # four events: a decision, three items
+            items = (ItemChange("t1", stream.catalog_id, f"i{i}", "lamp", "l") for i in range(3))
+            accept(uow, "t1", stream.catalog_id, *items)
+    pool.close()
+    epochs.close()
+
+    waits: list[int] = []
+    publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
+    publish = publisher.publish
+
+    def counting(rows: list[OutboxRow]) -> None:
+        waits.append(len(rows))
+        publish(rows)
+
+    publisher.publish = counting  # type: ignore[method-assign]
+    assert Relay(clean_db.resolver_dsn, publisher, batch_size=100).run_once() == 12
+    assert waits == [12]
+    assert [_published(clean_db, s) for s in streams] == [4, 4, 4]
+
+    for stream in streams:
+        with psycopg.connect(clean_db.resolver_dsn) as conn:
+            mark_published(conn, stream, 0)  # a no-op: positions never go back
+            conn.commit()
+    assert [_published(clean_db, s) for s in streams] == [4, 4, 4]
