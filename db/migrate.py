@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import create_engine
 
 from db.settings import DatabaseSettings
+from db.tables import Database, metadata_of
 
-Database = Literal["resolver", "product", "control"]
 DATABASES: tuple[Database, ...] = ("control", "resolver", "product")
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -38,6 +38,21 @@ def dsn_for(database: Database, settings: DatabaseSettings) -> str:
         "product": settings.product_dsn,
         "control": settings.control_dsn,
     }[database]
+
+
+def run_environment(database: Database) -> None:
+    """What each database's Alembic ``env.py`` runs: its migrations, online, compared
+    with the complete metadata of the database's tables (``db.tables.metadata_of``)."""
+    from alembic import context
+
+    url = context.config.get_main_option("sqlalchemy.url")
+    assert url, "alembic_config sets sqlalchemy.url"
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=metadata_of(database))
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
 
 
 def upgrade_all(

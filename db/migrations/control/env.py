@@ -1,24 +1,5 @@
 """Alembic environment for the control database (run through ``db.migrate``)."""
 
-from __future__ import annotations
+from db.migrate import run_environment
 
-from alembic import context
-from sqlalchemy import create_engine
-
-from db.tables.control import metadata
-
-config = context.config
-
-
-def run_migrations_online() -> None:
-    url = config.get_main_option("sqlalchemy.url")
-    assert url, "db.migrate sets sqlalchemy.url"
-    engine = create_engine(url)
-    with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=metadata)
-        with context.begin_transaction():
-            context.run_migrations()
-    engine.dispose()
-
-
-run_migrations_online()
+run_environment("control")

@@ -7,24 +7,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import MetaData, create_engine
 
-from db.migrate import Database, dsn_for, sqlalchemy_url
+from db.migrate import dsn_for, sqlalchemy_url
 from db.settings import DatabaseSettings
-from db.tables import (  # noqa: F401  (these tables join the resolver metadata)
-    attributes,
-    capture_work,
-    control,
-    domain,
-    identity,
-    intake,
-    product,
-    resolver,
-    retention,
-)
+from db.tables import Database, metadata_of
 
 METADATA: dict[Database, MetaData] = {
-    "resolver": resolver.metadata,
-    "product": product.metadata,
-    "control": control.metadata,
+    name: metadata_of(name) for name in ("resolver", "product", "control")
 }
 
 

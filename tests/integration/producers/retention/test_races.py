@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from db import retention as sql
 from db.retention import pruned_through
 from db.settings import DatabaseSettings
+from db.tables import table_names
 from producers.retention import consumers, leases
 from producers.retention.pruner import RetentionPolicy, prune_stream
 from schemas.ids import StreamId
-from tests.fixtures.services import _TABLES
 from tests.integration.producers.retention.streams import ready_stream, retained_positions
 
 N, PUBLISHED, OLD = 60, 50, 45  # so nothing above 45 may ever go
@@ -230,7 +230,7 @@ class Monitor:
 def reset(settings: DatabaseSettings) -> None:
     for dsn, name in ((settings.resolver_owner_dsn, "resolver"), (settings.control_dsn, "control")):
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"TRUNCATE {', '.join(_TABLES[name])} CASCADE")
+            conn.execute(f"TRUNCATE {', '.join(table_names(name))} CASCADE")
 
 
 @settings(
