@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
-from infra.cli.output import actor, echo, fail, resolver_conn
+from infra.cli.output import actor, echo, emit, fail, resolver_conn
 
 
 @click.group()
@@ -27,36 +26,25 @@ def captures_failures(tenant: str | None, as_json: bool) -> None:
     with resolver_conn() as conn:
         for f in open_failures(conn, tenant):
             listed += 1
-            if as_json:
-                click.echo(
-                    json.dumps(
-                        {
-                            "kind": f.kind,
-                            "id": f.handle,
-                            "tenant": f.tenant_id,
-                            "job_id": str(f.job_id),
-                            "capture_id": str(f.capture_id),
-                            "source_item_id": f.source_item_id,
-                            "status": f.status,
-                            "attempts": f.attempts,
-                            "error_code": f.error_code,
-                            "error": f.error,
-                            "next_attempt_at": f.next_attempt_at.isoformat()
-                            if f.next_attempt_at
-                            else None,
-                        }
-                    )
-                )
-            else:
-                what = (
-                    f"item #{f.handle} {f.source_item_id}"
-                    if f.kind == "item"
-                    else f"job {f.handle}"
-                )
-                click.echo(
-                    f"{what:<48} {f.status:<9} {f.error_code or '-':<22} attempts {f.attempts}"
-                    f"  {(f.error or '')[:80]}"
-                )
+            what = f"item #{f.handle} {f.source_item_id}" if f.kind == "item" else f"job {f.handle}"
+            emit(
+                as_json,
+                {
+                    "kind": f.kind,
+                    "id": f.handle,
+                    "tenant": f.tenant_id,
+                    "job_id": str(f.job_id),
+                    "capture_id": str(f.capture_id),
+                    "source_item_id": f.source_item_id,
+                    "status": f.status,
+                    "attempts": f.attempts,
+                    "error_code": f.error_code,
+                    "error": f.error,
+                    "next_attempt_at": f.next_attempt_at.isoformat() if f.next_attempt_at else None,
+                },
+                f"{what:<48} {f.status:<9} {f.error_code or '-':<22} attempts {f.attempts}"
+                f"  {(f.error or '')[:80]}",
+            )
     if not listed and not as_json:
         echo("no open capture failures")
 
@@ -73,8 +61,7 @@ def captures_replay(tenant: str, capture_ids: tuple[str, ...], reason: str) -> N
     """
     import uuid
 
-    from producers.capture.worker.outcomes import SourceNotBound
-    from producers.capture.worker.repair import RepairError
+    from producers.capture.exceptions import CaptureRepairError, SourceNotBound
     from producers.capture.worker.replays import request_replay
 
     failed = 0
@@ -82,7 +69,7 @@ def captures_replay(tenant: str, capture_ids: tuple[str, ...], reason: str) -> N
         for raw in capture_ids:
             try:
                 replay = request_replay(conn, tenant, uuid.UUID(raw), actor(), reason)
-            except (ValueError, RepairError, SourceNotBound) as exc:
+            except (ValueError, CaptureRepairError, SourceNotBound) as exc:
                 echo(f"{raw}: {getattr(exc, 'code', 'INVALID')}: {exc}")
                 failed += 1
                 continue
@@ -108,7 +95,8 @@ def _repair_target(target: str) -> Any:
 @click.option("--reason", default="", help="What was fixed (audited).")
 def captures_retry(targets: tuple[str, ...], reason: str) -> None:
     """Retry failed products (by id) or failed jobs (by job id) now, with fresh budgets."""
-    from producers.capture.worker.repair import RepairError, retry_item, retry_job
+    from producers.capture.exceptions import CaptureRepairError
+    from producers.capture.worker.repair import retry_item, retry_job
 
     failed = 0
     with resolver_conn() as conn:
@@ -121,7 +109,7 @@ def captures_retry(targets: tuple[str, ...], reason: str) -> None:
                 else:
                     count = retry_job(conn, handle, actor(), reason)
                     echo(f"job {handle}: due now, {count} failed product(s) re-queued")
-            except RepairError as exc:
+            except CaptureRepairError as exc:
                 echo(f"{target}: {exc.code}: {exc.message}")
                 failed += 1
     sys.exit(1 if failed else 0)
@@ -132,7 +120,8 @@ def captures_retry(targets: tuple[str, ...], reason: str) -> None:
 @click.option("--reason", required=True, help="Why it is safe to give this up (audited).")
 def captures_skip(target: str, reason: str) -> None:
     """Give a failed product (by id) or a failed job (by job id) up, with a reason."""
-    from producers.capture.worker.repair import RepairError, skip_item, skip_job
+    from producers.capture.exceptions import CaptureRepairError
+    from producers.capture.worker.repair import skip_item, skip_job
 
     handle = _repair_target(target)
     with resolver_conn() as conn:
@@ -143,5 +132,5 @@ def captures_skip(target: str, reason: str) -> None:
             else:
                 skip_job(conn, handle, actor(), reason)
                 echo(f"job {handle}: skipped")
-        except RepairError as exc:
+        except CaptureRepairError as exc:
             fail(exc)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from infra.cli.output import echo, fail, guarded, resolver_conn
+from infra.cli.output import echo, emit, fail, guarded, resolver_conn
 
 
 @click.group()
@@ -88,23 +87,18 @@ def collectors_list(tenant: str | None, as_json: bool) -> None:
         while page := list_credentials(conn, tenant, after, limit=500):
             for row in page:
                 listed += 1
-                if as_json:
-                    click.echo(
-                        json.dumps(
-                            {
-                                "client_id": row.client_id,
-                                "tenant": row.tenant_id,
-                                "source": row.source,
-                                "instance_id": row.instance_id,
-                                "created_at": row.created_at.isoformat(),
-                                "revoked_at": row.revoked_at.isoformat()
-                                if row.revoked_at
-                                else None,
-                            }
-                        )
-                    )
-                else:
-                    click.echo(_credential_line(row))
+                emit(
+                    as_json,
+                    {
+                        "client_id": row.client_id,
+                        "tenant": row.tenant_id,
+                        "source": row.source,
+                        "instance_id": row.instance_id,
+                        "created_at": row.created_at.isoformat(),
+                        "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None,
+                    },
+                    _credential_line(row),
+                )
             after = page[-1].client_id
     if not listed and not as_json:
         echo("no collector credentials")

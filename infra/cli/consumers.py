@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from infra.cli.output import echo, fail, guarded
+from infra.cli.output import echo, emit, fail, guarded
 from infra.config import load
 
 
@@ -36,28 +34,23 @@ def consumers_list(as_json: bool) -> None:
                 and s.held_by.kind == "consumer"
                 and (s.held_by.name == c.consumer_id)
             )
-            if as_json:
-                click.echo(
-                    json.dumps(
-                        {
-                            "stream": str(s.stream),
-                            "consumer": c.consumer_id,
-                            "reported_position": c.reported_position,
-                            "committed": s.committed,
-                            "lag": c.lag,
-                            "holds_floor": holds,
-                            "held_back": s.held_back if holds else 0,
-                            "registered_at": c.registered_at.isoformat(),
-                            "reported_at": c.reported_at.isoformat() if c.reported_at else None,
-                        }
-                    )
-                )
-            else:
-                reported = "never" if c.reported_position is None else str(c.reported_position)
-                note = f"  holds the floor ({s.held_back} held back)" if holds else ""
-                click.echo(
-                    f"{s.stream!s:<32} {c.consumer_id:<24} at {reported:>9}  lag {c.lag:>8}{note}"
-                )
+            reported = "never" if c.reported_position is None else str(c.reported_position)
+            note = f"  holds the floor ({s.held_back} held back)" if holds else ""
+            emit(
+                as_json,
+                {
+                    "stream": str(s.stream),
+                    "consumer": c.consumer_id,
+                    "reported_position": c.reported_position,
+                    "committed": s.committed,
+                    "lag": c.lag,
+                    "holds_floor": holds,
+                    "held_back": s.held_back if holds else 0,
+                    "registered_at": c.registered_at.isoformat(),
+                    "reported_at": c.reported_at.isoformat() if c.reported_at else None,
+                },
+                f"{s.stream!s:<32} {c.consumer_id:<24} at {reported:>9}  lag {c.lag:>8}{note}",
+            )
     if not listed and not as_json:
         echo("no registered consumers")
 

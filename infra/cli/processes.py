@@ -7,7 +7,7 @@ import json
 
 import click
 
-from infra.cli.output import echo, guarded, json_logging
+from infra.cli.output import echo, emit, guarded, json_logging
 from infra.config import load
 
 
@@ -57,22 +57,17 @@ def prune(once: bool, as_json: bool) -> None:
         for r in results:
             if quiet and not r.deleted:
                 continue
-            if as_json:
-                click.echo(
-                    json.dumps(
-                        {
-                            "stream": str(r.stream),
-                            "deleted": r.deleted,
-                            "pruned_through": r.pruned_through,
-                            "limited_by": r.limited_by,
-                        }
-                    )
-                )
-            else:
-                click.echo(
-                    f"{r.stream!s:<32} deleted {r.deleted:>8}  pruned through"
-                    f" {r.pruned_through:>9}  limited by {r.limited_by}"
-                )
+            emit(
+                as_json,
+                {
+                    "stream": str(r.stream),
+                    "deleted": r.deleted,
+                    "pruned_through": r.pruned_through,
+                    "limited_by": r.limited_by,
+                },
+                f"{r.stream!s:<32} deleted {r.deleted:>8}  pruned through"
+                f" {r.pruned_through:>9}  limited by {r.limited_by}",
+            )
 
     if once:
         results = prune_once(settings)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from infra.cli.output import actor, echo, fail, guarded
+from infra.cli.output import actor, echo, emit, fail, guarded
 from infra.config import load
 
 
@@ -36,31 +35,26 @@ def quarantine_list(status: str, as_json: bool) -> None:
         entries = list_entries(conn, None if status == "all" else status)
     for e in entries:
         stream = "/".join(map(str, e.stream)) if e.stream else "-"
-        if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "id": e.id,
-                        "consumer": e.consumer,
-                        "topic": e.topic,
-                        "partition": e.partition,
-                        "offset": e.offset,
-                        "event_id": str(e.event_id) if e.event_id else None,
-                        "stream": stream if e.stream else None,
-                        "position": e.position,
-                        "error_code": e.error_code,
-                        "error_detail": e.error_detail,
-                        "status": e.status,
-                        "created_at": e.created_at.isoformat(),
-                        "resolution": e.resolution,
-                    }
-                )
-            )
-        else:
-            click.echo(
-                f"#{e.id:<5} {e.status:<8} {e.error_code:<22} {stream}#{e.position or '-'}"
-                f"  ({e.topic} p{e.partition} o{e.offset})  {e.error_detail[:80]}"
-            )
+        emit(
+            as_json,
+            {
+                "id": e.id,
+                "consumer": e.consumer,
+                "topic": e.topic,
+                "partition": e.partition,
+                "offset": e.offset,
+                "event_id": str(e.event_id) if e.event_id else None,
+                "stream": stream if e.stream else None,
+                "position": e.position,
+                "error_code": e.error_code,
+                "error_detail": e.error_detail,
+                "status": e.status,
+                "created_at": e.created_at.isoformat(),
+                "resolution": e.resolution,
+            },
+            f"#{e.id:<5} {e.status:<8} {e.error_code:<22} {stream}#{e.position or '-'}"
+            f"  ({e.topic} p{e.partition} o{e.offset})  {e.error_detail[:80]}",
+        )
     if not entries and not as_json:
         echo(f"no {status} entries")
 
@@ -71,7 +65,8 @@ def quarantine_retry(entry_ids: tuple[int, ...]) -> None:
     """Apply quarantined messages again (after fixing what made them fail)."""
     from db.epochs import EpochSource
     from processors.applier.batch import Applier
-    from processors.applier.repair import RepairError, retry
+    from processors.applier.exceptions import QuarantineRepairError
+    from processors.applier.repair import retry
     from processors.settings import AgentSettings
     from schemas.codec import CODEC
 
@@ -83,7 +78,7 @@ def quarantine_retry(entry_ids: tuple[int, ...]) -> None:
     for entry_id in entry_ids:
         try:
             ok = retry(settings.product_dsn, applier, entry_id, actor())
-        except RepairError as exc:
+        except QuarantineRepairError as exc:
             echo(f"#{entry_id}: {exc.code}: {exc}")
             failed += 1
             continue
@@ -98,13 +93,14 @@ def quarantine_retry(entry_ids: tuple[int, ...]) -> None:
 @click.option("--reason", required=True, help="Why it is safe to give this event up (audited).")
 def quarantine_skip(entry_id: int, reason: str) -> None:
     """Give up a quarantined event with an audited reason, so progress can pass it."""
-    from processors.applier.repair import RepairError, skip
+    from processors.applier.exceptions import QuarantineRepairError
+    from processors.applier.repair import skip
     from processors.settings import AgentSettings
 
     settings = guarded(lambda: load(AgentSettings))
     try:
         position = skip(settings.product_dsn, entry_id, reason, actor())
-    except RepairError as exc:
+    except QuarantineRepairError as exc:
         fail(exc)
     echo(
         f"#{entry_id}: skipped"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from infra.cli.output import actor, echo, fail, resolver_conn
+from infra.cli.output import actor, echo, emit, fail, resolver_conn
 
 
 @click.group()
@@ -47,24 +45,19 @@ def sources_list(tenant: str | None, as_json: bool) -> None:
         while rows := page(Transaction(conn), tenant, after, 500):
             for row in rows:
                 listed += 1
-                if as_json:
-                    click.echo(
-                        json.dumps(
-                            {
-                                "tenant": row.tenant_id,
-                                "source": row.source,
-                                "catalog": row.catalog_id,
-                                "adapter": row.adapter,
-                                "registered_by": row.registered_by,
-                                "created_at": row.created_at.isoformat(),
-                            }
-                        )
-                    )
-                else:
-                    click.echo(
-                        f"{row.tenant_id}/{row.source:<24} catalog {row.catalog_id:<16}"
-                        f" adapter {row.adapter}"
-                    )
+                emit(
+                    as_json,
+                    {
+                        "tenant": row.tenant_id,
+                        "source": row.source,
+                        "catalog": row.catalog_id,
+                        "adapter": row.adapter,
+                        "registered_by": row.registered_by,
+                        "created_at": row.created_at.isoformat(),
+                    },
+                    f"{row.tenant_id}/{row.source:<24} catalog {row.catalog_id:<16}"
+                    f" adapter {row.adapter}",
+                )
             after = (rows[-1].tenant_id, rows[-1].source)
     if not listed and not as_json:
         echo("no source bindings")
