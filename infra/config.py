@@ -10,12 +10,15 @@ from pydantic_settings import BaseSettings
 
 from db.settings import ENV_PREFIX
 from infra.local import local_environment
+from schemas.errors import GaplessError
 
 S = TypeVar("S", bound=BaseSettings)
 
 
-class ConfigurationError(Exception):
+class ConfigurationError(GaplessError):
     """A ``GAPLESS_*`` variable is missing or invalid; the message names it."""
+
+    code = "CONFIGURATION_INVALID"
 
 
 def load(settings_class: type[S]) -> S:

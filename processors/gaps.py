@@ -19,7 +19,8 @@ import psycopg
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.applier.progress import Stream
-from processors.resolver_client import ResolverClient, ResolverUnavailable, RetainedEventsGone
+from processors.exceptions import ResolverUnavailable, RetainedEventsGone
+from processors.resolver_client import ResolverClient
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import psycopg
 from prometheus_client import Gauge
 
 from processors.applier.progress import Stream
-from processors.resolver_client import ResolverClient, ResolverUnavailable
+from processors.exceptions import ResolverUnavailable
+from processors.resolver_client import ResolverClient
 
 log = logging.getLogger(__name__)
 

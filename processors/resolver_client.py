@@ -9,18 +9,7 @@ from typing import Any
 import httpx
 
 from processors.applier.progress import Stream
-
-
-class ResolverUnavailable(Exception):
-    """The resolver did not answer, or answered 5xx; try again later."""
-
-    code = "RESOLVER_UNAVAILABLE"
-
-
-class RetainedEventsGone(Exception):
-    """410: the events after this position were pruned; a rebuild is needed."""
-
-    code = "CURSOR_PRUNED"
+from processors.exceptions import ResolverUnavailable, RetainedEventsGone
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from producers.capture.evidence import EvidenceStore
 from producers.capture.intake.captures import IntakeService
 from producers.capture.intake.collectors import CollectorVerifier
 from producers.capture.intake.enqueue import JobEnqueuer
-from producers.capture.intake.exceptions import IntakeError
 from producers.capture.intake.limits import CaptureBodyLimit, request_limit
 from producers.capture.intake.routes import CAPTURES_PATH, IntakeResources
 from producers.capture.intake.routes import router as intake_router
@@ -29,10 +28,8 @@ from producers.http.deps import Res, Resources
 from producers.http.errors import ErrorBody, error_response, install_error_handlers
 from producers.http.settings import ApiSettings
 from producers.resolver.attribute_routes import router as attribute_router
-from producers.resolver.exceptions import DomainError
 from producers.resolver.identity_routes import router as identity_router
 from producers.resolver.routes import router as resolver_router
-from producers.retention.exceptions import RetentionError
 from producers.retention.metrics import RetentionCollector
 from producers.retention.routes import router as retention_router
 
@@ -48,7 +45,7 @@ captures with a signed JWT of a registered credential instead. Every error answe
 `ATTRIBUTE_VERSION_EXISTS`, `ATTRIBUTE_ALREADY_PUBLISHED`, `ATTRIBUTE_NOT_PUBLISHED`,
 `ATTRIBUTE_NOT_APPLICABLE` (409),
 `PAYLOAD_TOO_LARGE` (413), `UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED`,
-`EVIDENCE_MISSING`, `INVALID_DECISION`, `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
+`EVIDENCE_REQUIRED`, `INVALID_DECISION`, `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
 `PRIOR_DECISION_NOT_FOUND`, `INVALID_CLASS`, `PARENT_CLASS_NOT_FOUND`,
 `ATTRIBUTE_DEFINITION_INVALID`, `ATTRIBUTE_VALUE_INVALID` (422), `CURSOR_PRUNED`,
 `LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE` (503), …
@@ -96,11 +93,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     app.state.grants = settings.grants()
     app.state.resources = Resources(pool, uow_pool, epochs, settings.lease_max_ttl_seconds)
-    install_error_handlers(
-        app,
-        coded=(RetentionError, DomainError, IntakeError),
-        unavailable=(psycopg.OperationalError,),  # PoolTimeout is one too
-    )
+    install_error_handlers(app, unavailable=(psycopg.OperationalError,))  # PoolTimeout is one
     app.include_router(retention_router)
     app.include_router(resolver_router)
     app.include_router(identity_router)

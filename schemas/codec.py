@@ -39,7 +39,14 @@ from schemas.events import (
     ShippingPolicyVersioned,
     StreamKey,
 )
-from schemas.exceptions import CodecError, CodecErrorCode
+from schemas.exceptions import (
+    BadMagic,
+    CodecError,
+    MalformedBody,
+    Truncated,
+    Unencodable,
+    UnknownSchema,
+)
 
 AvroSchema = dict[str, Any] | list[Any] | str
 """A schema as fastavro represents it: JSON-shaped Python values."""
@@ -120,28 +127,24 @@ class _SingleObjectFormat:
         try:
             schemaless_writer(out, self.schema, record)
         except Exception as exc:
-            raise CodecError(
-                CodecErrorCode.UNENCODABLE, f"{self.fullname} cannot carry this value: {exc}"
-            ) from exc
+            raise Unencodable(f"{self.fullname} cannot carry this value: {exc}") from exc
         return out.getvalue()
 
     def decode(self, data: bytes) -> Any:
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise CodecError(CodecErrorCode.BAD_MAGIC, f"expected bytes, got {type(data).__name__}")
+            raise BadMagic(f"expected bytes, got {type(data).__name__}")
         if bytes(data[:2]) != MAGIC:
             if len(data) < len(MAGIC) and MAGIC.startswith(data):
-                raise CodecError(CodecErrorCode.TRUNCATED, f"{len(data)}-byte message")
-            raise CodecError(
-                CodecErrorCode.BAD_MAGIC,
+                raise Truncated(f"{len(data)}-byte message")
+            raise BadMagic(
                 f"expected single-object marker c301, got {bytes(data[:2]).hex() or 'nothing'}",
             )
         if len(data) < HEADER_LENGTH:
-            raise CodecError(CodecErrorCode.TRUNCATED, f"{len(data)}-byte message")
+            raise Truncated(f"{len(data)}-byte message")
         writer_fingerprint = bytes(data[2:HEADER_LENGTH])
         writer = self._writers.get(writer_fingerprint)
         if writer is None:
-            raise CodecError(
-                CodecErrorCode.UNKNOWN_SCHEMA,
+            raise UnknownSchema(
                 f"fingerprint {writer_fingerprint.hex()} is no known {self.fullname} schema",
             )
         # Resolution is needed only for older writers; the current one reads as is.
@@ -151,12 +154,9 @@ class _SingleObjectFormat:
         try:
             record = schemaless_reader(body, writer, reader, return_record_name=True)
         except Exception as exc:
-            raise CodecError(
-                CodecErrorCode.MALFORMED_BODY, f"{self.fullname} body does not decode: {exc!r}"
-            ) from exc
+            raise MalformedBody(f"{self.fullname} body does not decode: {exc!r}") from exc
         if body.tell() != len(data):
-            raise CodecError(
-                CodecErrorCode.MALFORMED_BODY,
+            raise MalformedBody(
                 f"{len(data) - body.tell()} bytes left after the {self.fullname} body",
             )
         return record
@@ -415,11 +415,10 @@ class EventCodec:
         return self._key.schema
 
     def encode_value(self, envelope: Envelope) -> bytes:
-        """The framed Avro bytes of ``envelope``; raises ``CodecError(UNENCODABLE)``."""
+        """The framed Avro bytes of ``envelope``; raises ``Unencodable``."""
         to_record = _PAYLOAD_RECORDS.get(type(envelope.payload))
         if to_record is None:
-            raise CodecError(
-                CodecErrorCode.UNENCODABLE,
+            raise Unencodable(
                 f"no schema for payload type {type(envelope.payload).__name__}",
             )
         return self._value.encode(
@@ -444,8 +443,7 @@ class EventCodec:
             payload_name, payload_record = record["payload"]
             payload = _PAYLOADS[payload_name](payload_record)
             if record["event_type"] != payload.EVENT_TYPE:
-                raise CodecError(
-                    CodecErrorCode.MALFORMED_BODY,
+                raise MalformedBody(
                     f"event_type {record['event_type']!r} disagrees with a "
                     f"{payload.EVENT_TYPE} payload",
                 )
@@ -463,9 +461,7 @@ class EventCodec:
         except CodecError:
             raise
         except Exception as exc:
-            raise CodecError(
-                CodecErrorCode.MALFORMED_BODY, f"decoded envelope is not an event: {exc!r}"
-            ) from exc
+            raise MalformedBody(f"decoded envelope is not an event: {exc!r}") from exc
 
     def encode_key(self, key: StreamKey) -> bytes:
         """The framed Avro bytes of a stream key."""
@@ -477,9 +473,7 @@ class EventCodec:
         try:
             return StreamKey(tenant_id=record["tenant_id"], catalog_id=record["catalog_id"])
         except Exception as exc:
-            raise CodecError(
-                CodecErrorCode.MALFORMED_BODY, f"decoded key is not a stream key: {exc!r}"
-            ) from exc
+            raise MalformedBody(f"decoded key is not a stream key: {exc!r}") from exc
 
     def headers(self, envelope: Envelope) -> KafkaHeaders:
         """Kafka headers: event_id and history_epoch as UTF-8 text."""

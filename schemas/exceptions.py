@@ -1,8 +1,11 @@
-"""Errors raised by the ``schemas`` package, each with a stable machine-readable code."""
+"""Errors raised by the ``schemas`` package: one class per stable code."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
+
+from schemas.errors import GaplessError
 
 
 class CodecErrorCode(StrEnum):
@@ -20,18 +23,34 @@ class CodecErrorCode(StrEnum):
     """The event holds a value its schema cannot carry (e.g. a position beyond 64 bits)."""
 
 
-class CodecError(Exception):
-    """A message that cannot be encoded or decoded.
+class CodecError(GaplessError):
+    """A message that cannot be encoded or decoded; catch this to catch them all.
 
-    ``code`` is stable and safe to branch on, count in metrics, or store with a
-    quarantined message; ``message`` is for people.
+    ``code`` (a ``CodecErrorCode``) is stable and safe to branch on, count in metrics,
+    or store with a quarantined message; ``message`` is for people.
     """
 
-    def __init__(self, code: CodecErrorCode, message: str) -> None:
-        # Both go to ``args`` so the error pickles and crosses process boundaries intact.
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
+    code: ClassVar[str] = "CODEC_ERROR"
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+class BadMagic(CodecError):
+    code = CodecErrorCode.BAD_MAGIC
+
+
+class Truncated(CodecError):
+    code = CodecErrorCode.TRUNCATED
+
+
+class UnknownSchema(CodecError):
+    code = CodecErrorCode.UNKNOWN_SCHEMA
+
+
+class MalformedBody(CodecError):
+    code = CodecErrorCode.MALFORMED_BODY
+
+
+class Unencodable(CodecError):
+    code = CodecErrorCode.UNENCODABLE

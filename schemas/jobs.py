@@ -12,7 +12,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from schemas.exceptions import CodecError, CodecErrorCode
+from schemas.exceptions import MalformedBody, UnknownSchema
 
 JOB_MESSAGE_VERSION = 1
 CAPTURE_JOB = "capture.process"
@@ -46,8 +46,7 @@ class JobMessage:
         try:
             body = json.loads(value)
             if body["version"] != JOB_MESSAGE_VERSION:
-                raise CodecError(
-                    CodecErrorCode.UNKNOWN_SCHEMA,
+                raise UnknownSchema(
                     f"unknown job message version {body['version']!r}",
                 )
             return cls(
@@ -57,4 +56,4 @@ class JobMessage:
                 uuid.UUID(body["capture_id"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise CodecError(CodecErrorCode.MALFORMED_BODY, f"not a job message: {exc}") from exc
+            raise MalformedBody(f"not a job message: {exc}") from exc

@@ -12,7 +12,7 @@ import psycopg
 
 from db.epochs import EpochSource
 from processors.applier import inbox, offsets, parking, progress
-from processors.applier.exceptions import EpochNotCurrent
+from processors.applier.exceptions import EpochUnknown
 from processors.applier.messages import RawMessage
 from processors.applier.plan import (
     APPLIED,
@@ -27,7 +27,7 @@ from processors.applier.quarantine import quarantine
 from processors.projections import registry
 from schemas.codec import EventCodec
 from schemas.events import Envelope, aggregate_key
-from schemas.exceptions import CodecError, CodecErrorCode
+from schemas.exceptions import CodecError, Truncated
 from schemas.ids import AggregateKey
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class Applier:
         for message in messages:
             try:
                 if message.value is None:
-                    raise CodecError(CodecErrorCode.TRUNCATED, "message has no value")
+                    raise Truncated("message has no value")
                 decoded.append(_Decoded(message, self._codec.decode_value(message.value)))
             except CodecError as exc:
                 undecodable.append((message, exc))
@@ -115,7 +115,7 @@ class Applier:
                         conn,
                         self.consumer,
                         d.message,
-                        EpochNotCurrent.code,
+                        EpochUnknown.code,
                         f"history epoch {d.event.history_epoch} is not current for "
                         f"{d.event.tenant_id}/{d.event.catalog_id} (control database says "
                         f"{epoch}); retry after the epoch is issued",

@@ -1,17 +1,43 @@
-"""Typed applier errors."""
+"""Typed applier errors; one class per stable code."""
 
 from __future__ import annotations
 
+from schemas.errors import GaplessError
 
-class ApplierError(Exception):
+
+class ApplierError(GaplessError):
     code = "APPLIER_ERROR"
 
 
-class EpochNotCurrent(ApplierError):
+class EpochUnknown(ApplierError):
     """An event names an epoch the control database does not know (or not yet).
 
     The event is quarantined under this code rather than blocking its partition:
-    its stream's progress stops before it until an operator retries it.
+    its stream's progress stops before it until an operator retries it. (Quarantine
+    rows written before 2026-12 said ``EPOCH_NOT_CURRENT``; migration product_0006
+    renamed them.)
     """
 
-    code = "EPOCH_NOT_CURRENT"
+    code = "EPOCH_UNKNOWN"
+
+
+class QuarantineRepairError(ApplierError):
+    """A retry or skip of a quarantine entry that does not apply."""
+
+    code = "QUARANTINE_REPAIR_REFUSED"
+
+
+class EntryNotFound(QuarantineRepairError):
+    code = "QUARANTINE_ENTRY_NOT_FOUND"
+
+
+class EntryNotOpen(QuarantineRepairError):
+    """The entry was already retried or skipped."""
+
+    code = "QUARANTINE_ENTRY_NOT_OPEN"
+
+
+class SkipReasonRequired(QuarantineRepairError):
+    """A skip is audited: it needs a reason."""
+
+    code = "SKIP_REASON_REQUIRED"

@@ -15,19 +15,8 @@ import psycopg
 
 from processors.applier import progress
 from processors.applier.batch import Applier
+from processors.applier.exceptions import EntryNotFound, EntryNotOpen, SkipReasonRequired
 from processors.applier.messages import RawMessage
-
-
-class RepairError(Exception):
-    code = "REPAIR_FAILED"
-
-
-class NotFound(RepairError):
-    code = "NOT_FOUND"
-
-
-class NotOpen(RepairError):
-    code = "NOT_OPEN"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +73,10 @@ def _load(conn: psycopg.Connection, entry_id: int) -> tuple[Entry, RawMessage]:
         f"SELECT {_COLUMNS}, key, value FROM quarantine WHERE id = %s FOR UPDATE", (entry_id,)
     ).fetchone()
     if row is None:
-        raise NotFound(f"no quarantine entry {entry_id}; see `gapless quarantine list`")
+        raise EntryNotFound(f"no quarantine entry {entry_id}; see `gapless quarantine list`")
     entry = _entry(row[:15])
     if entry.status != "open":
-        raise NotOpen(f"entry {entry_id} is already {entry.status}: {entry.resolution}")
+        raise EntryNotOpen(f"entry {entry_id} is already {entry.status}: {entry.resolution}")
     key, value = row[15], row[16]
     message = RawMessage(
         entry.topic,
@@ -138,7 +127,7 @@ def skip(product_dsn: str, entry_id: int, reason: str, actor: str) -> int | None
     only marked: its position is filled from the resolver's retained events instead.
     """
     if not reason.strip():
-        raise RepairError("a skip needs a reason (--reason)")
+        raise SkipReasonRequired("a skip needs a reason (--reason)")
     with psycopg.connect(product_dsn) as conn:
         entry, _ = _load(conn, entry_id)
         conn.execute(

@@ -24,7 +24,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from producers.capture.intake.exceptions import EvidenceRejected, EvidenceUnavailable
+from producers.capture.exceptions import EvidenceRejected, EvidenceUnavailable
 from producers.capture.rules import backoff_seconds, evidence_key
 from producers.capture.settings import IntakeSettings, ObjectStoreSettings
 

@@ -16,7 +16,7 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from producers.http.errors import ApiError
+from producers.http.exceptions import TenantScopeDenied, Unauthenticated
 
 ALL_TENANTS = "*"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -55,16 +55,6 @@ def parse_grants(spec: str) -> dict[str, Grant]:
             raise ValueError(f"entry {number}: the same token hash is listed twice")
         grants[digest] = Grant(None if tenants == [ALL_TENANTS] else frozenset(tenants))
     return grants
-
-
-class Unauthenticated(ApiError):
-    code = "UNAUTHENTICATED"
-    http_status = 401
-
-
-class TenantScopeDenied(ApiError):
-    code = "TENANT_SCOPE_DENIED"
-    http_status = 403
 
 
 @dataclass(frozen=True, slots=True)

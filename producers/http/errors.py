@@ -15,24 +15,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from schemas.errors import GaplessError
+
 log = logging.getLogger(__name__)
 
 
 class ErrorBody(BaseModel):
     code: str
     message: str
-
-
-class ApiError(Exception):
-    """An error raised by the HTTP layer itself (authentication, request limits)."""
-
-    code = "API_ERROR"
-    http_status = 400
-
-    def __init__(self, message: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.headers = dict(headers or {})
 
 
 # Codes for the errors Starlette raises on its own (unknown route, wrong method…).
@@ -67,14 +57,13 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-async def _coded(_request: Request, exc: Exception) -> JSONResponse:
-    # Domain and API errors alike carry ``code``, ``http_status`` and ``message``.
-    return error_response(
-        int(getattr(exc, "http_status", 400)),
-        str(getattr(exc, "code", "BAD_REQUEST")),
-        str(getattr(exc, "message", exc)),
-        getattr(exc, "headers", None),
-    )
+async def _coded(request: Request, exc: Exception) -> JSONResponse:
+    # Every error raised on purpose carries its code, status and message; one that
+    # has no HTTP status was never meant to reach a client and is a bug here.
+    assert isinstance(exc, GaplessError)
+    if exc.http_status is None:
+        return await _unexpected(request, exc)
+    return error_response(exc.http_status, exc.code, exc.message, exc.headers)
 
 
 async def _http(_request: Request, exc: Exception) -> JSONResponse:
@@ -110,16 +99,10 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "INTERNAL_ERROR", "internal error; see the server log")
 
 
-def install_error_handlers(
-    app: FastAPI,
-    coded: tuple[type[Exception], ...] = (),
-    unavailable: tuple[type[Exception], ...] = (),
-) -> None:
-    """Answer every error as ``ErrorBody``: ``coded`` exception classes with their own
-    code and status, ``unavailable`` ones (a database down) as 503 ``UNAVAILABLE``."""
-    coded_classes: tuple[type[Exception], ...] = (ApiError, *coded)
-    for coded_class in coded_classes:
-        app.add_exception_handler(coded_class, _coded)
+def install_error_handlers(app: FastAPI, unavailable: tuple[type[Exception], ...] = ()) -> None:
+    """Answer every error as ``ErrorBody``: a ``GaplessError`` with its own code and
+    status, ``unavailable`` ones (a database down) as 503 ``UNAVAILABLE``."""
+    app.add_exception_handler(GaplessError, _coded)
 
     async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
         log.warning("unavailable: %s", exc)

@@ -1,9 +1,11 @@
-"""Typed relay errors."""
+"""Typed relay errors; one class per stable code."""
 
 from __future__ import annotations
 
+from schemas.errors import GaplessError
 
-class RelayError(Exception):
+
+class RelayError(GaplessError):
     code = "RELAY_ERROR"
 
 

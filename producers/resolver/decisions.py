@@ -20,7 +20,7 @@ from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
 from producers.resolver.exceptions import (
     CaseNotFound,
-    EvidenceMissing,
+    EvidenceRequired,
     InvalidDecision,
     PriorDecisionNotFound,
     StaleRevision,
@@ -57,11 +57,11 @@ class Decision:
 
     def __post_init__(self) -> None:
         if not self.evidence:
-            raise EvidenceMissing(
+            raise EvidenceRequired(
                 f"decision {self.action!r} by {self.actor!r} cites no evidence (capture + locator)"
             )
         if any(not e.capture_id or not e.locator for e in self.evidence):
-            raise EvidenceMissing("every evidence reference needs a capture id and a locator")
+            raise EvidenceRequired("every evidence reference needs a capture id and a locator")
         if not self.action or not self.actor:
             raise InvalidDecision("a decision needs an action and an actor")
         if self.actor_kind not in ACTOR_KINDS:

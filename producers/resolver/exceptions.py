@@ -5,15 +5,12 @@ from __future__ import annotations
 import psycopg.errors
 
 from db.tables.attributes import NOT_APPLICABLE, NOT_PUBLISHED, VALUE_INVALID
+from schemas.errors import GaplessError
 
 
-class DomainError(Exception):
+class DomainError(GaplessError):
     code = "DOMAIN_ERROR"
     http_status = 422
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class ItemNotFound(DomainError):
@@ -46,10 +43,12 @@ class CaseAlreadyExists(DomainError):
     http_status = 409
 
 
-class EvidenceMissing(DomainError):
-    """A decision must rest on at least one evidence reference (capture + locator)."""
+class EvidenceRequired(DomainError):
+    """A decision must rest on at least one evidence reference (capture + locator).
+    (Its code was ``EVIDENCE_MISSING`` before 2026-12, which now names only an artifact
+    missing from the evidence bucket.)"""
 
-    code = "EVIDENCE_MISSING"
+    code = "EVIDENCE_REQUIRED"
     http_status = 422
 
 

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+from schemas.errors import GaplessError
 
-class RetentionError(Exception):
+
+class RetentionError(GaplessError):
     code = "RETENTION_ERROR"
     http_status = 409
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+
+class TtlTooLong(RetentionError):
+    """A lease asked for a longer TTL than ``GAPLESS_LEASE_MAX_TTL_SECONDS`` allows."""
+
+    code = "TTL_TOO_LONG"
+    http_status = 422
 
 
 class StreamNotFound(RetentionError):

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Path, Query, Response, status
 
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
-from producers.http.errors import ApiError, error_responses
+from producers.http.errors import error_responses
 from producers.retention import consumers, leases, retained
-from producers.retention.exceptions import StreamNotFound
+from producers.retention.exceptions import StreamNotFound, TtlTooLong
 from producers.retention.http_models import (
     ConsumerRegistered,
     EventPageBody,
@@ -47,11 +47,6 @@ Limit = Annotated[int, Query(ge=1, le=retained.MAX_PAGE, description="At most th
 
 STREAM = "/streams/{tenant_id}/{catalog_id}/{history_epoch}"
 CONSUMER = STREAM + "/consumers/{consumer_id}"
-
-
-class TtlTooLong(ApiError):
-    code = "TTL_TOO_LONG"
-    http_status = 422
 
 
 def _stream(caller: Caller, tenant_id: str, catalog_id: str, history_epoch: int) -> StreamId:

@@ -36,12 +36,6 @@ from producers.capture.adapters.inventory import (
     inventory,
 )
 from producers.capture.adapters.normalize import (
-    CONFLICTING_FIELD,
-    DUPLICATE_ITEM,
-    INVALID_FIELD,
-    MISSING_FIELD,
-    MULTIPLE_OFFERS,
-    ItemProblem,
     class_of,
     currency,
     gtin,
@@ -54,10 +48,15 @@ from producers.capture.adapters.normalize import (
 )
 from producers.capture.adapters.versions import PARSER_VERSIONS
 from producers.capture.exceptions import (
-    MALFORMED_CAPTURE,
-    NO_PRODUCTS,
-    UNSUPPORTED_CONTENT,
-    AdapterError,
+    ConflictingField,
+    DuplicateItem,
+    InvalidField,
+    ItemProblem,
+    MalformedCapture,
+    MissingField,
+    MultipleOffers,
+    NoProducts,
+    UnsupportedContent,
 )
 from producers.capture.raw import (
     DOCUMENT_ROLE,
@@ -365,7 +364,7 @@ class _Page:
 def _read_page(part: RawPart) -> _Page:
     essence = media_essence(part.content_type)
     if essence not in _DOCUMENT_TYPES:
-        raise AdapterError(UNSUPPORTED_CONTENT, f"{NAME} reads HTML documents, not {essence!r}")
+        raise UnsupportedContent(f"{NAME} reads HTML documents, not {essence!r}")
     html = _decode(part)
     reader = _PageReader()
     reader.feed(html)
@@ -375,9 +374,7 @@ def _read_page(part: RawPart) -> _Page:
         try:
             data = json.loads(block)
         except (ValueError, RecursionError) as exc:
-            raise AdapterError(
-                MALFORMED_CAPTURE, f"JSON-LD block {index} of the page is not JSON: {exc}"
-            ) from exc
+            raise MalformedCapture(f"JSON-LD block {index} of the page is not JSON: {exc}") from exc
         nodes.extend(_nodes(data, f"{DOCUMENT_ROLE}#script[{index}]"))
     return _Page(tuple(nodes), frozenset(reader.meta), frozenset(reader.itemprops))
 
@@ -392,9 +389,7 @@ def _decode(part: RawPart) -> str:
         encoding = codecs.lookup(charset).name
         return part.body.decode("utf-8-sig" if encoding == "utf-8" else encoding)
     except (LookupError, UnicodeDecodeError) as exc:
-        raise AdapterError(
-            MALFORMED_CAPTURE, f"the page does not decode as {charset}: {exc}"
-        ) from exc
+        raise MalformedCapture(f"the page does not decode as {charset}: {exc}") from exc
 
 
 def _nodes(data: Any, locator: str) -> Iterator[_Node]:
@@ -417,9 +412,7 @@ def _nodes(data: Any, locator: str) -> Iterator[_Node]:
         if not node.is_product and isinstance(entity, dict | list):
             yield from _nodes(entity, f"{locator}{pointer('mainEntity')}")
     else:
-        raise AdapterError(
-            MALFORMED_CAPTURE, f"{locator}: a JSON-LD node is an object, not {type(data).__name__}"
-        )
+        raise MalformedCapture(f"{locator}: a JSON-LD node is an object, not {type(data).__name__}")
 
 
 def _live_offers(envelope: RawEnvelope) -> dict[str, list[dict[str, Any]]]:
@@ -431,7 +424,7 @@ def _live_offers(envelope: RawEnvelope) -> dict[str, list[dict[str, Any]]]:
     by_sku: dict[str, list[dict[str, Any]]] = {}
     for index, item in enumerate(body["items"]):
         if not isinstance(item, dict):
-            raise AdapterError(MALFORMED_CAPTURE, f"offers item {index} is not an object")
+            raise MalformedCapture(f"offers item {index} is not an object")
         sku = item.get("sku")
         if isinstance(sku, str) and sku.strip():
             by_sku.setdefault(sku.strip(), []).append(item)
@@ -440,15 +433,13 @@ def _live_offers(envelope: RawEnvelope) -> dict[str, list[dict[str, Any]]]:
 
 def _offers_body(part: RawPart) -> dict[str, Any]:
     if media_essence(part.content_type) != "application/json":
-        raise AdapterError(
-            UNSUPPORTED_CONTENT, f"the offers part is application/json, not {part.content_type!r}"
-        )
+        raise UnsupportedContent(f"the offers part is application/json, not {part.content_type!r}")
     try:
         body = json.loads(part.body)
     except (ValueError, RecursionError) as exc:
-        raise AdapterError(MALFORMED_CAPTURE, f"the offers part is not JSON: {exc}") from exc
+        raise MalformedCapture(f"the offers part is not JSON: {exc}") from exc
     if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-        raise AdapterError(MALFORMED_CAPTURE, "the offers part is an object with an items list")
+        raise MalformedCapture("the offers part is an object with an items list")
     return body
 
 
@@ -456,15 +447,14 @@ def _one(value: Any, name: str) -> dict[str, Any]:
     """The single object ``value`` states (an object or a list of one)."""
     if isinstance(value, list):
         if len(value) > 1:
-            raise ItemProblem(
-                MULTIPLE_OFFERS if name == "offers" else INVALID_FIELD,
+            raise (MultipleOffers if name == "offers" else InvalidField)(
                 f"{name} states {len(value)} entries; a catalog item carries one",
             )
         value = value[0] if value else None
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ItemProblem(INVALID_FIELD, f"{name} must be an object")
+        raise InvalidField(f"{name} must be an object")
     return value
 
 
@@ -481,7 +471,7 @@ def _gtin(node: dict[str, Any]) -> str | None:
     distinct = {value for value in found.values() if value is not None}
     if len(distinct) > 1:
         stated = ", ".join(f"{n}={node[n]!r}" for n, v in found.items() if v is not None)
-        raise ItemProblem(CONFLICTING_FIELD, f"the product states different GTINs: {stated}")
+        raise ConflictingField(f"the product states different GTINs: {stated}")
     return distinct.pop() if distinct else None
 
 
@@ -493,7 +483,7 @@ def _product(node: _Node, live_offers: dict[str, list[dict[str, Any]]]) -> Extra
     # The page's own id for the product; pages without one are keyed by sku, then url.
     source_item_id = text(item.get("@id"), "@id") or sku or url
     if source_item_id is None:
-        raise ItemProblem(MISSING_FIELD, "the product states none of @id, sku or url")
+        raise MissingField("the product states none of @id, sku or url")
     weight = _one(item.get("weight"), "weight")
     offer_in = _one(item.get("offers"), "offers")
     offer = {
@@ -506,7 +496,7 @@ def _product(node: _Node, live_offers: dict[str, list[dict[str, Any]]]) -> Extra
     }
     live = live_offers.get(sku, []) if sku else []
     if len(live) > 1:
-        raise ItemProblem(MULTIPLE_OFFERS, f"the offers part has {len(live)} entries for {sku!r}")
+        raise MultipleOffers(f"the offers part has {len(live)} entries for {sku!r}")
     if live:
         for key, value in (
             ("price", price(live[0].get("price"), "offers:items.price")),
@@ -516,7 +506,7 @@ def _product(node: _Node, live_offers: dict[str, list[dict[str, Any]]]) -> Extra
             if value is not None:
                 offer[key] = value
     if offer["price"] is not None and offer["currency"] is None:
-        raise ItemProblem(INVALID_FIELD, "offers.price has no priceCurrency")
+        raise InvalidField("offers.price has no priceCurrency")
     return ExtractedProduct.build(
         source_item_id=source_item_id,
         class_id=class_of(text(item.get("category"), "category")),
@@ -562,7 +552,7 @@ class HtmlJsonLdAdapter:
         live_offers = _live_offers(envelope)
         candidates = [node for node in page.nodes if node.is_product]
         if not candidates:
-            raise AdapterError(NO_PRODUCTS, "the page states no schema.org Product in JSON-LD")
+            raise NoProducts("the page states no schema.org Product in JSON-LD")
         products: list[ExtractedProduct] = []
         rejected: list[RejectedItem] = []
         seen: set[str] = set()
@@ -570,8 +560,7 @@ class HtmlJsonLdAdapter:
             try:
                 product = _product(node, live_offers)
                 if product.source_item_id in seen:
-                    raise ItemProblem(
-                        DUPLICATE_ITEM,
+                    raise DuplicateItem(
                         f"product {product.source_item_id!r} is stated twice on the page",
                     )
             except ItemProblem as problem:

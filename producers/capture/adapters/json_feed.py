@@ -30,10 +30,6 @@ from producers.capture.adapters.inventory import (
     inventory,
 )
 from producers.capture.adapters.normalize import (
-    DUPLICATE_ITEM,
-    INVALID_FIELD,
-    NOT_AN_OBJECT,
-    ItemProblem,
     class_of,
     currency,
     gtin,
@@ -45,7 +41,14 @@ from producers.capture.adapters.normalize import (
     vocabulary,
 )
 from producers.capture.adapters.versions import PARSER_VERSIONS
-from producers.capture.exceptions import MALFORMED_CAPTURE, UNSUPPORTED_CONTENT, AdapterError
+from producers.capture.exceptions import (
+    DuplicateItem,
+    InvalidField,
+    ItemProblem,
+    MalformedCapture,
+    NotAnObject,
+    UnsupportedContent,
+)
 from producers.capture.raw import (
     DOCUMENT_ROLE,
     RAW_ENVELOPE_CONTENT_TYPE,
@@ -174,17 +177,15 @@ def _feed(envelope: RawEnvelope) -> dict[str, Any]:
     document = envelope.part(DOCUMENT_ROLE)
     essence = media_essence(document.content_type)
     if essence not in _DOCUMENT_TYPES:
-        raise AdapterError(
-            UNSUPPORTED_CONTENT, f"{NAME} reads application/json documents, not {essence!r}"
-        )
+        raise UnsupportedContent(f"{NAME} reads application/json documents, not {essence!r}")
     try:
         feed = json.loads(document.body)
     except (ValueError, RecursionError) as exc:
-        raise AdapterError(MALFORMED_CAPTURE, f"the feed is not JSON: {exc}") from exc
+        raise MalformedCapture(f"the feed is not JSON: {exc}") from exc
     if not isinstance(feed, dict):
-        raise AdapterError(MALFORMED_CAPTURE, "the feed is a JSON object")
+        raise MalformedCapture("the feed is a JSON object")
     if not isinstance(feed.get("products"), list):
-        raise AdapterError(MALFORMED_CAPTURE, "the feed has no products list")
+        raise MalformedCapture("the feed has no products list")
     return feed
 
 
@@ -192,13 +193,13 @@ def _object(value: Any, name: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ItemProblem(INVALID_FIELD, f"{name} must be an object")
+        raise InvalidField(f"{name} must be an object")
     return value
 
 
 def _product(item: Any, default_currency: str | None, locator: str) -> ExtractedProduct:
     if not isinstance(item, dict):
-        raise ItemProblem(NOT_AN_OBJECT, "a product is a JSON object")
+        raise NotAnObject("a product is a JSON object")
     facets = _object(item.get("attributes"), "attributes")
     offer_in = _object(item.get("offer"), "offer")
     price_in = _object(offer_in.get("price"), "offer.price")
@@ -226,7 +227,7 @@ def _product(item: Any, default_currency: str | None, locator: str) -> Extracted
         "url": text(offer_in.get("url"), "offer.url"),
     }
     if amount is not None and offer["currency"] is None:
-        raise ItemProblem(INVALID_FIELD, "offer.price.amount has no currency, nor has the feed")
+        raise InvalidField("offer.price.amount has no currency, nor has the feed")
     return ExtractedProduct.build(
         source_item_id=required_text(item.get("id"), "id"),
         class_id=class_of(text(item.get("category"), "category")),
@@ -255,7 +256,7 @@ class JsonFeedAdapter:
         try:
             default_currency = currency(feed.get("currency"), "currency")
         except ItemProblem as problem:
-            raise AdapterError(MALFORMED_CAPTURE, problem.message) from None
+            raise MalformedCapture(problem.message) from None
         products: list[ExtractedProduct] = []
         rejected: list[RejectedItem] = []
         seen: set[str] = set()
@@ -264,9 +265,7 @@ class JsonFeedAdapter:
             try:
                 product = _product(item, default_currency, locator)
                 if product.source_item_id in seen:
-                    raise ItemProblem(
-                        DUPLICATE_ITEM, f"id {product.source_item_id!r} repeats an earlier product"
-                    )
+                    raise DuplicateItem(f"id {product.source_item_id!r} repeats an earlier product")
             except ItemProblem as problem:
                 rejected.append(RejectedItem(locator, problem.code, problem.message))
                 continue

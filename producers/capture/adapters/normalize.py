@@ -9,33 +9,13 @@ from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from producers.capture.exceptions import MALFORMED_CAPTURE, AdapterError
-
-MISSING_FIELD = "MISSING_FIELD"
-INVALID_FIELD = "INVALID_FIELD"
-INVALID_GTIN = "INVALID_GTIN"
-CONFLICTING_FIELD = "CONFLICTING_FIELD"
-DUPLICATE_ITEM = "DUPLICATE_ITEM"
-MULTIPLE_OFFERS = "MULTIPLE_OFFERS"
-NOT_AN_OBJECT = "NOT_AN_OBJECT"
+from producers.capture.exceptions import InvalidField, InvalidGtin, MalformedCapture, MissingField
 
 UNCLASSIFIED = "unclassified"
 MAX_DEPTH = 64  # nesting a reader follows before calling the capture malformed
 
 
-_MESSAGE_CHARS = 300
 _AMOUNT_DIGITS = 18  # an amount's magnitude stays within 10**-18 … 10**18
-
-
-class ItemProblem(Exception):
-    """One product breaks a rule; ``message`` quotes the value, so it is bounded."""
-
-    def __init__(self, code: str, message: str) -> None:
-        if len(message) > _MESSAGE_CHARS:
-            message = message[: _MESSAGE_CHARS - 1] + "…"
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def text(value: Any, name: str) -> str | None:
@@ -50,13 +30,13 @@ def text(value: Any, name: str) -> str | None:
     if isinstance(value, str | int | float):
         result = " ".join(str(value).split())
         return result or None
-    raise ItemProblem(INVALID_FIELD, f"{name} must be text or a number, not {type(value).__name__}")
+    raise InvalidField(f"{name} must be text or a number, not {type(value).__name__}")
 
 
 def required_text(value: Any, name: str) -> str:
     result = text(value, name)
     if result is None:
-        raise ItemProblem(MISSING_FIELD, f"{name} is required")
+        raise MissingField(f"{name} is required")
     return result
 
 
@@ -68,14 +48,14 @@ def price(value: Any, name: str) -> str | None:
     try:
         amount = Decimal(raw)
     except InvalidOperation:
-        raise ItemProblem(INVALID_FIELD, f"{name} {raw!r} is not a decimal amount") from None
+        raise InvalidField(f"{name} {raw!r} is not a decimal amount") from None
     if not amount.is_finite() or amount < 0:
-        raise ItemProblem(INVALID_FIELD, f"{name} {raw!r} is not a non-negative amount")
+        raise InvalidField(f"{name} {raw!r} is not a non-negative amount")
     if amount.is_zero():
         return "0"
     if not -_AMOUNT_DIGITS <= amount.adjusted() <= _AMOUNT_DIGITS:
         # Written out in full, 1E+999999 would be a million digits.
-        raise ItemProblem(INVALID_FIELD, f"{name} {raw!r} is out of range")
+        raise InvalidField(f"{name} {raw!r} is out of range")
     return format(amount.normalize(), "f")
 
 
@@ -85,7 +65,7 @@ def currency(value: Any, name: str) -> str | None:
         return None
     code = raw.upper()
     if not re.fullmatch(r"[A-Z]{3}", code):
-        raise ItemProblem(INVALID_FIELD, f"{name} {raw!r} is not an ISO 4217 currency code")
+        raise InvalidField(f"{name} {raw!r} is not an ISO 4217 currency code")
     return code
 
 
@@ -97,11 +77,11 @@ def gtin(value: Any, name: str) -> str | None:
         return None
     digits = raw.replace(" ", "").replace("-", "")
     if not digits.isascii() or not digits.isdigit() or len(digits) not in (8, 12, 13, 14):
-        raise ItemProblem(INVALID_GTIN, f"{name} {raw!r} is not 8, 12, 13 or 14 digits")
+        raise InvalidGtin(f"{name} {raw!r} is not 8, 12, 13 or 14 digits")
     body, check = digits[:-1], int(digits[-1])
     weighted = sum(int(d) * (3 if i % 2 == 0 else 1) for i, d in enumerate(reversed(body)))
     if (10 - weighted % 10) % 10 != check:
-        raise ItemProblem(INVALID_GTIN, f"{name} {raw!r} fails its check digit")
+        raise InvalidGtin(f"{name} {raw!r} fails its check digit")
     return digits.zfill(14)
 
 
@@ -123,7 +103,7 @@ def vocabulary(value: Any, name: str, suffix: str = "") -> str | None:
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", raw).lower()
     snake = re.sub(r"[^a-z0-9]+", "_", snake).strip("_")
     if not snake:
-        raise ItemProblem(INVALID_FIELD, f"{name} {value!r} is not a vocabulary term")
+        raise InvalidField(f"{name} {value!r} is not a vocabulary term")
     return snake
 
 
@@ -150,7 +130,7 @@ def leaf_paths(
     """Dotted paths of every stated leaf under ``value``: list positions are not part of
     a path, nulls and blank strings state nothing, keys in ``skip`` are syntax."""
     if depth > MAX_DEPTH:
-        raise AdapterError(MALFORMED_CAPTURE, f"values nest deeper than {MAX_DEPTH} levels")
+        raise MalformedCapture(f"values nest deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
         for key, item in value.items():
             if key not in skip:

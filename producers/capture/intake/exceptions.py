@@ -1,16 +1,15 @@
 """Typed intake errors; ``code`` is stable and machine-readable and ``http_status``
-is what the API answers with."""
+is what the API answers with. (An evidence put that fails for a while is the
+package's ``EvidenceUnavailable``, the same failure the worker meets reading.)"""
 
 from __future__ import annotations
 
+from producers.capture.exceptions import CaptureError
 
-class IntakeError(Exception):
+
+class IntakeError(CaptureError):
     code = "INTAKE_ERROR"
     http_status = 400
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class IdempotencyKeyReused(IntakeError):
@@ -47,22 +46,6 @@ class InstanceScopeDenied(IntakeError):
 
     code = "INSTANCE_SCOPE_DENIED"
     http_status = 403
-
-
-class EvidenceUnavailable(IntakeError):
-    """The evidence bucket did not take the artifact within the retry budget (or every
-    slot of the concurrency limit stayed busy); nothing was recorded, so retrying the
-    same request is safe."""
-
-    code = "EVIDENCE_UNAVAILABLE"
-    http_status = 503
-
-
-class EvidenceRejected(IntakeError):
-    """The object store refused the artifact for a reason retrying will not fix."""
-
-    code = "EVIDENCE_REJECTED"
-    http_status = 502
 
 
 class CollectorRegistryError(IntakeError):

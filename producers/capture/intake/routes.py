@@ -28,15 +28,10 @@ from producers.capture.intake.exceptions import (
 from producers.capture.intake.http_models import CaptureRequest, Receipt
 from producers.capture.raw import RAW_ENVELOPE_CONTENT_TYPE, decode_raw_envelope
 from producers.capture.rules import MediaType
-from producers.http.auth import (
-    Grant,
-    Principal,
-    TenantScopeDenied,
-    Unauthenticated,
-    token_hash,
-)
+from producers.http.auth import Grant, Principal, token_hash
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
+from producers.http.exceptions import TenantScopeDenied, Unauthenticated
 from schemas.jobs import CAPTURE_JOB
 
 CAPTURES_PATH = "/v1/captures"

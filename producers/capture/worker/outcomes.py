@@ -17,45 +17,10 @@ from dataclasses import dataclass
 import psycopg
 import psycopg.errors
 
-from producers.capture.exceptions import AdapterError, WorkerError
+from producers.capture.exceptions import AdapterError, Failure
 from producers.resolver.exceptions import DomainError
 
 MAX_ERROR_CHARS = 500
-
-
-class Failure(WorkerError):
-    """A classified failure: a stable ``code`` and whether retrying may help."""
-
-    code = "FAILURE"
-    retryable = False
-
-
-class SourceNotBound(Failure):
-    """The capture's (tenant, source) has no binding to a catalog and adapter; an
-    operator registers one (``gapless sources register``) and retries the job."""
-
-    code = "SOURCE_NOT_BOUND"
-
-
-class EvidenceUnavailable(Failure):
-    """The object store did not answer within the budget of one read (or every read
-    slot stayed busy)."""
-
-    code = "EVIDENCE_UNAVAILABLE"
-    retryable = True
-
-
-class EvidenceMissing(Failure):
-    """The capture's artifact is not in the evidence bucket. Flagged, never ignored:
-    the capture stays failed until an operator acts."""
-
-    code = "EVIDENCE_MISSING"
-
-
-class EvidenceCorrupt(Failure):
-    """The stored bytes do not hash to the capture's recorded SHA-256."""
-
-    code = "EVIDENCE_CORRUPT"
 
 
 class RunAborted(Exception):

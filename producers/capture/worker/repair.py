@@ -19,15 +19,13 @@ import psycopg
 from db.repositories import capture_items as items
 from db.repositories import capture_jobs as jobs
 from db.unit_of_work import Transaction
-
-
-class RepairError(Exception):
-    """A repair that does not apply; ``code`` is stable."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from producers.capture.exceptions import (
+    JobNotFound,
+    NotFailed,
+    ProductNotFound,
+    ProductNotOpen,
+    ReasonRequired,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +99,7 @@ def retry_item(conn: psycopg.Connection, result_id: int, actor: str, reason: str
         tx = Transaction(conn)
         row = _locked_result(tx, result_id)
         if not items.requeue(tx, result_id):
-            raise RepairError("NOT_FAILED", f"product #{result_id} is {row.outcome}, not failed")
+            raise NotFailed(f"product #{result_id} is {row.outcome}, not failed")
         jobs.reopen_finished(tx, row.job_id)
         jobs.record_repair(tx, row.tenant_id, row.job_id, result_id, "retry", actor, reason)
 
@@ -114,13 +112,12 @@ def skip_item(conn: psycopg.Connection, result_id: int, actor: str, reason: str)
     failed only for its products, with none left open, is ``done``.
     """
     if not reason.strip():
-        raise RepairError("REASON_REQUIRED", "a skip needs a reason")
+        raise ReasonRequired("a skip needs a reason")
     with conn.transaction():
         tx = Transaction(conn)
         row = _locked_result(tx, result_id)
         if not items.skip(tx, result_id, actor, reason):
-            raise RepairError(
-                "NOT_OPEN",
+            raise ProductNotOpen(
                 f"product #{result_id} is {row.outcome}; only failed or retryable"
                 " products can be skipped",
             )
@@ -144,9 +141,9 @@ def retry_job(conn: psycopg.Connection, job_id: uuid.UUID, actor: str, reason: s
         tx = Transaction(conn)
         job = jobs.get(tx, job_id, lock=True)
         if job is None:
-            raise RepairError("NOT_FOUND", f"no job {job_id}")
+            raise JobNotFound(f"no job {job_id}")
         if not jobs.requeue(tx, job_id):
-            raise RepairError("NOT_FAILED", f"job {job_id} is {job.status}, not failed")
+            raise NotFailed(f"job {job_id} is {job.status}, not failed")
         requeued = items.requeue_job(tx, job_id)
         jobs.record_repair(tx, job.tenant_id, job_id, None, "retry", actor, reason)
         return requeued
@@ -156,14 +153,14 @@ def skip_job(conn: psycopg.Connection, job_id: uuid.UUID, actor: str, reason: st
     """Give a ``failed`` job up for good: in one transaction, lock the job row, mark
     it ``skipped``, skip its open products with the same reason, and audit."""
     if not reason.strip():
-        raise RepairError("REASON_REQUIRED", "a skip needs a reason")
+        raise ReasonRequired("a skip needs a reason")
     with conn.transaction():
         tx = Transaction(conn)
         job = jobs.get(tx, job_id, lock=True)
         if job is None:
-            raise RepairError("NOT_FOUND", f"no job {job_id}")
+            raise JobNotFound(f"no job {job_id}")
         if not jobs.skip(tx, job_id):
-            raise RepairError("NOT_FAILED", f"job {job_id} is {job.status}, not failed")
+            raise NotFailed(f"job {job_id} is {job.status}, not failed")
         items.skip_open_of_job(tx, job_id, actor, reason)
         jobs.record_repair(tx, job.tenant_id, job_id, None, "skip", actor, reason)
 
@@ -173,7 +170,7 @@ def _locked_result(tx: Transaction, result_id: int) -> items.ResultRow:
     order, so two operators' repairs of one job cannot deadlock)."""
     found = items.by_id(tx, result_id)
     if found is None:
-        raise RepairError("NOT_FOUND", f"no product #{result_id}")
+        raise ProductNotFound(f"no product #{result_id}")
     jobs.get(tx, found.job_id, lock=True)
     row = items.by_id(tx, result_id, lock=True)
     assert row is not None

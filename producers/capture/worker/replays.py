@@ -20,9 +20,9 @@ import psycopg
 from db.repositories import capture_jobs as jobs
 from db.unit_of_work import Transaction
 from producers.capture.adapters import adapter_named
+from producers.capture.exceptions import CaptureNotFound
 from producers.capture.rules import job_id as job_id_of
 from producers.capture.worker import sources
-from producers.capture.worker.repair import RepairError
 
 REPLAY_KIND_PREFIX = "capture.replay.v"
 REPLAY_KINDS = f"{REPLAY_KIND_PREFIX}%"
@@ -56,7 +56,7 @@ def request_replay(
             (tenant_id, capture_id),
         ).fetchone()
         if row is None:
-            raise RepairError("NOT_FOUND", f"no capture {capture_id} of tenant {tenant_id!r}")
+            raise CaptureNotFound(f"no capture {capture_id} of tenant {tenant_id!r}")
         binding = sources.binding_of(tx, tenant_id, str(row[0]))
         kind = replay_kind(adapter_named(binding.adapter).parser_version)
         job = job_id_of(tenant_id, capture_id, kind)

@@ -9,7 +9,7 @@ from collections.abc import Collection
 from db.repositories import source_bindings as rows
 from db.repositories.source_bindings import BindingRow
 from db.unit_of_work import Transaction
-from producers.capture.worker.outcomes import Failure, SourceNotBound
+from producers.capture.exceptions import Failure, SourceNotBound
 
 
 class BindingRefused(Failure):

@@ -470,7 +470,7 @@ def test_an_event_of_an_older_epoch_is_recorded_and_changes_nothing(
 def test_an_event_of_an_epoch_not_yet_issued_writes_nothing_for_its_stream(
     clean_db: DatabaseSettings, applier: Applier
 ) -> None:
-    # The applier now holds such an event in quarantine (EPOCH_NOT_CURRENT) rather than
+    # The applier now holds such an event in quarantine (EPOCH_UNKNOWN) rather than
     # raising: its stream gets no inbox row, projection row or progress, and other
     # events of the batch still apply. An operator retries it once the epoch exists.
     set_epoch(clean_db.control_dsn, 2)
@@ -487,7 +487,7 @@ def test_an_event_of_an_epoch_not_yet_issued_writes_nothing_for_its_stream(
     assert state.items == {("a", 1): ("active", "a r1", 1, 1)}
     assert state.progress == {2: 1}
     [entry] = quarantined(clean_db.product_dsn, partition.number).values()
-    assert entry.error_code == "EPOCH_NOT_CURRENT"
+    assert entry.error_code == "EPOCH_UNKNOWN"
     assert (entry.event_id, entry.offset, entry.value) == (future.event_id, 1, batch[1].value)
 
     again = applier.apply(batch)

@@ -12,8 +12,9 @@ import pytest
 from db.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.applier.batch import Applier
+from processors.applier.exceptions import EntryNotOpen, QuarantineRepairError
 from processors.applier.messages import RawMessage
-from processors.applier.repair import NotOpen, RepairError, list_entries, retry, skip
+from processors.applier.repair import list_entries, retry, skip
 from schemas.codec import CODEC
 from schemas.events import AggregateRef, CatalogItemUpserted, Envelope
 
@@ -66,13 +67,13 @@ def test_poison_event_holds_its_stream_until_skipped(
     assert retry(clean_db.product_dsn, applier, entry.id, "tester") is False
     assert _progress(clean_db)["t1"] == 1
 
-    with pytest.raises(RepairError):
+    with pytest.raises(QuarantineRepairError):
         skip(clean_db.product_dsn, entry.id, "  ", "tester")
     assert skip(clean_db.product_dsn, entry.id, "title unfixable at source", "tester") == 3
     assert _progress(clean_db) == {"t1": 3, "t2": 2}
     [done] = list_entries(psycopg.connect(clean_db.product_dsn), status="skipped")
     assert done.resolution == "skipped by tester: title unfixable at source"
-    with pytest.raises(NotOpen):
+    with pytest.raises(EntryNotOpen):
         skip(clean_db.product_dsn, entry.id, "again", "tester")
 
 
@@ -83,7 +84,7 @@ def test_unknown_epoch_is_quarantined_and_retried_once_issued(
     result = applier.apply([early, _message("t1", 1)])
     assert result.quarantined == 1 and result.applied == 1
     [entry] = list_entries(psycopg.connect(clean_db.product_dsn))
-    assert entry.error_code == "EPOCH_NOT_CURRENT"
+    assert entry.error_code == "EPOCH_UNKNOWN"
 
     assert retry(clean_db.product_dsn, applier, entry.id, "tester") is False
     with psycopg.connect(clean_db.control_dsn, autocommit=True) as conn:

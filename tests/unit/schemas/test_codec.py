@@ -44,7 +44,7 @@ from schemas.events import (
     ShippingPolicyVersioned,
     StreamKey,
 )
-from schemas.exceptions import CodecError, CodecErrorCode
+from schemas.exceptions import CodecError, CodecErrorCode, UnknownSchema
 
 LONGS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 TEXT = st.text()
@@ -327,7 +327,7 @@ def test_out_of_range_long_is_unencodable() -> None:
 
 
 def test_codec_error_pickles_with_its_code() -> None:
-    error = CodecError(CodecErrorCode.UNKNOWN_SCHEMA, "fingerprint 00")
+    error = UnknownSchema("fingerprint 00")
     restored = pickle.loads(pickle.dumps(error))
     assert restored.code is CodecErrorCode.UNKNOWN_SCHEMA
     assert str(restored) == "UNKNOWN_SCHEMA: fingerprint 00"

@@ -16,7 +16,7 @@ from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import (
     CaseNotFound,
     DomainError,
-    EvidenceMissing,
+    EvidenceRequired,
     InvalidPolicyWindow,
     InvalidSplit,
     ItemAlreadyExists,
@@ -92,7 +92,7 @@ def outbox(dsn: str) -> list[tuple[int, str, str, str, int]]:
 
 
 def test_a_decision_without_evidence_is_refused(uow: UowFactory) -> None:
-    rejected(EvidenceMissing, "EVIDENCE_MISSING", uow, evidence=())
+    rejected(EvidenceRequired, "EVIDENCE_REQUIRED", uow, evidence=())
 
 
 def test_postgres_refuses_empty_or_malformed_evidence(clean_db: DatabaseSettings) -> None:

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from producers.capture.evidence import EvidenceStore
-from producers.capture.intake.exceptions import EvidenceRejected, EvidenceUnavailable
+from producers.capture.exceptions import EvidenceRejected, EvidenceUnavailable
 
 
 def client_error(code: str, status: int) -> ClientError:

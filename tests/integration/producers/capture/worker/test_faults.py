@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from db.repositories import capture_checkpoints, capture_items
+from producers.capture.exceptions import CaptureRepairError
 from producers.capture.worker import repair
 from producers.capture.worker.consumer import due_job_ids
 from producers.capture.worker.pipeline import CaptureWorker
@@ -179,7 +180,7 @@ def test_an_operator_skip_is_terminal_audited_and_finishes_the_job(
     assert worker.run(job.job_id).result == "failed"
     with harness.conn() as conn:
         [_job, failure] = list(repair.open_failures(conn, None))
-        with pytest.raises(repair.RepairError) as refused:
+        with pytest.raises(CaptureRepairError) as refused:
             repair.skip_item(conn, int(failure.handle), "operator", "  ")
         assert refused.value.code == "REASON_REQUIRED"
         assert (
@@ -187,7 +188,7 @@ def test_an_operator_skip_is_terminal_audited_and_finishes_the_job(
         )
         assert list(repair.open_failures(conn, None)) == []
         audit = conn.execute("SELECT action, actor, reason FROM capture_repair").fetchall()
-        with pytest.raises(repair.RepairError):
+        with pytest.raises(CaptureRepairError):
             repair.retry_item(conn, int(failure.handle), "operator")
     assert audit == [("skip", "operator", "listing withdrawn")]
     assert harness.results(job)["a"][0] == "skipped"
@@ -246,11 +247,11 @@ def test_skipping_a_failed_job_skips_its_open_products_too(harness: Harness) -> 
     worker = harness.worker(resolve=poisoned, item_retries=RetryPolicy(1, 0.01, 0.05))
     assert worker.run(job.job_id).result == "failed"
     with harness.conn() as conn:
-        with pytest.raises(repair.RepairError):
+        with pytest.raises(CaptureRepairError):
             repair.skip_job(conn, job.job_id, "operator", "")
         repair.skip_job(conn, job.job_id, "operator", "the shop closed")
         assert list(repair.open_failures(conn, None)) == []
-        with pytest.raises(repair.RepairError) as again:
+        with pytest.raises(CaptureRepairError) as again:
             repair.skip_job(conn, job.job_id, "operator", "twice")
     assert again.value.code == "NOT_FAILED"
     assert {k: v[0] for k, v in harness.results(job).items()} == {"a": "skipped", "b": "skipped"}

@@ -3,7 +3,7 @@ the single write path, refusals and failures of the whole capture visible."""
 
 from __future__ import annotations
 
-from producers.capture.worker.outcomes import EvidenceUnavailable
+from producers.capture.exceptions import EvidenceUnavailable
 
 from .conftest import T0, Harness, product
 

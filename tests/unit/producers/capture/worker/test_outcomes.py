@@ -11,14 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.capture.exceptions import AdapterError
-from producers.capture.worker.outcomes import (
-    MAX_ERROR_CHARS,
-    EvidenceMissing,
-    EvidenceUnavailable,
-    classify,
-    sanitize,
-)
+from producers.capture.exceptions import EvidenceMissing, EvidenceUnavailable, MalformedCapture
+from producers.capture.worker.outcomes import MAX_ERROR_CHARS, classify, sanitize
 from producers.capture.worker.retries import RetryPolicy
 from producers.resolver.exceptions import DomainError, TargetNotActive
 
@@ -32,7 +26,7 @@ class _RaceLost(DomainError):
     [
         (EvidenceUnavailable("down"), "EVIDENCE_UNAVAILABLE", True),
         (EvidenceMissing("gone"), "EVIDENCE_MISSING", False),
-        (AdapterError("MALFORMED_CAPTURE", "bad"), "MALFORMED_CAPTURE", False),
+        (MalformedCapture("bad"), "MALFORMED_CAPTURE", False),
         (TargetNotActive("retired"), "TARGET_NOT_ACTIVE", False),
         (_RaceLost("another writer took the hash"), "IDENTITY_CONFLICT", True),
         (psycopg.errors.SerializationFailure("x"), "DB_CONFLICT", True),
