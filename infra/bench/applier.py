@@ -3,7 +3,7 @@
 Both sides get the same batches of 500 encoded messages (new items, fresh event ids,
 contiguous positions over several streams), decode them with the same codec, fold
 them with the same projection code and upsert the rows with the same statement (one
-``INSERT … SELECT FROM unnest`` of binary arrays, as ``catalog_items.write`` does),
+``INSERT … SELECT FROM unnest`` of binary arrays, ``catalog_items.PROJECTION.upsert``),
 one transaction per batch. Only the applier also locks and advances the streams'
 progress, checks the inbox, records each event's outcome and plans dependencies; the
 bare side writes a copy of ``product_item`` and nothing else. Building the messages
@@ -36,7 +36,7 @@ CATALOG = "catalog1"
 
 BARE_TABLE_DDL = "CREATE TABLE bench_product_item (LIKE product_item INCLUDING ALL)"
 
-# catalog_items.write's upsert, aimed at the bench copy of the table.
+# catalog_items.PROJECTION.upsert, aimed at the bench copy of the table.
 BARE_UPSERT = (
     "INSERT INTO bench_product_item (generation, tenant_id, catalog_id, item_id,"
     " class_id, status, title, parent_item_id, attributes, revision, position)"

@@ -5,13 +5,18 @@ its aggregate type. An aggregate type no projection keeps (``decision``,
 ``catalog_class``) has no rows: its events still get a terminal outcome (``applied``,
 once their dependencies are), and its applied revision always reads as absent. So
 nothing may depend on such an aggregate; the resolver's events never do.
+
+A projection is a description (``table.TableProjection``: table, id, columns, fold)
+in a module of its own; only the shipping-policy versions keep explicit SQL (their
+module says why). A new projection is listed here and gets a builder in the contract
+suite (``tests/integration/processors/projections``), which fails without one.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import Protocol
 
 import psycopg
 
@@ -26,32 +31,30 @@ from processors.projections import (
 from schemas.events import Envelope
 from schemas.ids import AggregateKey
 
-RevisionLoader = Callable[
-    [psycopg.Connection, int, Iterable[AggregateKey]], dict[AggregateKey, int]
-]
-EventWriter = Callable[[psycopg.Connection, int, Iterable[Envelope]], None]
 
+class Projection(Protocol):
+    """What the applier needs of a projection (``table.TableProjection`` and
+    ``shipping_policies.PROJECTION`` are the two kinds)."""
 
-@dataclass(frozen=True, slots=True)
-class Projection:
-    aggregate: str
-    load_revisions: RevisionLoader
-    apply: EventWriter
+    @property
+    def aggregate(self) -> str: ...
+
+    def load_revisions(
+        self, conn: psycopg.Connection, generation: int, keys: Iterable[AggregateKey]
+    ) -> dict[AggregateKey, int]: ...
+
+    def apply(
+        self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
+    ) -> None: ...
 
 
 PROJECTIONS: tuple[Projection, ...] = (
-    Projection(catalog_items.AGGREGATE, catalog_items.load_revisions, catalog_items.apply),
-    Projection(listing_mappings.AGGREGATE, listing_mappings.load_revisions, listing_mappings.apply),
-    Projection(
-        shipping_policies.AGGREGATE, shipping_policies.load_revisions, shipping_policies.apply
-    ),
-    Projection(item_splits.AGGREGATE, item_splits.load_revisions, item_splits.apply),
-    Projection(
-        attribute_definitions.AGGREGATE,
-        attribute_definitions.load_revisions,
-        attribute_definitions.apply,
-    ),
-    Projection(attribute_values.AGGREGATE, attribute_values.load_revisions, attribute_values.apply),
+    catalog_items.PROJECTION,
+    listing_mappings.PROJECTION,
+    shipping_policies.PROJECTION,
+    item_splits.PROJECTION,
+    attribute_definitions.PROJECTION,
+    attribute_values.PROJECTION,
 )
 
 
