@@ -12,15 +12,13 @@ from pydantic import AwareDatetime, BaseModel, Field, StrictBool, StrictFloat, S
 
 from db.repositories.decisions import DecisionRow
 from db.repositories.review_cases import CaseRow
-from producers.resolver.attributes import (
-    MAX_LABEL,
-    MAX_VALUE,
-    MAX_VERSION,
+from producers.resolver.attributes.facts import (
     DefineAttribute,
     DefineClass,
     PublishAttribute,
     SetAttributeValue,
 )
+from producers.resolver.attributes.rules import MAX_LABEL, MAX_VALUE, MAX_VERSION
 from producers.resolver.decisions import Recorded
 from producers.resolver.facts import Fact
 from producers.resolver.listing_mappings import MapListing

@@ -5,7 +5,7 @@ Thin: each route authorizes the tenant, builds the domain's ``Decision`` from th
 body and runs ``record_decision`` in a Unit of Work, or calls one read of
 ``producers.resolver.queries``. Domain errors carry their own stable code and status.
 Identity generations, their collisions and the approval of their activation are
-served by ``producers.resolver.identity_routes``.
+served by ``producers.resolver.identity.routes``.
 """
 
 from __future__ import annotations

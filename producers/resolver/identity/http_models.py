@@ -12,8 +12,9 @@ from pydantic import BaseModel, Field
 
 from db.repositories.identity import CollisionRow, GenerationRow
 from producers.resolver.http_models import DecisionBasis, Id
-from producers.resolver.identity import BackfillReport, IdentityRule
-from producers.resolver.identity_queries import GenerationState
+from producers.resolver.identity.generations import BackfillReport
+from producers.resolver.identity.queries import GenerationState
+from producers.resolver.identity.rules import IdentityRule
 
 MAX_RULE_FIELDS = 20
 FieldName = Annotated[str, Field(min_length=1, max_length=200)]
