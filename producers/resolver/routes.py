@@ -76,7 +76,7 @@ def _record(
     )
     with res.unit_of_work() as uow:
         recorded: Recorded = record_decision(uow, decision)
-    return DecisionRecordedBody.of(recorded)
+    return DecisionRecordedBody.model_validate(recorded)
 
 
 @router.get(CASES, tags=["review"], summary="List review cases (keyset pagination)")
@@ -100,7 +100,7 @@ def list_cases(
     caller.require_tenant(tenant_id)
     rows = queries.list_cases(conn, tenant_id, catalog_id, case_status, after, limit)
     return CasePage(
-        cases=[ReviewCase.of(r) for r in rows],
+        cases=[ReviewCase.model_validate(r) for r in rows],
         next_after=rows[-1].case_id if len(rows) == limit else None,
     )
 
@@ -118,8 +118,8 @@ def read_case(
     caller.require_tenant(tenant_id)
     found = queries.read_case(conn, tenant_id, catalog_id, case_id)
     return CaseDetail(
-        **ReviewCase.of(found.case).model_dump(),
-        decisions=[DecisionBody.of(d) for d in found.decisions],
+        **ReviewCase.model_validate(found.case).model_dump(),
+        decisions=[DecisionBody.model_validate(d) for d in found.decisions],
     )
 
 
@@ -178,7 +178,9 @@ def item_decisions(
     by decision time, then id. 404 ``ITEM_NOT_FOUND``."""
     caller.require_tenant(tenant_id)
     rows = queries.item_history(conn, tenant_id, catalog_id, item_id)
-    return DecisionHistory(item_id=item_id, decisions=[DecisionBody.of(r) for r in rows])
+    return DecisionHistory(
+        item_id=item_id, decisions=[DecisionBody.model_validate(r) for r in rows]
+    )
 
 
 @router.post(

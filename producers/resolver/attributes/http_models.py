@@ -1,6 +1,7 @@
 """Response bodies of the class and attribute read endpoints (the OpenAPI contract).
 The decision endpoint's attribute facts are request bodies of
-``producers.resolver.http_models``, with every other fact kind."""
+``producers.resolver.http_models``, with every other fact kind. Bodies follow its
+convention: ``model_validate(row)`` where a row has the body's fields."""
 
 from __future__ import annotations
 
@@ -8,21 +9,17 @@ import uuid
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from db.repositories.attributes import ClassRow, DefinitionRow
+from db.repositories.attributes import DefinitionRow, ValueRow
 
 
 class CatalogClass(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     class_id: str
     parent_class_id: str | None = Field(description="null for a root class.")
     decision_id: uuid.UUID
-
-    @classmethod
-    def of(cls, row: ClassRow) -> CatalogClass:
-        return cls(
-            class_id=row.class_id, parent_class_id=row.parent_class_id, decision_id=row.decision_id
-        )
 
 
 class ClassList(BaseModel):
@@ -30,6 +27,8 @@ class ClassList(BaseModel):
 
 
 class AttributeDefinition(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     attribute_key: str
     version: int
     label: str
@@ -41,22 +40,6 @@ class AttributeDefinition(BaseModel):
     decision_id: uuid.UUID = Field(description="The decision of the latest revision.")
     created_at: datetime
     updated_at: datetime
-
-    @classmethod
-    def of(cls, row: DefinitionRow) -> AttributeDefinition:
-        return cls(
-            attribute_key=row.attribute_key,
-            version=row.version,
-            label=row.label,
-            value_type=row.value_type,  # type: ignore[arg-type]  # the table's CHECK
-            allowed_values=list(row.allowed_values),
-            applies_to=list(row.applies_to),
-            status=row.status,  # type: ignore[arg-type]  # the table's CHECK
-            revision=row.revision,
-            decision_id=row.decision_id,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
 
 
 class DefinitionList(BaseModel):
@@ -73,6 +56,21 @@ class AttributeValue(BaseModel):
     item_revision: int = Field(description="The item's revision the value was set against.")
     decision_id: uuid.UUID
     updated_at: datetime
+
+    @classmethod
+    def of(cls, value: ValueRow, definition: DefinitionRow) -> AttributeValue:
+        """Explicit: the label and type are the value's definition's."""
+        return cls(
+            attribute_key=value.attribute_key,
+            definition_version=value.definition_version,
+            label=definition.label,
+            value_type=definition.value_type,  # type: ignore[arg-type]  # the table's CHECK
+            value=value.value,
+            revision=value.revision,
+            item_revision=value.item_revision,
+            decision_id=value.decision_id,
+            updated_at=value.updated_at,
+        )
 
 
 class ItemAttributes(BaseModel):

@@ -40,7 +40,10 @@ CATALOG = "/tenants/{tenant_id}/catalogs/{catalog_id}"
 def list_classes(caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog) -> ClassList:
     caller.require_tenant(tenant_id)
     return ClassList(
-        classes=[CatalogClass.of(r) for r in queries.list_classes(conn, tenant_id, catalog_id)]
+        classes=[
+            CatalogClass.model_validate(r)
+            for r in queries.list_classes(conn, tenant_id, catalog_id)
+        ]
     )
 
 
@@ -57,7 +60,7 @@ def list_definitions(
 ) -> DefinitionList:
     caller.require_tenant(tenant_id)
     found = queries.list_definitions(conn, tenant_id, catalog_id, key)
-    return DefinitionList(definitions=[AttributeDefinition.of(r) for r in found])
+    return DefinitionList(definitions=[AttributeDefinition.model_validate(r) for r in found])
 
 
 @router.get(
@@ -75,7 +78,7 @@ def read_definition(
 ) -> AttributeDefinition:
     """404 ``ATTRIBUTE_NOT_FOUND`` for an unknown key or version."""
     caller.require_tenant(tenant_id)
-    return AttributeDefinition.of(
+    return AttributeDefinition.model_validate(
         queries.read_definition(conn, tenant_id, catalog_id, attribute_key, version)
     )
 
@@ -95,18 +98,5 @@ def item_attributes(
         item_id=found.item_id,
         class_id=found.class_id,
         lineage=found.lineage,
-        values=[
-            AttributeValue(
-                attribute_key=v.attribute_key,
-                definition_version=v.definition_version,
-                label=d.label,
-                value_type=d.value_type,  # type: ignore[arg-type]  # the table's CHECK
-                value=v.value,
-                revision=v.revision,
-                item_revision=v.item_revision,
-                decision_id=v.decision_id,
-                updated_at=v.updated_at,
-            )
-            for v, d in found.values
-        ],
+        values=[AttributeValue.of(v, d) for v, d in found.values],
     )

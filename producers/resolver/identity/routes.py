@@ -77,7 +77,7 @@ def _record(
         prior_decision_ids=tuple(dict.fromkeys(basis.prior_decision_ids)),
     )
     with res.unit_of_work() as uow:
-        return DecisionRecordedBody.of(record_decision(uow, decision))
+        return DecisionRecordedBody.model_validate(record_decision(uow, decision))
 
 
 @router.post(
@@ -144,7 +144,7 @@ def read_generation(
     found = queries.read_generation(conn, key)
     return GenerationDetail(
         **Generation.of(found.state).model_dump(),
-        collisions=[CollisionBody.of(c) for c in found.collisions],
+        collisions=[CollisionBody.model_validate(c) for c in found.collisions],
     )
 
 
