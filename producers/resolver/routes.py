@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
+from producers.http.params import CaseId, Catalog, ItemId, Tenant
 from producers.resolver import queries
 from producers.resolver.decisions import Decision, Recorded, record_decision
 from producers.resolver.facts import Fact
@@ -35,11 +36,6 @@ from producers.resolver.http_models import (
 from producers.resolver.review_cases import CaseRevision
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
-
-Tenant = Annotated[str, Path(min_length=1, max_length=200)]
-Catalog = Annotated[str, Path(min_length=1, max_length=200)]
-CaseId = Annotated[str, Path(min_length=1, max_length=200)]
-ItemId = Annotated[str, Path(min_length=1, max_length=200)]
 
 MAX_PAGE = 200
 DEFAULT_PAGE = 50

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 
 from producers.http.auth import Caller
 from producers.http.deps import Conn
 from producers.http.errors import error_responses
+from producers.http.params import AttributeKey, AttributeVersion, Catalog, ItemId, Tenant
 from producers.resolver.attributes import queries
 from producers.resolver.attributes.http_models import (
     AttributeDefinition,
@@ -23,15 +24,8 @@ from producers.resolver.attributes.http_models import (
     DefinitionList,
     ItemAttributes,
 )
-from producers.resolver.attributes.rules import MAX_VERSION
 
 router = APIRouter(prefix="/v1", tags=["attributes"], responses=error_responses(401, 403, 503))
-
-Tenant = Annotated[str, Path(min_length=1, max_length=200)]
-Catalog = Annotated[str, Path(min_length=1, max_length=200)]
-ItemId = Annotated[str, Path(min_length=1, max_length=200)]
-Key = Annotated[str, Path(min_length=1, max_length=200)]
-Version = Annotated[int, Path(ge=1, le=MAX_VERSION)]
 
 CATALOG = "/tenants/{tenant_id}/catalogs/{catalog_id}"
 
@@ -73,8 +67,8 @@ def read_definition(
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
-    attribute_key: Key,
-    version: Version,
+    attribute_key: AttributeKey,
+    version: AttributeVersion,
 ) -> AttributeDefinition:
     """404 ``ATTRIBUTE_NOT_FOUND`` for an unknown key or version."""
     caller.require_tenant(tenant_id)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 
 from db.repositories.identity import GenerationKey
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
+from producers.http.params import Catalog, ClassId, GenerationNumber, IdentityHash, Tenant
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.facts import Fact
 from producers.resolver.http_models import DecisionBasis, DecisionRecordedBody
@@ -41,20 +42,6 @@ from producers.resolver.identity.http_models import (
 from producers.resolver.identity.http_models import Collision as CollisionBody
 
 router = APIRouter(prefix="/v1", tags=["identity"], responses=error_responses(401, 403, 422, 503))
-
-Tenant = Annotated[str, Path(min_length=1, max_length=200)]
-Catalog = Annotated[str, Path(min_length=1, max_length=200)]
-ClassId = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=200,
-        description="The item class; may contain '/' (adapters name nested categories"
-        " so, e.g. 'outdoor/camping/tents').",
-    ),
-]
-GenerationNumber = Annotated[int, Path(ge=1, le=2**31 - 1)]
-IdentityHash = Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="SHA-256, hex.")]
 
 GENERATIONS = "/tenants/{tenant_id}/catalogs/{catalog_id}/identity-generations"
 # Class ids may contain '/', so the class takes every segment up to the numeric
