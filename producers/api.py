@@ -27,8 +27,8 @@ from producers.capture.jobs_metrics import IntakeCollector
 from producers.http.deps import Res, Resources
 from producers.http.errors import ErrorBody, error_response, install_error_handlers
 from producers.http.settings import ApiSettings
-from producers.resolver.attribute_routes import router as attribute_router
-from producers.resolver.identity_routes import router as identity_router
+from producers.resolver.attributes.routes import router as attribute_router
+from producers.resolver.identity.routes import router as identity_router
 from producers.resolver.routes import router as resolver_router
 from producers.retention.metrics import RetentionCollector
 from producers.retention.routes import router as retention_router

@@ -13,7 +13,7 @@ from db.repositories import catalog_items as items
 from db.repositories import identity as identity_keys
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
-from producers.resolver.attributes import refuse_class_change
+from producers.resolver.attributes.class_changes import refuse_class_change
 from producers.resolver.exceptions import (
     InvalidDecision,
     ItemNotFound,

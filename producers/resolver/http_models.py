@@ -1,6 +1,11 @@
 """Request and response bodies of the resolver's operator endpoints (the OpenAPI
 contract). Request models build the domain's own dataclasses (``Decision`` and its
-facts), whose checks then run exactly as for any other caller of the write path."""
+facts), whose checks then run exactly as for any other caller of the write path.
+
+Response models read the rows they answer with by attribute
+(``from_attributes``): ``Model.model_validate(row)`` for a row with the same field
+names. Only a body whose fields come from elsewhere is built explicitly. Models
+carry no class docstring: pydantic would publish it as the schema's description."""
 
 from __future__ import annotations
 
@@ -8,20 +13,23 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+)
 
-from db.repositories.decisions import DecisionRow
-from db.repositories.review_cases import CaseRow
-from producers.resolver.attributes import (
-    MAX_LABEL,
-    MAX_VALUE,
-    MAX_VERSION,
+from producers.resolver.attributes.facts import (
     DefineAttribute,
     DefineClass,
     PublishAttribute,
     SetAttributeValue,
 )
-from producers.resolver.decisions import Recorded
+from producers.resolver.attributes.rules import MAX_LABEL, MAX_VALUE, MAX_VERSION
 from producers.resolver.facts import Fact
 from producers.resolver.listing_mappings import MapListing
 from producers.resolver.shipping_policies import VersionShippingPolicy
@@ -221,21 +229,13 @@ class SplitRequest(DecisionBasis, SplitSpec):
 
 
 class ReviewCase(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     case_id: str
     subject_type: str
     subject_id: str
     status: Literal["open", "decided"]
     revision: int = Field(description="Send this as expected_revision with a decision.")
-
-    @classmethod
-    def of(cls, row: CaseRow) -> ReviewCase:
-        return cls(
-            case_id=row.case_id,
-            subject_type=row.subject_type,
-            subject_id=row.subject_id,
-            status=row.status,  # type: ignore[arg-type]  # the table's CHECK constraint
-            revision=row.revision,
-        )
 
 
 class CasePage(BaseModel):
@@ -246,6 +246,8 @@ class CasePage(BaseModel):
 
 
 class DecisionBody(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     decision_id: uuid.UUID
     action: str
     actor: str
@@ -257,49 +259,27 @@ class DecisionBody(BaseModel):
     prior_decision_ids: list[uuid.UUID]
     decided_at: datetime
 
-    @classmethod
-    def of(cls, row: DecisionRow) -> DecisionBody:
-        return cls(
-            decision_id=row.decision_id,
-            action=row.action,
-            actor=row.actor,
-            actor_kind=row.actor_kind,
-            rationale=row.rationale,
-            evidence=[Evidence.model_validate(e) for e in row.evidence],
-            case_id=row.case_id,
-            case_revision=row.case_revision,
-            prior_decision_ids=row.prior_decision_ids,
-            decided_at=row.decided_at,
-        )
-
 
 class CaseDetail(ReviewCase):
     decisions: list[DecisionBody] = Field(description="Oldest first.")
 
 
 class AggregateRevision(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     type: str
     id: str
     revision: int
 
 
 class DecisionRecordedBody(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     decision_id: uuid.UUID
     case_revision: int | None = Field(description="The case's revision after the decision.")
     aggregates: list[AggregateRevision] = Field(
         description="Every aggregate revision the decision produced an event for, in order."
     )
-
-    @classmethod
-    def of(cls, recorded: Recorded) -> DecisionRecordedBody:
-        return cls(
-            decision_id=recorded.decision_id,
-            case_revision=recorded.case_revision,
-            aggregates=[
-                AggregateRevision(type=a.type, id=a.id, revision=a.revision)
-                for a in recorded.aggregates
-            ],
-        )
 
 
 class DecisionHistory(BaseModel):

@@ -7,8 +7,6 @@ a lock a writer would wait for.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -18,21 +16,14 @@ from db.repositories import decisions as decision_rows
 from db.repositories import review_cases as cases
 from db.repositories.decisions import DecisionRow
 from db.repositories.review_cases import CaseRow
-from db.unit_of_work import Transaction
 from producers.resolver.exceptions import CaseNotFound, ItemNotFound
+from producers.resolver.snapshot import snapshot
 
 
 @dataclass(frozen=True, slots=True)
 class CaseWithDecisions:
     case: CaseRow
     decisions: list[DecisionRow]
-
-
-@contextmanager
-def _snapshot(conn: psycopg.Connection) -> Iterator[Transaction]:
-    with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        yield Transaction(conn)
 
 
 def list_cases(
@@ -43,14 +34,14 @@ def list_cases(
     after: str | None,
     limit: int,
 ) -> list[CaseRow]:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         return cases.page(tx, tenant_id, catalog_id, status, after, limit)
 
 
 def read_case(
     conn: psycopg.Connection, tenant_id: str, catalog_id: str, case_id: str
 ) -> CaseWithDecisions:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         case = cases.get(tx, tenant_id, catalog_id, case_id)
         if case is None:
             raise CaseNotFound(f"no case {case_id!r} in {tenant_id}/{catalog_id}")
@@ -60,7 +51,7 @@ def read_case(
 def item_history(
     conn: psycopg.Connection, tenant_id: str, catalog_id: str, item_id: str
 ) -> list[DecisionRow]:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         if items.get(tx, tenant_id, catalog_id, item_id) is None:
             raise ItemNotFound(f"no item {item_id!r} in {tenant_id}/{catalog_id}")
         return decision_rows.for_item(tx, tenant_id, catalog_id, item_id)

@@ -5,18 +5,19 @@ Thin: each route authorizes the tenant, builds the domain's ``Decision`` from th
 body and runs ``record_decision`` in a Unit of Work, or calls one read of
 ``producers.resolver.queries``. Domain errors carry their own stable code and status.
 Identity generations, their collisions and the approval of their activation are
-served by ``producers.resolver.identity_routes``.
+served by ``producers.resolver.identity.routes``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
+from producers.http.params import CaseId, Catalog, ItemId, Tenant
 from producers.resolver import queries
 from producers.resolver.decisions import Decision, Recorded, record_decision
 from producers.resolver.facts import Fact
@@ -35,11 +36,6 @@ from producers.resolver.http_models import (
 from producers.resolver.review_cases import CaseRevision
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
-
-Tenant = Annotated[str, Path(min_length=1, max_length=200)]
-Catalog = Annotated[str, Path(min_length=1, max_length=200)]
-CaseId = Annotated[str, Path(min_length=1, max_length=200)]
-ItemId = Annotated[str, Path(min_length=1, max_length=200)]
 
 MAX_PAGE = 200
 DEFAULT_PAGE = 50
@@ -76,7 +72,7 @@ def _record(
     )
     with res.unit_of_work() as uow:
         recorded: Recorded = record_decision(uow, decision)
-    return DecisionRecordedBody.of(recorded)
+    return DecisionRecordedBody.model_validate(recorded)
 
 
 @router.get(CASES, tags=["review"], summary="List review cases (keyset pagination)")
@@ -100,7 +96,7 @@ def list_cases(
     caller.require_tenant(tenant_id)
     rows = queries.list_cases(conn, tenant_id, catalog_id, case_status, after, limit)
     return CasePage(
-        cases=[ReviewCase.of(r) for r in rows],
+        cases=[ReviewCase.model_validate(r) for r in rows],
         next_after=rows[-1].case_id if len(rows) == limit else None,
     )
 
@@ -118,8 +114,8 @@ def read_case(
     caller.require_tenant(tenant_id)
     found = queries.read_case(conn, tenant_id, catalog_id, case_id)
     return CaseDetail(
-        **ReviewCase.of(found.case).model_dump(),
-        decisions=[DecisionBody.of(d) for d in found.decisions],
+        **ReviewCase.model_validate(found.case).model_dump(),
+        decisions=[DecisionBody.model_validate(d) for d in found.decisions],
     )
 
 
@@ -178,7 +174,9 @@ def item_decisions(
     by decision time, then id. 404 ``ITEM_NOT_FOUND``."""
     caller.require_tenant(tenant_id)
     rows = queries.item_history(conn, tenant_id, catalog_id, item_id)
-    return DecisionHistory(item_id=item_id, decisions=[DecisionBody.of(r) for r in rows])
+    return DecisionHistory(
+        item_id=item_id, decisions=[DecisionBody.model_validate(r) for r in rows]
+    )
 
 
 @router.post(

@@ -9,11 +9,12 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
+from producers.http.params import Catalog, ConsumerId, HistoryEpoch, LeaseId, Tenant
 from producers.retention import consumers, leases, retained
 from producers.retention.exceptions import StreamNotFound, TtlTooLong
 from producers.retention.http_models import (
@@ -32,16 +33,6 @@ from schemas.ids import StreamId
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
 
-Tenant = Annotated[str, Path(min_length=1, max_length=200)]
-Catalog = Annotated[str, Path(min_length=1, max_length=200)]
-Epoch = Annotated[int, Path(ge=1, description="The stream's history epoch.")]
-Consumer = Annotated[
-    str,
-    Path(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
-        description="A stable name for the consumer (its durable progress is kept under it).",
-    ),
-]
 After = Annotated[int, Query(ge=0, description="Return events after this position.")]
 Limit = Annotated[int, Query(ge=1, le=retained.MAX_PAGE, description="At most this many events.")]
 
@@ -71,8 +62,8 @@ def register_consumer(
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
-    history_epoch: Epoch,
-    consumer_id: Consumer,
+    history_epoch: HistoryEpoch,
+    consumer_id: ConsumerId,
 ) -> ConsumerRegistered:
     stream = _stream(caller, tenant_id, catalog_id, history_epoch)
     registration = consumers.register(conn, stream, consumer_id)
@@ -98,8 +89,8 @@ def deregister_consumer(
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
-    history_epoch: Epoch,
-    consumer_id: Consumer,
+    history_epoch: HistoryEpoch,
+    consumer_id: ConsumerId,
 ) -> Response:
     consumers.deregister(conn, _stream(caller, tenant_id, catalog_id, history_epoch), consumer_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -116,8 +107,8 @@ def report_progress(
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
-    history_epoch: Epoch,
-    consumer_id: Consumer,
+    history_epoch: HistoryEpoch,
+    consumer_id: ConsumerId,
     body: ProgressReport,
 ) -> ProgressHeld:
     stream = _stream(caller, tenant_id, catalog_id, history_epoch)
@@ -136,7 +127,7 @@ def stream_events(
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
-    history_epoch: Epoch,
+    history_epoch: HistoryEpoch,
     after: After = 0,
     limit: Limit = retained.DEFAULT_PAGE,
 ) -> EventPageBody:
@@ -151,7 +142,7 @@ def stream_events(
     responses=error_responses(404),
 )
 def stream_state(
-    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, history_epoch: Epoch
+    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, history_epoch: HistoryEpoch
 ) -> StreamState:
     stream = _stream(caller, tenant_id, catalog_id, history_epoch)
     found = stream_report(conn, stream)
@@ -185,7 +176,7 @@ def _own_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> None:
     responses=error_responses(404, 410),
 )
 def renew_lease(
-    caller: Caller, conn: Conn, res: Res, lease_id: uuid.UUID, body: LeaseRenewal | None = None
+    caller: Caller, conn: Conn, res: Res, lease_id: LeaseId, body: LeaseRenewal | None = None
 ) -> Lease:
     _own_lease(caller, conn, lease_id)
     ttl = body.ttl_seconds if body else None
@@ -199,7 +190,7 @@ def renew_lease(
     summary="Move the lease's pin forward (never backwards)",
     responses=error_responses(404, 409, 410),
 )
-def advance_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID, body: LeaseAdvance) -> Lease:
+def advance_lease(caller: Caller, conn: Conn, lease_id: LeaseId, body: LeaseAdvance) -> Lease:
     _own_lease(caller, conn, lease_id)
     return Lease.of(leases.advance(conn, lease_id, body.position))
 
@@ -211,7 +202,7 @@ def advance_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID, body: LeaseAd
     status_code=status.HTTP_204_NO_CONTENT,
     responses=error_responses(404),
 )
-def release_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> Response:
+def release_lease(caller: Caller, conn: Conn, lease_id: LeaseId) -> Response:
     _own_lease(caller, conn, lease_id)
     leases.release(conn, lease_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -6,7 +6,6 @@ Thin: authentication and request checks here, durability in ``service``.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Annotated, cast
 
@@ -32,6 +31,7 @@ from producers.http.auth import Grant, Principal, token_hash
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.exceptions import TenantScopeDenied, Unauthenticated
+from producers.http.params import ReceiptId
 from schemas.jobs import CAPTURE_JOB
 
 CAPTURES_PATH = "/v1/captures"
@@ -166,7 +166,7 @@ def post_capture(
     summary="Read a receipt (its collector instance, or an operator of its tenant)",
     responses=error_responses(404),
 )
-def get_receipt(reader: ReceiptReader, conn: Conn, receipt_id: uuid.UUID) -> Receipt:
+def get_receipt(reader: ReceiptReader, conn: Conn, receipt_id: ReceiptId) -> Receipt:
     """404 ``NOT_FOUND`` for an unknown receipt; 403 ``TENANT_SCOPE_DENIED`` for
     another tenant's; 403 ``INSTANCE_SCOPE_DENIED`` for another instance's. Collectors
     are matched by instance, so a rotated credential keeps its receipts."""

@@ -1,6 +1,7 @@
 """Request and response bodies of the identity-generation endpoints (the OpenAPI
 contract). Requests build the domain's facts, whose checks then run as for any other
-caller of the write path."""
+caller of the write path. Responses follow ``producers.resolver.http_models``:
+``model_validate(row)`` where a row has the body's fields, explicit where not."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from db.repositories.identity import CollisionRow, GenerationRow
+from db.repositories.identity import GenerationRow
 from producers.resolver.http_models import DecisionBasis, Id
-from producers.resolver.identity import BackfillReport, IdentityRule
-from producers.resolver.identity_queries import GenerationState
+from producers.resolver.identity.generations import BackfillReport
+from producers.resolver.identity.queries import GenerationState
+from producers.resolver.identity.rules import IdentityRule
 
 MAX_RULE_FIELDS = 20
 FieldName = Annotated[str, Field(min_length=1, max_length=200)]
@@ -72,6 +74,8 @@ class Generation(BaseModel):
 
     @classmethod
     def of(cls, state: GenerationState) -> Generation:
+        """Explicit: the class and number are the row's key's, the counts are not
+        the row's."""
         row: GenerationRow = state.row
         return cls(
             class_id=row.key.class_id,
@@ -91,21 +95,13 @@ class Generation(BaseModel):
 
 
 class Collision(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     identity_hash: str
     candidate_item_ids: list[str] = Field(description="The items sharing the hash.")
     holder_item_id: str | None
     decision_id: uuid.UUID | None = Field(description="The resolving decision; null: open.")
     resolved_at: datetime | None
-
-    @classmethod
-    def of(cls, row: CollisionRow) -> Collision:
-        return cls(
-            identity_hash=row.identity_hash,
-            candidate_item_ids=list(row.candidate_item_ids),
-            holder_item_id=row.holder_item_id,
-            decision_id=row.decision_id,
-            resolved_at=row.resolved_at,
-        )
 
 
 class GenerationDetail(Generation):
@@ -127,6 +123,7 @@ class Backfill(BaseModel):
 
     @classmethod
     def of(cls, report: BackfillReport, state: GenerationState) -> Backfill:
+        """Explicit: the report's counts with the generation as read after it."""
         return cls(
             generation=Generation.of(state),
             item_count=report.item_count,

@@ -1,12 +1,10 @@
-"""Identity generations and keys (INV-02) against real PostgreSQL: the lifecycle
-(backfill, collisions, approval, retirement), what lookups serve, the unique key
-constraint under races, and the recovery of interrupted backfills."""
+"""Identity generations (INV-02) against real PostgreSQL: the lifecycle (backfill,
+collisions, approval, retirement, pinning), what an activated generation keeps, and
+the recovery of stale or interrupted backfills."""
 
 from __future__ import annotations
 
 import random
-import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -14,134 +12,54 @@ import psycopg.errors
 import pytest
 
 from db.repositories import identity as repo
-from db.repositories.identity import GenerationKey
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from producers.resolver.catalog_items import ItemChange, RetireItem
-from producers.resolver.decisions import Decision, Recorded, record_decision
 from producers.resolver.exceptions import (
     BackfillIncomplete,
     BackfillStale,
     CollisionAlreadyResolved,
     DomainError,
     GenerationAlreadyActivated,
-    GenerationNotActive,
-    GenerationNotFound,
     GenerationNotReady,
     HumanApprovalRequired,
-    IdentityConflict,
     InvalidCollisionResolution,
-    InvalidIdentity,
     StaleRevision,
-    StrongIdMismatch,
-    TargetNotActive,
     UnresolvedCollisions,
 )
-from producers.resolver.facts import DecisionScope
-from producers.resolver.identity import (
-    ActivateGeneration,
-    AssignIdentity,
-    IdentityRule,
-    ReleaseIdentity,
-    ResolveCollision,
+from producers.resolver.identity.facts import ActivateGeneration, ResolveCollision
+from producers.resolver.identity.generations import (
     backfill_generation,
     create_and_backfill,
     create_generation,
-    identity_hash,
-    lookup,
-    lookup_item,
     pinned_generation,
 )
-from producers.resolver.splits import SplitItem, Successor
+from producers.resolver.identity.rules import identity_hash
 from schemas.codec import CODEC
 from schemas.events import DecisionRecorded
-from tests.fixtures.decisions import accept
 from tests.integration.producers.resolver.conftest import (
-    EVIDENCE,
     UowFactory,
     assert_contiguous_outbox,
 )
+from tests.integration.producers.resolver.identity.conftest import (
+    BRAND_MPN,
+    EAN13,
+    GTIN_RULE,
+    OTHER_EAN13,
+    SHOE,
+    C,
+    T,
+    add,
+    approve,
+    counts,
+    decide,
+    find,
+    gen_row,
+    h,
+    new_generation,
+    shoes,
+)
 from tests.integration.producers.resolver.test_races import ROUNDS, race
-
-T, C, SHOE = "t1", "c1", "shoe"
-BRAND_MPN = IdentityRule(("brand", "mpn"))
-GTIN_RULE = IdentityRule(("gtin",))
-EAN13 = "4006381333931"
-OTHER_EAN13 = "4006381333924"
-
-
-def h(brand: str, mpn: str) -> str:
-    digest = identity_hash(BRAND_MPN, {"brand": brand, "mpn": mpn})
-    assert digest is not None
-    return digest
-
-
-def add(
-    uow: UowFactory, item_id: str, class_id: str = SHOE, catalog: str = C, **attributes: str
-) -> None:
-    with uow() as u:
-        accept(u, T, catalog, ItemChange(T, catalog, item_id, class_id, item_id, None, attributes))
-
-
-def decide(
-    uow: UowFactory, *facts: object, catalog: str = C, actor_kind: str = "human"
-) -> Recorded:
-    decision = Decision(
-        tenant_id=T,
-        catalog_id=catalog,
-        action="identity",
-        actor="reviewer:ana",
-        rationale="reviewed the backfill",
-        evidence=EVIDENCE,
-        facts=facts,  # type: ignore[arg-type]
-        actor_kind=actor_kind,
-    )
-    with uow() as u:
-        return record_decision(u, decision)
-
-
-def gen_row(uow: UowFactory, generation: int, class_id: str = SHOE) -> repo.GenerationRow:
-    with uow() as u:
-        row = repo.get_generation(u.tx, GenerationKey(T, C, class_id, generation))
-    assert row is not None
-    return row
-
-
-def new_generation(uow: UowFactory, rule: IdentityRule = BRAND_MPN, class_id: str = SHOE) -> int:
-    report = create_and_backfill(uow, T, C, class_id, rule)
-    return report.generation.key.generation
-
-
-def approve(uow: UowFactory, generation: int, class_id: str = SHOE, **kw: object) -> Recorded:
-    revision = gen_row(uow, generation, class_id).revision
-    fact = ActivateGeneration(class_id, generation, revision)
-    return decide(uow, fact, **kw)  # type: ignore[arg-type]
-
-
-def find(uow: UowFactory, generation: int, digest: str, **strong: str) -> str | None:
-    with uow() as u:
-        return lookup_item(u.tx, T, C, SHOE, generation, digest, strong)
-
-
-def counts(dsn: str) -> tuple[int, int, int]:
-    """Decisions, outbox rows, and the stream cursor's position."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT (SELECT count(*) FROM decision), (SELECT count(*) FROM outbox),"
-            " (SELECT coalesce(max(position), 0) FROM stream_cursor)"
-        ).fetchone()
-    assert row is not None
-    return (int(row[0]), int(row[1]), int(row[2]))
-
-
-def shoes(uow: UowFactory) -> None:
-    """a and b share brand and mpn (a collision); c is alone; d lacks an mpn."""
-    add(uow, "a", brand="ACME", mpn="X-1", gtin=EAN13)
-    add(uow, "b", brand=" acme ", mpn="x-1")
-    add(uow, "c", brand="ACME", mpn="X-2")
-    add(uow, "d", brand="ACME")
-    add(uow, "boot", class_id="boot", brand="ACME", mpn="X-2")
-
 
 # --- lifecycle -----------------------------------------------------------------------
 
@@ -287,163 +205,6 @@ def test_generations_coexist_and_replays_use_the_pinned_one(
     assert now == after
 
 
-def test_lookup_joins_on_all_five_columns(uow: UowFactory, clean_db: DatabaseSettings) -> None:
-    add(uow, "c", brand="ACME", mpn="X-2")
-    add(uow, "boot", class_id="boot", brand="ACME", mpn="X-2")
-    add(uow, "c2", catalog="c2", brand="ACME", mpn="X-2")
-    for class_id in (SHOE, "boot"):
-        gen = new_generation(uow, class_id=class_id)
-        approve(uow, gen, class_id=class_id)
-    digest = h("acme", "x-2")
-    with uow() as u:
-        assert lookup_item(u.tx, T, C, SHOE, 1, digest) == "c"
-        assert lookup_item(u.tx, T, C, "boot", 1, digest) == "boot"
-        assert lookup_item(u.tx, T, C, SHOE, 2, digest) is None
-        assert lookup_item(u.tx, T, "c2", SHOE, 1, digest) is None
-        assert lookup_item(u.tx, "t2", C, SHOE, 1, digest) is None
-        assert lookup_item(u.tx, T, C, SHOE, 1, h("acme", "x-3")) is None
-        with pytest.raises(InvalidIdentity):
-            lookup_item(u.tx, T, C, SHOE, 1, "not-a-hash")
-
-
-def test_strong_identifiers_narrow_but_never_match_alone(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    add(uow, "a", brand="ACME", mpn="X-1", gtin=EAN13)
-    add(uow, "c", brand="ACME", mpn="X-2")
-    add(uow, "e", brand="ACME", mpn="X-3", gtin=OTHER_EAN13)
-    gen = new_generation(uow)
-    approve(uow, gen)
-    assert find(uow, gen, h("acme", "x-1"), ean=EAN13) == "a"
-    assert find(uow, gen, h("acme", "x-1"), gtin="0" + EAN13) == "a"
-    # The holder carries another GTIN: no match.
-    assert find(uow, gen, h("acme", "x-1"), gtin=OTHER_EAN13) is None
-    # The holder carries none, but another item carries the claimed one: no match.
-    assert find(uow, gen, h("acme", "x-2"), gtin=OTHER_EAN13) is None
-    assert find(uow, gen, h("acme", "x-2"), gtin=EAN13) is None
-    # Unknown to every item, or unusable: it narrows nothing.
-    assert find(uow, gen, h("acme", "x-2"), gtin="96385074") == "c"
-    assert find(uow, gen, h("acme", "x-2"), gtin="garbage") == "c"
-    # A strong identifier without the key never matches.
-    assert find(uow, gen, h("nobody", "x-9"), gtin=EAN13) is None
-    with uow() as u:
-        found = lookup(u.tx, T, C, SHOE, gen, h("acme", "x-1"), {"upc": OTHER_EAN13})
-    assert (found.outcome, found.item_id, found.conflicts) == ("strong_id_conflict", "a", ("gtin",))
-
-
-# --- assignment, the unique constraint, release ---------------------------------------
-
-
-def test_assigning_a_held_hash_is_an_identity_conflict(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    add(uow, "c", brand="ACME", mpn="X-2")
-    gen = new_generation(uow)
-    approve(uow, gen)
-    add(uow, "n1")
-    before = counts(clean_db.resolver_dsn)
-    with pytest.raises(IdentityConflict) as raised:
-        decide(uow, AssignIdentity("n1", SHOE, gen, h("acme", "x-2")))
-    assert raised.value.code == "IDENTITY_CONFLICT" and raised.value.http_status == 409
-    assert counts(clean_db.resolver_dsn) == before
-    with pytest.raises(IdentityConflict):  # c already holds a key in this generation
-        decide(uow, AssignIdentity("c", SHOE, gen, h("acme", "x-9")))
-
-    decide(uow, AssignIdentity("n1", SHOE, gen, h("acme", "n-1"), {"EAN": EAN13}))
-    assert find(uow, gen, h("acme", "n-1")) == "n1"
-    assert find(uow, gen, h("acme", "n-1"), gtin=EAN13) == "n1"
-    add(uow, "n2")
-    with pytest.raises(InvalidIdentity):  # an unusable strong identifier
-        decide(uow, AssignIdentity("n2", SHOE, gen, h("acme", "n-2"), {"gtin": "bad"}))
-    decide(uow, AssignIdentity("n2", SHOE, gen, h("acme", "n-2"), {"gtin": OTHER_EAN13}))
-    with pytest.raises(StrongIdMismatch) as mismatch:  # n2's key is taken anyway,
-        # but the strong identifier is checked first and differs
-        decide(uow, AssignIdentity("n2", SHOE, gen, h("acme", "n-9"), {"gtin": EAN13}))
-    assert mismatch.value.code == "STRONG_ID_MISMATCH"
-    add(uow, "boot", class_id="boot")
-    with pytest.raises(InvalidIdentity):  # a boot cannot hold a shoe's key
-        decide(uow, AssignIdentity("boot", SHOE, gen, h("acme", "n-3")))
-
-
-def test_assignment_needs_an_active_generation_and_item(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    add(uow, "c", brand="ACME", mpn="X-2")
-    gen = new_generation(uow)
-    add(uow, "n1")
-    with pytest.raises(GenerationNotActive):
-        decide(uow, AssignIdentity("n1", SHOE, gen, h("acme", "n-1")))
-    with pytest.raises(GenerationNotFound):
-        decide(uow, AssignIdentity("n1", SHOE, gen + 1, h("acme", "n-1")))
-    approve(uow, gen)
-    decide(uow, RetireItem("n1", "gone"))
-    with pytest.raises(TargetNotActive):
-        decide(uow, AssignIdentity("n1", SHOE, gen, h("acme", "n-1")))
-
-
-def test_the_unique_index_refuses_a_second_ready_or_active_key(
-    clean_db: DatabaseSettings, uow: UowFactory
-) -> None:
-    """Straight SQL, past every domain check: PostgreSQL itself keeps INV-02."""
-    add(uow, "a", brand="ACME", mpn="X-1")
-    add(uow, "b", brand="ACME", mpn="X-1")
-    add(uow, "c", brand="ACME", mpn="X-2")
-    gen = new_generation(uow)
-    shared, alone = h("acme", "x-1"), h("acme", "x-2")
-    insert = (
-        "INSERT INTO identity_key (tenant_id, catalog_id, class_id, identity_generation,"
-        " item_id, identity_hash, state) VALUES ('t1', 'c1', 'shoe', %s, %s, %s, %s)"
-    )
-    with psycopg.connect(clean_db.resolver_dsn) as conn:
-        for state in ("ready", "active"):
-            with pytest.raises(psycopg.errors.UniqueViolation), conn.transaction():
-                conn.execute(insert, (gen, "a", alone, state))
-        # Retired and released keys do not count; candidates live elsewhere.
-        with conn.transaction(force_rollback=True):
-            conn.execute(insert, (gen, "a", alone, "released"))
-        # Two candidates share the hash; the key table has no row for it.
-        candidates = conn.execute(
-            "SELECT count(*) FROM identity_candidate WHERE identity_hash = %s", (shared,)
-        ).fetchone()
-        keys = conn.execute(
-            "SELECT count(*) FROM identity_key WHERE identity_hash = %s", (shared,)
-        ).fetchone()
-    assert (candidates, keys) == ((2,), (0,))
-
-
-def test_release_frees_the_hash_for_another_item(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    add(uow, "c", brand="ACME", mpn="X-2")
-    gen = new_generation(uow)
-    approve(uow, gen)
-    decide(uow, RetireItem("c", "replaced"), ReleaseIdentity("c"))
-    assert find(uow, gen, h("acme", "x-2")) is None
-    add(uow, "c-new", brand="ACME", mpn="X-2")
-    decide(uow, AssignIdentity("c-new", SHOE, gen, h("acme", "x-2")))
-    assert find(uow, gen, h("acme", "x-2")) == "c-new"
-
-
-def test_retiring_or_splitting_an_item_releases_its_keys_in_the_same_decision(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    """A retired or split item is no longer the active holder of its hash (INV-02),
-    so the hash is free for another item without an explicit ReleaseIdentity."""
-    add(uow, "c", brand="ACME", mpn="X-2")
-    add(uow, "s", brand="ACME", mpn="X-3")
-    gen = new_generation(uow)
-    approve(uow, gen)
-    assert find(uow, gen, h("acme", "x-2")) == "c"
-    assert find(uow, gen, h("acme", "x-3")) == "s"
-
-    decide(uow, RetireItem("c", "replaced"))
-    decide(uow, SplitItem("s", (Successor("s-1", "left"), Successor("s-2", "right"))))
-    assert find(uow, gen, h("acme", "x-2")) is None
-    assert find(uow, gen, h("acme", "x-3")) is None
-    decide(uow, AssignIdentity("s-1", SHOE, gen, h("acme", "x-3")))
-    assert find(uow, gen, h("acme", "x-3")) == "s-1"
-
-
 def test_an_activated_generation_keeps_its_keys(
     uow: UowFactory, clean_db: DatabaseSettings
 ) -> None:
@@ -583,110 +344,6 @@ def test_concurrent_creations_of_one_class_get_distinct_numbers_or_a_conflict(
                 assert isinstance(outcome, int)
                 numbers.append(outcome)
     assert sorted(numbers) == list(range(1, len(numbers) + 1))
-
-
-# --- races -----------------------------------------------------------------------------
-
-
-def _active_generation(uow: UowFactory) -> int:
-    add(uow, "c", brand="ACME", mpn="X-2")
-    gen = new_generation(uow)
-    approve(uow, gen)
-    return gen
-
-
-def assign_without_cursor(uow: UowFactory, item_id: str, gen: int, digest: str) -> None:
-    """A writer that skips ``record_decision`` and the stream's cursor lock: only the
-    database's constraints and row locks stand between it and the others."""
-    with uow() as u:
-        decision_id = uuid.uuid4()
-        u.tx.execute(
-            "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
-            " actor_kind, rationale, evidence) VALUES (%s, %s, %s, 'identity', 'rogue',"
-            ' \'rule\', \'r\', \'[{"capture_id": "x", "locator": "y"}]\')',
-            (T, C, decision_id),
-        )
-        AssignIdentity(item_id, SHOE, gen, digest).accept(u, DecisionScope(T, C, decision_id))
-        u.commit()
-
-
-def _one_holder_per_round(
-    uow: UowFactory, dsn: str, writers: Callable[[int, int], list[Callable[[], object]]]
-) -> None:
-    gen = _active_generation(uow)
-    for n in range(ROUNDS):
-        add(uow, f"x{n}")
-        add(uow, f"y{n}")
-        outcomes = race(*writers(n, gen))
-        conflicts = [o for o in outcomes if isinstance(o, IdentityConflict)]
-        assert len(conflicts) == 1, outcomes
-        assert all(o is None or isinstance(o, Recorded | IdentityConflict) for o in outcomes)
-        holder = find(uow, gen, h("race", str(n)))
-        assert holder in (f"x{n}", f"y{n}")
-    with psycopg.connect(dsn) as conn:
-        per_hash = conn.execute(
-            "SELECT identity_hash, count(*) FROM identity_key WHERE state = 'active'"
-            " GROUP BY identity_hash HAVING count(*) > 1"
-        ).fetchall()
-    assert per_hash == []
-    assert_contiguous_outbox(dsn)
-
-
-def test_two_decisions_assigning_one_hash_in_one_stream_one_wins(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    _one_holder_per_round(
-        uow,
-        clean_db.resolver_dsn,
-        lambda n, gen: [
-            lambda item=item: decide(uow, AssignIdentity(item, SHOE, gen, h("race", str(n))))
-            for item in (f"x{n}", f"y{n}")
-        ],
-    )
-
-
-def test_a_writer_skipping_the_cursor_lock_still_meets_the_unique_index(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    _one_holder_per_round(
-        uow,
-        clean_db.resolver_dsn,
-        lambda n, gen: [
-            lambda: decide(uow, AssignIdentity(f"x{n}", SHOE, gen, h("race", str(n)))),
-            lambda: assign_without_cursor(uow, f"y{n}", gen, h("race", str(n))),
-        ],
-    )
-
-
-def test_an_assignment_racing_the_next_activation_never_stays_active_in_a_retired_one(
-    uow: UowFactory, clean_db: DatabaseSettings
-) -> None:
-    """The assignment holds the old generation FOR SHARE, the activation takes it FOR
-    UPDATE: the key either lands first and is retired with it, or is refused."""
-    add(uow, "c", brand="ACME", mpn="X-2")
-    for n in range(ROUNDS):
-        old = new_generation(uow)
-        approve(uow, old)
-        add(uow, f"x{n}")
-        new = new_generation(uow)
-        # Give the activation's freshness check nothing to trip on: x{n} has no
-        # brand or mpn, so it holds no key under the rule in either backfill.
-        assigned, approved = race(
-            lambda n=n, old=old: assign_without_cursor(uow, f"x{n}", old, h("race", str(n))),
-            lambda new=new: approve(uow, new),
-        )
-        assert isinstance(approved, Recorded), approved
-        assert assigned is None or isinstance(assigned, GenerationNotActive), assigned
-        with uow() as u:
-            state = repo.item_key(u.tx, GenerationKey(T, C, SHOE, old), f"x{n}")
-        assert state in (None, (h("race", str(n)), "retired")), state
-    with psycopg.connect(clean_db.resolver_dsn) as conn:
-        misplaced = conn.execute(
-            "SELECT count(*) FROM identity_key k JOIN identity_generation g"
-            " USING (tenant_id, catalog_id, class_id, identity_generation)"
-            " WHERE g.status = 'retired' AND k.state IN ('ready', 'active')"
-        ).fetchone()
-    assert misplaced == (0,)
 
 
 def test_a_backfill_partitions_every_class_into_keys_candidates_and_unkeyed(

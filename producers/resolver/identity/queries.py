@@ -4,8 +4,6 @@ snapshot; no lock a writer would wait for)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -14,6 +12,8 @@ from db.repositories import identity as repo
 from db.repositories.identity import CollisionRow, GenerationKey, GenerationRow
 from db.unit_of_work import Transaction
 from producers.resolver.exceptions import GenerationNotFound
+from producers.resolver.identity.generations import generation_name
+from producers.resolver.snapshot import snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +29,6 @@ class GenerationWithCollisions:
     collisions: list[CollisionRow]
 
 
-@contextmanager
-def _snapshot(conn: psycopg.Connection) -> Iterator[Transaction]:
-    with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        yield Transaction(conn)
-
-
 def _state(tx: Transaction, row: GenerationRow) -> GenerationState:
     return GenerationState(
         row, repo.key_count(tx, row.key), repo.unresolved_collision_count(tx, row.key)
@@ -43,30 +36,24 @@ def _state(tx: Transaction, row: GenerationRow) -> GenerationState:
 
 
 def generation_state(conn: psycopg.Connection, key: GenerationKey) -> GenerationState:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         row = repo.get_generation(tx, key)
         if row is None:
-            raise GenerationNotFound(
-                f"no identity generation {key.generation} of class {key.class_id!r}"
-                f" in {key.tenant_id}/{key.catalog_id}"
-            )
+            raise GenerationNotFound(f"no {generation_name(key)}")
         return _state(tx, row)
 
 
 def read_generation(conn: psycopg.Connection, key: GenerationKey) -> GenerationWithCollisions:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         row = repo.get_generation(tx, key)
         if row is None:
-            raise GenerationNotFound(
-                f"no identity generation {key.generation} of class {key.class_id!r}"
-                f" in {key.tenant_id}/{key.catalog_id}"
-            )
+            raise GenerationNotFound(f"no {generation_name(key)}")
         return GenerationWithCollisions(_state(tx, row), repo.collisions(tx, key))
 
 
 def list_generations(
     conn: psycopg.Connection, tenant_id: str, catalog_id: str, class_id: str | None
 ) -> list[GenerationState]:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         rows = repo.list_generations(tx, tenant_id, catalog_id, class_id)
         return [_state(tx, row) for row in rows]

@@ -27,14 +27,14 @@ from db.tables.attributes import (
 )
 from db.tables.domain import APP_ROLE
 from db.unit_of_work import UnitOfWork
-from producers.resolver.attributes import (
+from producers.resolver.attributes.facts import (
     DefineAttribute,
     DefineClass,
     PublishAttribute,
     SetAttributeValue,
-    canonical_value,
     set_attribute_value,
 )
+from producers.resolver.attributes.rules import canonical_value
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import (

@@ -12,25 +12,25 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 
 from db.repositories.identity import GenerationKey
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
-from producers.resolver import identity_queries
+from producers.http.params import Catalog, ClassId, GenerationNumber, IdentityHash, Tenant
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.facts import Fact
 from producers.resolver.http_models import DecisionBasis, DecisionRecordedBody
-from producers.resolver.identity import (
+from producers.resolver.identity import queries
+from producers.resolver.identity.facts import (
     ACTIVATE_ACTION,
     RESOLVE_ACTION,
     ActivateGeneration,
     ResolveCollision,
-    backfill_generation,
-    create_and_backfill,
 )
-from producers.resolver.identity_http_models import (
+from producers.resolver.identity.generations import backfill_generation, create_and_backfill
+from producers.resolver.identity.http_models import (
     ApprovalRequest,
     Backfill,
     Generation,
@@ -39,23 +39,9 @@ from producers.resolver.identity_http_models import (
     GenerationRequest,
     ResolutionRequest,
 )
-from producers.resolver.identity_http_models import Collision as CollisionBody
+from producers.resolver.identity.http_models import Collision as CollisionBody
 
 router = APIRouter(prefix="/v1", tags=["identity"], responses=error_responses(401, 403, 422, 503))
-
-Tenant = Annotated[str, Path(min_length=1, max_length=200)]
-Catalog = Annotated[str, Path(min_length=1, max_length=200)]
-ClassId = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=200,
-        description="The item class; may contain '/' (adapters name nested categories"
-        " so, e.g. 'outdoor/camping/tents').",
-    ),
-]
-GenerationNumber = Annotated[int, Path(ge=1, le=2**31 - 1)]
-IdentityHash = Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="SHA-256, hex.")]
 
 GENERATIONS = "/tenants/{tenant_id}/catalogs/{catalog_id}/identity-generations"
 # Class ids may contain '/', so the class takes every segment up to the numeric
@@ -78,7 +64,7 @@ def _record(
         prior_decision_ids=tuple(dict.fromkeys(basis.prior_decision_ids)),
     )
     with res.unit_of_work() as uow:
-        return DecisionRecordedBody.of(record_decision(uow, decision))
+        return DecisionRecordedBody.model_validate(record_decision(uow, decision))
 
 
 @router.post(
@@ -107,7 +93,7 @@ def create(
     caller.require_tenant(tenant_id)
     rule = body.rule()
     report = create_and_backfill(res.unit_of_work, tenant_id, catalog_id, body.class_id, rule)
-    state = identity_queries.generation_state(conn, report.generation.key)
+    state = queries.generation_state(conn, report.generation.key)
     return Backfill.of(report, state)
 
 
@@ -122,7 +108,7 @@ def list_generations(
     ] = None,
 ) -> GenerationList:
     caller.require_tenant(tenant_id)
-    states = identity_queries.list_generations(conn, tenant_id, catalog_id, class_id)
+    states = queries.list_generations(conn, tenant_id, catalog_id, class_id)
     return GenerationList(generations=[Generation.of(s) for s in states])
 
 
@@ -142,10 +128,10 @@ def read_generation(
     """404 ``GENERATION_NOT_FOUND``."""
     caller.require_tenant(tenant_id)
     key = GenerationKey(tenant_id, catalog_id, class_id, generation)
-    found = identity_queries.read_generation(conn, key)
+    found = queries.read_generation(conn, key)
     return GenerationDetail(
         **Generation.of(found.state).model_dump(),
-        collisions=[CollisionBody.of(c) for c in found.collisions],
+        collisions=[CollisionBody.model_validate(c) for c in found.collisions],
     )
 
 
@@ -171,7 +157,7 @@ def backfill(
     caller.require_tenant(tenant_id)
     with res.unit_of_work() as uow:
         report = backfill_generation(uow, tenant_id, catalog_id, class_id, generation)
-    state = identity_queries.generation_state(conn, report.generation.key)
+    state = queries.generation_state(conn, report.generation.key)
     return Backfill.of(report, state)
 
 

@@ -8,8 +8,6 @@ snapshot, and no read takes a lock a writer would wait for.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -17,8 +15,8 @@ import psycopg
 from db.repositories import attributes as rows
 from db.repositories import catalog_items as items
 from db.repositories.attributes import ClassRow, DefinitionRow, ValueRow
-from db.unit_of_work import Transaction
 from producers.resolver.exceptions import AttributeNotFound, ItemNotFound
+from producers.resolver.snapshot import snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,29 +27,22 @@ class ItemValues:
     values: list[tuple[ValueRow, DefinitionRow]]
 
 
-@contextmanager
-def _snapshot(conn: psycopg.Connection) -> Iterator[Transaction]:
-    with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        yield Transaction(conn)
-
-
 def list_classes(conn: psycopg.Connection, tenant_id: str, catalog_id: str) -> list[ClassRow]:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         return rows.all_classes(tx, tenant_id, catalog_id)
 
 
 def list_definitions(
     conn: psycopg.Connection, tenant_id: str, catalog_id: str, attribute_key: str | None
 ) -> list[DefinitionRow]:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         return rows.list_definitions(tx, tenant_id, catalog_id, attribute_key)
 
 
 def read_definition(
     conn: psycopg.Connection, tenant_id: str, catalog_id: str, attribute_key: str, version: int
 ) -> DefinitionRow:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         found = rows.get_definition(tx, tenant_id, catalog_id, attribute_key, version)
     if found is None:
         raise AttributeNotFound(
@@ -63,7 +54,7 @@ def read_definition(
 def item_values(
     conn: psycopg.Connection, tenant_id: str, catalog_id: str, item_id: str
 ) -> ItemValues:
-    with _snapshot(conn) as tx:
+    with snapshot(conn) as tx:
         item = items.get(tx, tenant_id, catalog_id, item_id)
         if item is None:
             raise ItemNotFound(f"no item {item_id!r} in {tenant_id}/{catalog_id}")

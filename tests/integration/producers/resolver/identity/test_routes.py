@@ -10,18 +10,18 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from db.settings import DatabaseSettings
-from producers.resolver.identity import create_generation
+from producers.resolver.identity.generations import create_generation
 from tests.integration.producers.resolver.conftest import UowFactory
-from tests.integration.producers.resolver.test_api import (
+from tests.integration.producers.resolver.identity.conftest import BRAND_MPN, add, counts, h
+from tests.integration.producers.resolver.test_routes import (
     CATALOG,
     EVIDENCE,
     auth,
     error,
     ok,
 )
-from tests.integration.producers.resolver.test_api import api_settings as api_settings
-from tests.integration.producers.resolver.test_api import client as client
-from tests.integration.producers.resolver.test_identity import BRAND_MPN, add, counts, h
+from tests.integration.producers.resolver.test_routes import api_settings as api_settings
+from tests.integration.producers.resolver.test_routes import client as client
 
 GENERATIONS = f"{CATALOG}/identity-generations"
 

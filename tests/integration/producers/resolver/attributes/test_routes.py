@@ -20,7 +20,7 @@ from producers.http.settings import ApiSettings
 from producers.resolver.catalog_items import ItemChange
 from tests.fixtures.decisions import accept
 from tests.integration.producers.resolver.conftest import UowFactory
-from tests.integration.producers.resolver.test_api import (
+from tests.integration.producers.resolver.test_routes import (
     CATALOG,
     T1_TOKEN,
     auth,

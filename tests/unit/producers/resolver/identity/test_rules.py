@@ -11,10 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from producers.resolver.exceptions import InvalidIdentity
-from producers.resolver.identity import (
-    AssignIdentity,
+from producers.resolver.identity.facts import AssignIdentity, ResolveCollision
+from producers.resolver.identity.rules import (
     IdentityRule,
-    ResolveCollision,
     gtin_check_digit_valid,
     identity_hash,
     normalize_claim,

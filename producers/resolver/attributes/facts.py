@@ -1,4 +1,5 @@
-"""Classes, attribute definitions and attribute values (INV-07).
+"""The attribute facts a decision accepts (INV-07): classes, attribute definitions
+and attribute values.
 
 An attribute value references a published definition version whose applicability
 includes the item's class, directly or through the class's ancestors. The facts here
@@ -17,11 +18,7 @@ What could take a value out of its definition's reach later, and how it is refus
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
 import psycopg.errors
 
@@ -29,19 +26,28 @@ from db.repositories import attributes as rows
 from db.repositories import catalog_items as items
 from db.repositories.attributes import DefinitionRow
 from db.stream_writer import PendingEvent
-from db.tables.attributes import KEY_PATTERN, VALUE_TYPES
+from db.tables.attributes import VALUE_TYPES
 from db.unit_of_work import UnitOfWork
+from producers.resolver.attributes.rules import (
+    KEY,
+    MAX_ID,
+    MAX_LABEL,
+    MAX_VERSION,
+    RawValue,
+    applies,
+    canonical_value,
+    check_reference,
+    check_text,
+)
 from producers.resolver.exceptions import (
     AttributeAlreadyPublished,
     AttributeDefinitionInvalid,
     AttributeNotApplicable,
     AttributeNotFound,
     AttributeNotPublished,
-    AttributeValueInvalid,
     AttributeVersionExists,
     ClassAlreadyDefined,
     ClassReparentRefused,
-    DomainError,
     InvalidClass,
     ItemNotActive,
     ItemNotFound,
@@ -56,112 +62,6 @@ DEFINITION = "attribute_definition"
 VALUE = "attribute_value"
 ITEM = "catalog_item"
 
-MAX_ID = 200
-MAX_LABEL = 1_000
-MAX_VALUE = 10_000
-MAX_VERSION = 2**31 - 1
-MAX_NUMBER_DIGITS = 60
-"""A number keeps at most this many significant digits and this magnitude (10^±60),
-so its canonical text stays short."""
-
-_KEY = re.compile(KEY_PATTERN)
-
-RawValue = str | bool | int | float | Decimal
-"""A value as a caller gives it; ``canonical_value`` turns it into stored text."""
-
-
-# --- pure rules ----------------------------------------------------------------------
-
-
-def applies(lineage: Sequence[str], applies_to: Iterable[str]) -> bool:
-    """Whether a definition applying to ``applies_to`` reaches a class whose lineage
-    (the class, then its ancestors) is ``lineage``."""
-    return not set(lineage).isdisjoint(applies_to)
-
-
-def canonical_value(value_type: str, allowed_values: Sequence[str], raw: RawValue) -> str:
-    """The stored text of ``raw`` as a value of the type, or ``AttributeValueInvalid``.
-
-    text: any non-empty string; number: a finite decimal (int, float, Decimal or its
-    string), kept without exponent, trailing zeros or a negative zero (``"1.5"``,
-    ``"-0.25"``, ``"100"``); boolean: ``true``/``false`` (a bool or that text); enum:
-    one of ``allowed_values``, exactly. PostgreSQL's ``attribute_value_fits`` accepts
-    exactly these forms.
-    """
-    if value_type == "number":
-        return _canonical_number(raw)
-    if value_type == "boolean":
-        if isinstance(raw, bool):
-            return "true" if raw else "false"
-        if raw in ("true", "false"):
-            return str(raw)
-        raise AttributeValueInvalid(f"{raw!r} is not a boolean (true or false)")
-    if not isinstance(raw, str):
-        raise AttributeValueInvalid(f"a {value_type} value is a string, not {raw!r}")
-    if value_type == "enum":
-        if raw not in allowed_values:
-            raise AttributeValueInvalid(f"{raw!r} is not one of {list(allowed_values)}")
-        return raw
-    if value_type == "text":
-        _check_text(raw, "a text value", MAX_VALUE, AttributeValueInvalid)
-        return raw
-    raise AttributeValueInvalid(f"unknown value type {value_type!r}")
-
-
-def _canonical_number(raw: RawValue) -> str:
-    if isinstance(raw, bool):
-        raise AttributeValueInvalid(f"{raw!r} is a boolean, not a number")
-    try:
-        if isinstance(raw, float):
-            if not math.isfinite(raw):
-                raise AttributeValueInvalid(f"{raw!r} is not a finite number")
-            number = Decimal(repr(raw))  # the shortest text that reads back as the float
-        elif isinstance(raw, str):
-            if len(raw) > MAX_VALUE:
-                raise AttributeValueInvalid("the number is too long")
-            number = Decimal(raw)
-        else:
-            number = Decimal(raw)
-    except InvalidOperation as exc:
-        raise AttributeValueInvalid(f"{raw!r} is not a number") from exc
-    if not number.is_finite():
-        raise AttributeValueInvalid(f"{raw!r} is not a finite number")
-    if number.is_zero():
-        return "0"
-    # Drop trailing zeros by hand: Decimal.normalize() would also round to the
-    # context's 28 digits, silently changing a longer number.
-    sign, digits, exponent = number.as_tuple()
-    assert isinstance(exponent, int)  # finite
-    kept = list(digits)
-    while kept[-1] == 0:
-        kept.pop()
-        exponent += 1
-    magnitude = len(kept) + exponent - 1
-    if len(kept) > MAX_NUMBER_DIGITS or abs(magnitude) > MAX_NUMBER_DIGITS:
-        raise AttributeValueInvalid(
-            f"{raw!r} has more than {MAX_NUMBER_DIGITS} significant digits or a magnitude"
-            f" beyond 10^±{MAX_NUMBER_DIGITS}"
-        )
-    return format(Decimal((sign, tuple(kept), exponent)), "f")
-
-
-def _check_text(value: str, what: str, limit: int, error: type[DomainError]) -> None:
-    if not value:
-        raise error(f"{what} cannot be empty")
-    if len(value) > limit:
-        raise error(f"{what} is longer than {limit} characters")
-    if "\x00" in value:
-        raise error(f"{what} contains a NUL character")
-
-
-def _check_reference(attribute_key: str, version: int) -> None:
-    """A key or version no definition can have is simply not found."""
-    if not _KEY.fullmatch(attribute_key) or not 1 <= version <= MAX_VERSION:
-        raise AttributeNotFound(f"no attribute {attribute_key!r} version {version} can exist")
-
-
-# --- facts ---------------------------------------------------------------------------
-
 
 @dataclass(frozen=True, slots=True)
 class DefineClass:
@@ -172,9 +72,9 @@ class DefineClass:
     parent_class_id: str | None = None
 
     def __post_init__(self) -> None:
-        _check_text(self.class_id, "a class id", MAX_ID, InvalidClass)
+        check_text(self.class_id, "a class id", MAX_ID, InvalidClass)
         if self.parent_class_id is not None:
-            _check_text(self.parent_class_id, "a parent class id", MAX_ID, InvalidClass)
+            check_text(self.parent_class_id, "a parent class id", MAX_ID, InvalidClass)
         if self.parent_class_id == self.class_id:
             raise InvalidClass(f"class {self.class_id!r} cannot be its own parent")
 
@@ -199,26 +99,26 @@ class DefineAttribute:
 
     def __post_init__(self) -> None:
         bad = AttributeDefinitionInvalid
-        if not _KEY.fullmatch(self.attribute_key):
+        if not KEY.fullmatch(self.attribute_key):
             raise bad(
                 f"attribute key {self.attribute_key!r} must be 1-100 letters, digits or"
                 " '_.:-', starting with a letter or digit"
             )
         if not 1 <= self.version <= MAX_VERSION:
             raise bad(f"version {self.version} is not between 1 and {MAX_VERSION}")
-        _check_text(self.label, "a label", MAX_LABEL, bad)
+        check_text(self.label, "a label", MAX_LABEL, bad)
         if self.value_type not in VALUE_TYPES:
             raise bad(f"value type {self.value_type!r} is not one of {VALUE_TYPES}")
         if (self.value_type == "enum") != bool(self.allowed_values):
             raise bad("an enum lists its allowed values; other types list none")
         for allowed in self.allowed_values:
-            _check_text(allowed, "an allowed value", MAX_ID, bad)
+            check_text(allowed, "an allowed value", MAX_ID, bad)
         if len(set(self.allowed_values)) != len(self.allowed_values):
             raise bad("allowed values must be distinct")
         if not self.applies_to:
             raise bad(f"attribute {self.attribute_key!r} applies to no class")
         for class_id in self.applies_to:
-            _check_text(class_id, "a class id", MAX_ID, bad)
+            check_text(class_id, "a class id", MAX_ID, bad)
         if len(set(self.applies_to)) != len(self.applies_to):
             raise bad("the classes it applies to must be distinct")
 
@@ -234,7 +134,7 @@ class PublishAttribute:
     version: int
 
     def __post_init__(self) -> None:
-        _check_reference(self.attribute_key, self.version)
+        check_reference(self.attribute_key, self.version)
 
     def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
         publish_attribute(uow, scope, self)
@@ -250,7 +150,7 @@ class SetAttributeValue:
     value: RawValue
 
     def __post_init__(self) -> None:
-        _check_reference(self.attribute_key, self.version)
+        check_reference(self.attribute_key, self.version)
         # No stored item has such an id (PostgreSQL text cannot even hold a NUL).
         if not self.item_id or "\x00" in self.item_id or len(self.item_id) > MAX_ID:
             raise ItemNotFound(f"no item can have the id {self.item_id!r}")
@@ -438,37 +338,6 @@ def set_attribute_value(uow: UnitOfWork, scope: DecisionScope, fact: SetAttribut
         )
     )
     return revision
-
-
-def refuse_class_change(
-    uow: UnitOfWork, tenant_id: str, catalog_id: str, item_id: str, class_id: str
-) -> None:
-    """Raise ``AttributeNotApplicable`` if moving the item to ``class_id`` would leave
-    one of its current values outside its definition's reach.
-
-    It takes the stream's cursor lock first (a no-op if the transaction holds it),
-    which keeps every domain writer of the item, its values and the classes out until
-    this transaction commits.
-    """
-    uow.stream(tenant_id, catalog_id)
-    tx = uow.tx
-    current = items.get(tx, tenant_id, catalog_id, item_id)
-    if current is None or current.class_id == class_id:
-        return
-    values = rows.values_of_item(tx, tenant_id, catalog_id, item_id)
-    if not values:
-        return
-    lineage = rows.lineage(tx, tenant_id, catalog_id, class_id)
-    for value in values:
-        definition = rows.get_definition(
-            tx, tenant_id, catalog_id, value.attribute_key, value.definition_version
-        )
-        if definition is None or not applies(lineage, definition.applies_to):
-            raise AttributeNotApplicable(
-                f"item {item_id!r} of {tenant_id}/{catalog_id} cannot move to class"
-                f" {class_id!r}: its attribute {value.attribute_key!r} (version"
-                f" {value.definition_version}) does not apply there"
-            )
 
 
 def _defined_event(definition: DefinitionRow) -> PendingEvent:

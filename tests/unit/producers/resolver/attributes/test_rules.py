@@ -10,13 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.resolver.attributes import (
-    MAX_NUMBER_DIGITS,
-    DefineAttribute,
-    DefineClass,
-    applies,
-    canonical_value,
-)
+from producers.resolver.attributes.facts import DefineAttribute, DefineClass
+from producers.resolver.attributes.rules import MAX_NUMBER_DIGITS, applies, canonical_value
 from producers.resolver.exceptions import (
     AttributeDefinitionInvalid,
     AttributeValueInvalid,

@@ -1,0 +1,45 @@
+"""The path parameters of the resolver API, one ``Annotated`` alias each.
+
+Every route takes its path parameters from here, so a tenant, a catalog or an item
+id is bounded (and documented in the OpenAPI schema) the same way wherever it
+appears. Query parameters stay with the routes that read them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import Path
+
+MAX_ID = 200
+MAX_INT4 = 2**31 - 1
+"""Versions and generation numbers are PostgreSQL ``integer`` columns."""
+
+Tenant = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
+Catalog = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
+ItemId = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
+CaseId = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
+ClassId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=MAX_ID,
+        description="The item class; may contain '/' (adapters name nested categories"
+        " so, e.g. 'outdoor/camping/tents').",
+    ),
+]
+AttributeKey = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
+AttributeVersion = Annotated[int, Path(ge=1, le=MAX_INT4)]
+GenerationNumber = Annotated[int, Path(ge=1, le=MAX_INT4)]
+IdentityHash = Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="SHA-256, hex.")]
+HistoryEpoch = Annotated[int, Path(ge=1, description="The stream's history epoch.")]
+ConsumerId = Annotated[
+    str,
+    Path(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+        description="A stable name for the consumer (its durable progress is kept under it).",
+    ),
+]
+LeaseId = Annotated[uuid.UUID, Path()]
+ReceiptId = Annotated[uuid.UUID, Path()]
