@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import AliasChoices, ValidationError
 from pydantic_settings import BaseSettings
 
 from db.settings import ENV_PREFIX
 from infra.local import local_environment
 
 S = TypeVar("S", bound=BaseSettings)
+
+log = logging.getLogger(__name__)
 
 
 class ConfigurationError(Exception):
@@ -20,7 +23,7 @@ class ConfigurationError(Exception):
 
 def load(settings_class: type[S]) -> S:
     try:
-        return settings_class()
+        settings = settings_class()
     except ValidationError as exc:
         # Settings holding secrets hide what was given: a token pasted into the
         # wrong variable must not end up in a log.
@@ -28,10 +31,39 @@ def load(settings_class: type[S]) -> S:
         problems = []
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"])
-            variable = f"{ENV_PREFIX}{field}".upper()
+            variable = _variable(settings_class, field)
             given = "" if hide else f" (got {error.get('input')!r})"
             problems.append(f"{variable}: {error['msg']}{given}")
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
+    present = {name.upper() for name in os.environ}
+    for current, old in _deprecated(settings_class):
+        if old in present:
+            log.warning("%s is deprecated and will go away: set %s instead", old, current)
+    return settings
+
+
+def _deprecated(settings_class: type[BaseSettings]) -> list[tuple[str, str]]:
+    """(current name, deprecated alias) of every field read under aliases (the first
+    alias is the current name)."""
+    found = []
+    for info in settings_class.model_fields.values():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            current, *old = [n.upper() for n in alias.choices if isinstance(n, str)]
+            found += [(current, name) for name in old]
+    return found
+
+
+def _variable(settings_class: type[BaseSettings], field: str) -> str:
+    """The variable an error's location stands for: ``GAPLESS_<FIELD>``, or for a
+    field read under aliases (its first alias is the location) every one of them."""
+    for name, info in settings_class.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names = [n for n in alias.choices if isinstance(n, str)]
+            if field in (name, *names[:1]):
+                return " or ".join(n.upper() for n in names)
+    return f"{ENV_PREFIX}{field}".upper()
 
 
 def use_local_services() -> dict[str, str]:
