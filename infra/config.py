@@ -6,13 +6,12 @@ import logging
 import os
 from typing import TypeVar
 
-from pydantic import AliasChoices, ValidationError
-from pydantic_settings import BaseSettings
+from pydantic import ValidationError
 
-from db.settings import ENV_PREFIX
 from infra.local import local_environment
+from schemas.settings import ENV_PREFIX, GaplessSettings
 
-S = TypeVar("S", bound=BaseSettings)
+S = TypeVar("S", bound=GaplessSettings)
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +21,8 @@ class ConfigurationError(Exception):
 
 
 def load(settings_class: type[S]) -> S:
+    """The settings, or ``ConfigurationError`` naming every bad variable; a deprecated
+    variable that was used is named in a warning."""
     try:
         settings = settings_class()
     except ValidationError as exc:
@@ -36,33 +37,19 @@ def load(settings_class: type[S]) -> S:
             problems.append(f"{variable}: {error['msg']}{given}")
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
     present = {name.upper() for name in os.environ}
-    for current, old in _deprecated(settings_class):
-        if old in present:
-            log.warning("%s is deprecated and will go away: set %s instead", old, current)
+    for current, *deprecated in settings_class.variables().values():
+        for old in deprecated:
+            if old in present:
+                log.warning("%s is deprecated and will go away: set %s instead", old, current)
     return settings
 
 
-def _deprecated(settings_class: type[BaseSettings]) -> list[tuple[str, str]]:
-    """(current name, deprecated alias) of every field read under aliases (the first
-    alias is the current name)."""
-    found = []
-    for info in settings_class.model_fields.values():
-        alias = info.validation_alias
-        if isinstance(alias, AliasChoices):
-            current, *old = [n.upper() for n in alias.choices if isinstance(n, str)]
-            found += [(current, name) for name in old]
-    return found
-
-
-def _variable(settings_class: type[BaseSettings], field: str) -> str:
-    """The variable an error's location stands for: ``GAPLESS_<FIELD>``, or for a
-    field read under aliases (its first alias is the location) every one of them."""
-    for name, info in settings_class.model_fields.items():
-        alias = info.validation_alias
-        if isinstance(alias, AliasChoices):
-            names = [n for n in alias.choices if isinstance(n, str)]
-            if field in (name, *names[:1]):
-                return " or ".join(n.upper() for n in names)
+def _variable(settings_class: type[GaplessSettings], field: str) -> str:
+    """The variable an error's location stands for: the field's (a field read under
+    aliases is located by its first, and named with every one)."""
+    for name, variables in settings_class.variables().items():
+        if field == name or field.upper() == variables[0]:
+            return " or ".join(variables)
     return f"{ENV_PREFIX}{field}".upper()
 
 

@@ -6,11 +6,11 @@ import os
 import socket
 
 from pydantic import AliasChoices, Field
-from pydantic_settings import SettingsConfigDict
 
-from db.settings import ENV_PREFIX, DatabaseSettings
+from db.settings import DatabaseSettings
 from producers.capture.settings import ObjectStoreSettings
-from schemas.topics import JOBS_TOPIC, KafkaSettings
+from schemas.settings import KafkaSettings
+from schemas.topics import JOBS_TOPIC
 
 
 def _default_worker_id() -> str:
@@ -18,11 +18,8 @@ def _default_worker_id() -> str:
 
 
 class WorkerSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
-    """``gapless resolver-worker``: processes capture jobs from ``intake.jobs.v1``."""
-
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True, validate_by_name=True
-    )
+    """``gapless resolver-worker``: processes capture jobs from ``intake.jobs.v1``
+    (hides what was given in errors, as ``ObjectStoreSettings`` does: the S3 keys)."""
 
     jobs_topic: str = Field(default=JOBS_TOPIC, description="GAPLESS_JOBS_TOPIC")
     worker_id: str = Field(

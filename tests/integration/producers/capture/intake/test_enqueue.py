@@ -21,7 +21,8 @@ from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.intake.sweeper import Sweeper
 from producers.capture.settings import SweeperSettings
 from schemas.jobs import JobMessage
-from schemas.topics import JOBS_TOPIC, KafkaSettings
+from schemas.settings import KafkaSettings
+from schemas.topics import JOBS_TOPIC
 
 from .conftest import MakeSettings, capture_body, closed_port, post
 
