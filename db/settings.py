@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-ENV_PREFIX = "GAPLESS_"
+from schemas.settings import GaplessSettings
 
 
-class DatabaseSettings(BaseSettings):
+class DatabaseSettings(GaplessSettings):
     """Where the three PostgreSQL databases live.
 
     The defaults point at the cluster that ``gapless up`` starts on loopback, so the
@@ -20,9 +19,10 @@ class DatabaseSettings(BaseSettings):
     UPDATE on decisions (INV-05, INV-08), so not even a bug in a service can rewrite
     history. Migrations connect with ``resolver_migration_dsn`` as the owner of the
     tables, the one login that may change the schema and the grants.
-    """
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    The DSNs are plain strings, not secrets: keep a password out of them (libpq reads
+    it from ``PGPASSWORD`` or a password file, ``PGPASSFILE`` / ``~/.pgpass``).
+    """
 
     resolver_dsn: str = Field(
         default="postgresql://gapless_resolver_service@127.0.0.1:55432/resolver",

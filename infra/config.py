@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TypeVar
 
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 
-from db.settings import ENV_PREFIX
 from infra.local import local_environment
 from schemas.errors import GaplessError
+from schemas.settings import ENV_PREFIX, GaplessSettings
 
-S = TypeVar("S", bound=BaseSettings)
+S = TypeVar("S", bound=GaplessSettings)
+
+log = logging.getLogger(__name__)
 
 
 class ConfigurationError(GaplessError):
@@ -22,8 +24,10 @@ class ConfigurationError(GaplessError):
 
 
 def load(settings_class: type[S]) -> S:
+    """The settings, or ``ConfigurationError`` naming every bad variable; a deprecated
+    variable that was used is named in a warning."""
     try:
-        return settings_class()
+        settings = settings_class()
     except ValidationError as exc:
         # Settings holding secrets hide what was given: a token pasted into the
         # wrong variable must not end up in a log.
@@ -31,10 +35,25 @@ def load(settings_class: type[S]) -> S:
         problems = []
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"])
-            variable = f"{ENV_PREFIX}{field}".upper()
+            variable = _variable(settings_class, field)
             given = "" if hide else f" (got {error.get('input')!r})"
             problems.append(f"{variable}: {error['msg']}{given}")
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
+    present = {name.upper() for name in os.environ}
+    for current, *deprecated in settings_class.variables().values():
+        for old in deprecated:
+            if old in present:
+                log.warning("%s is deprecated and will go away: set %s instead", old, current)
+    return settings
+
+
+def _variable(settings_class: type[GaplessSettings], field: str) -> str:
+    """The variable an error's location stands for: the field's (a field read under
+    aliases is located by its first, and named with every one)."""
+    for name, variables in settings_class.variables().items():
+        if field == name or field.upper() == variables[0]:
+            return " or ".join(variables)
+    return f"{ENV_PREFIX}{field}".upper()
 
 
 def use_local_services() -> dict[str, str]:

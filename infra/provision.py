@@ -13,7 +13,7 @@ from db.migrate import upgrade_all
 from db.settings import DatabaseSettings
 from infra.config import load
 from infra.topics import ensure_topics
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 
 
 def provision(echo: Callable[[str], None]) -> None:

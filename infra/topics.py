@@ -7,7 +7,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from schemas.topics import CONTROL_TOPIC, JOBS_TOPIC, KafkaSettings
+from schemas.settings import KafkaSettings
+from schemas.topics import CONTROL_TOPIC, JOBS_TOPIC
 
 
 def ensure_topics(settings: KafkaSettings, echo: Callable[[str], None] = lambda _: None) -> None:

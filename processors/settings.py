@@ -6,11 +6,12 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from db.settings import DatabaseSettings
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 
 
 class AgentSettings(DatabaseSettings, KafkaSettings):
-    model_config = SettingsConfigDict(env_prefix="GAPLESS_", extra="ignore")
+    # The resolver token must not end up in an error message.
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
 
     agents_app_id: str = Field(
         default="gapless-product", description="GAPLESS_AGENTS_APP_ID: the consumer group."
@@ -19,12 +20,23 @@ class AgentSettings(DatabaseSettings, KafkaSettings):
         default="product-applier",
         description="GAPLESS_AGENTS_CONSUMER: the name durable progress is recorded under.",
     )
-    agents_batch_size: int = Field(default=500, ge=1, le=10_000)
-    agents_batch_within_seconds: float = Field(default=0.05, gt=0)
+    agents_batch_size: int = Field(
+        default=500, ge=1, le=10_000, description="GAPLESS_AGENTS_BATCH_SIZE: events per batch."
+    )
+    agents_batch_within_seconds: float = Field(
+        default=0.05,
+        gt=0,
+        description="GAPLESS_AGENTS_BATCH_WITHIN_SECONDS: how long a batch waits to fill up.",
+    )
     agents_web_port: int = Field(
         default=6066, ge=1, le=65535, description="GAPLESS_AGENTS_WEB_PORT: health/metrics."
     )
-    agents_retry_max_seconds: float = Field(default=5.0, gt=0)
+    agents_retry_max_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="GAPLESS_AGENTS_RETRY_MAX_SECONDS: the longest pause between attempts at"
+        " a batch that could not be applied (a lost connection).",
+    )
     agents_session_timeout_seconds: float = Field(
         default=10.0,
         ge=6.0,

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 
 class GaplessError(Exception):
-    code: ClassVar[str] = "GAPLESS_ERROR"
+    code: ClassVar[str] = "ERROR"
     http_status: ClassVar[int | None] = None
 
     def __init__(self, message: str, *, headers: Mapping[str, str] | None = None) -> None:

@@ -118,7 +118,7 @@ def lock(tx: Transaction, new: NewResult) -> Locked:
     """Lock the result's row until the transaction ends, creating it if new.
 
     The row lock serializes everyone working on this result (a redelivered job, a
-    second worker after a lease ran out, an operator's retry): the later one waits
+    second worker after a claim ran out, an operator's retry): the later one waits
     here, then finds the earlier one's outcome. A new row starts as ``retryable``
     with code ``IN_PROGRESS``, due now, and is settled before this transaction
     commits; should it ever commit unsettled, it is retried like any failure. Take

@@ -3,8 +3,8 @@ every extracted product, the claims it made, the newest result per source item, 
 job checkpoints and the operators' repairs.
 
 They live on the resolver metadata, so the resolver migrations create them. Each
-stable identity is a unique constraint that leads with the tenant; the worker's job
-lease lives on ``intake_job`` (``db.tables.intake``).
+stable identity is a unique constraint that leads with the tenant; the worker's claim
+on a job lives on ``intake_job`` (``db.tables.intake``).
 """
 
 from __future__ import annotations

@@ -126,11 +126,14 @@ FINISHED_JOB_STATUSES = ("done", "failed", "skipped")
 # counts enqueue attempts.
 #
 # The capture worker (``producers.capture.worker``) claims a job by moving it to ``running``
-# under a lease (``lease_owner`` until ``lease_expires_at``; ``runs`` counts claims).
+# (``claim_owner`` holds it until ``claim_expires_at``, renewed while it works;
+# ``runs`` counts claims).
 # A run ends ``done`` (every product terminal), ``retrying`` (some wait for a retry
 # at ``next_attempt_at``; ``run_failures`` counts the job-level ones against their
 # budget) or ``failed`` (``error_code`` says why: the capture cannot be processed,
 # or products ran out of retries); an operator may retry it or mark it ``skipped``.
+# Only ``db.repositories.capture_jobs`` writes these rows (a test holds every other
+# module to that).
 intake_job = Table(
     "intake_job",
     metadata,
@@ -144,8 +147,8 @@ intake_job = Table(
     Column("last_error", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("enqueued_at", DateTime(timezone=True)),
-    Column("lease_owner", Text),
-    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("claim_owner", Text),
+    Column("claim_expires_at", DateTime(timezone=True)),
     Column("runs", Integer, nullable=False, server_default=text("0")),
     Column("run_failures", Integer, nullable=False, server_default=text("0")),
     Column("error_code", Text),
@@ -162,8 +165,8 @@ intake_job = Table(
     ),
     CheckConstraint("attempts >= 0", name="intake_job_attempts_nonnegative"),
     CheckConstraint(
-        "status <> 'running' OR (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)",
-        name="intake_job_running_leased",
+        "status <> 'running' OR (claim_owner IS NOT NULL AND claim_expires_at IS NOT NULL)",
+        name="intake_job_running_claimed",
     ),
     CheckConstraint("runs >= 0 AND run_failures >= 0", name="intake_job_runs_nonnegative"),
 )
@@ -175,7 +178,7 @@ Index(
     postgresql_where=intake_job.c.status == "pending",
 )
 # The worker's repair scan: jobs that are due (retrying), orphaned (enqueued, their
-# message lost) or abandoned (running under an expired lease).
+# message lost) or abandoned (running under an expired claim).
 Index(
     "intake_job_open_idx",
     intake_job.c.status,

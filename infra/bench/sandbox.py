@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from db.migrate import upgrade_all
 from db.settings import DatabaseSettings
 from infra.config import load
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 
 Echo = Callable[[str], None]
 

@@ -127,7 +127,7 @@ def resolver_worker() -> None:
     """Run the capture worker until SIGTERM (a deployable process).
 
     Takes capture jobs from GAPLESS_JOBS_TOPIC (and, every
-    GAPLESS_WORKER_SCAN_INTERVAL_SECONDS, due retries, expired leases and jobs whose
+    GAPLESS_WORKER_SCAN_INTERVAL_SECONDS, due retries, expired claims and jobs whose
     message never came from the database), parses each capture with its source's
     adapter and resolves every product into a decision or a review case.
     /healthz and /metrics with GAPLESS_WORKER_HTTP_PORT.

@@ -31,7 +31,7 @@ def tail(
     from infra.tail import TailFilter, dumps, table_line
     from infra.tail import tail as follow_topic
     from schemas.exceptions import CodecError
-    from schemas.topics import KafkaSettings
+    from schemas.settings import KafkaSettings
 
     settings = guarded(lambda: load(KafkaSettings))
 

@@ -109,13 +109,13 @@ def run_demo(
     api = _Process("resolver-api", ["resolver-api"], logs / "demo-resolver-api.log")
     relay = _Process("relay", ["relay"], logs / "demo-relay.log")
     agents = _Process("agents", ["agents"], logs / "demo-agents.log")
-    # A killed worker's job waits for its lease to expire; keep that short here.
+    # A killed worker's job waits for its claim to expire; keep that short here.
     worker = _Process(
         "resolver-worker",
         ["resolver-worker"],
         logs / "demo-resolver-worker.log",
         env={
-            "GAPLESS_WORKER_LEASE_SECONDS": "5",
+            "GAPLESS_WORKER_CLAIM_SECONDS": "5",
             "GAPLESS_WORKER_SCAN_INTERVAL_SECONDS": "1",
             "GAPLESS_WORKER_ORPHANED_AFTER_SECONDS": "10",
         },

@@ -16,8 +16,9 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from db.intake import job_backlog
+from db.repositories.capture_jobs import job_backlog
 from db.tables.intake import JOB_STATUSES
+from db.unit_of_work import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class IntakeCollector(Collector):
         up = GaugeMetricFamily("gapless_intake_report_up", "1 if the job backlog could be read")
         try:
             with self._connect() as conn:
-                backlog = {b.status: b for b in job_backlog(conn)}
+                backlog = {b.status: b for b in job_backlog(Transaction(conn))}
         except psycopg.Error as exc:
             log.warning("intake metrics unavailable: %s", exc)
             up.add_metric([], 0)

@@ -9,11 +9,12 @@ adds what only the API needs (collector tokens, limits).
 from __future__ import annotations
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from db.settings import ENV_PREFIX, DatabaseSettings
+from db.settings import DatabaseSettings
 from producers.capture.raw import RAW_ENVELOPE_CONTENT_TYPE
 from producers.capture.rules import MediaType
+from schemas.settings import GaplessSettings, KafkaSettings
 from schemas.topics import JOBS_TOPIC
 
 # The raw envelope lets a collector that fetched several responses post them together.
@@ -22,13 +23,9 @@ DEFAULT_CONTENT_TYPES = (
 )
 
 
-class JobQueueSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+class JobQueueSettings(KafkaSettings):
+    """The jobs topic, and how an enqueue on it waits and backs off."""
 
-    kafka_bootstrap: str = Field(
-        default="127.0.0.1:59092",
-        description="GAPLESS_KAFKA_BOOTSTRAP: comma-separated host:port list.",
-    )
     jobs_topic: str = Field(default=JOBS_TOPIC, description="GAPLESS_JOBS_TOPIC")
     enqueue_timeout_seconds: float = Field(
         default=5.0,
@@ -51,13 +48,13 @@ class JobQueueSettings(BaseSettings):
     )
 
 
-class ObjectStoreSettings(BaseSettings):
+class ObjectStoreSettings(GaplessSettings):
     """The S3-compatible object store and the bounds of every call to it; shared by
     the API (evidence puts) and the capture worker (evidence reads)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
-    )
+    # The keys must not end up in an error message (every class including this one
+    # inherits it).
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
 
     s3_endpoint: str | None = Field(
         default=None, description="GAPLESS_S3_ENDPOINT: S3 endpoint URL (unset: AWS)."
@@ -84,9 +81,8 @@ class ObjectStoreSettings(BaseSettings):
 
 
 class IntakeSettings(JobQueueSettings, ObjectStoreSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
-    )
+    """What only the API's intake needs: collector tokens and limits (hides what was
+    given in errors, from ``ObjectStoreSettings``)."""
 
     collector_jwt_public_key: str | None = Field(
         default=None,
@@ -141,8 +137,6 @@ class IntakeSettings(JobQueueSettings, ObjectStoreSettings):
 
 class SweeperSettings(DatabaseSettings, JobQueueSettings):
     """``gapless sweep-jobs``: re-enqueues intake jobs left pending."""
-
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     sweep_interval_seconds: float = Field(
         default=10.0, gt=0, description="GAPLESS_SWEEP_INTERVAL_SECONDS: pause between passes."

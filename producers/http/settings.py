@@ -5,16 +5,14 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from db.settings import ENV_PREFIX, DatabaseSettings
+from db.settings import DatabaseSettings
 from producers.capture.settings import IntakeSettings
 from producers.http.auth import Grant, parse_grants
 
 
 class ApiSettings(DatabaseSettings, IntakeSettings):
     # A token pasted where its hash belongs must not end up in an error message.
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
-    )
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
 
     api_tokens: SecretStr = Field(
         description="GAPLESS_API_TOKENS: accepted bearer tokens by SHA-256 hash, each with"

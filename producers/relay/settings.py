@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import SettingsConfigDict
 
 from db.settings import DatabaseSettings
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 
 DEFAULT_BATCH_SIZE = 1000
 """Rows per claim, per wait for delivery reports and per published-position update.
@@ -19,8 +18,6 @@ more. A crash re-publishes at most one batch of a stream.
 
 
 class RelaySettings(DatabaseSettings, KafkaSettings):
-    model_config = SettingsConfigDict(env_prefix="GAPLESS_", extra="ignore")
-
     relay_batch_size: int = Field(
         default=DEFAULT_BATCH_SIZE, ge=1, le=100_000, description="GAPLESS_RELAY_BATCH_SIZE"
     )
@@ -28,7 +25,10 @@ class RelaySettings(DatabaseSettings, KafkaSettings):
         default=1.0, gt=0, description="GAPLESS_RELAY_POLL_SECONDS: poll even without NOTIFY."
     )
     relay_delivery_timeout_seconds: float = Field(
-        default=30.0, gt=0, description="GAPLESS_RELAY_DELIVERY_TIMEOUT_SECONDS"
+        default=30.0,
+        gt=0,
+        description="GAPLESS_RELAY_DELIVERY_TIMEOUT_SECONDS: how long a batch waits for the"
+        " broker's delivery reports; one still missing some is published again later.",
     )
     relay_http_port: int = Field(
         default=0,

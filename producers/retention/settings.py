@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import SettingsConfigDict
 
-from db.settings import ENV_PREFIX, DatabaseSettings
+from db.settings import DatabaseSettings
 
 
 class RetentionSettings(DatabaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
-
     retention_age_seconds: float = Field(
         default=86_400.0,
         ge=0,

@@ -23,7 +23,7 @@ PACKAGES = ("schemas", "db", "producers", "processors", "infra")
 SIGNALS = {
     "CheckpointLost": "the worker's checkpoint compare-and-set lost: stop this run",
     "RunAborted": "a product's outcome could not be written: stop, replay later",
-    "LeaseLost": "the worker no longer holds its job: stop without writing",
+    "ClaimLost": "the worker no longer holds its job's claim: stop without writing",
     "_Abandon": "the demo workload gives a planned step up",
 }
 CODE = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*$")

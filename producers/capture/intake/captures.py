@@ -11,6 +11,8 @@ from datetime import datetime
 from psycopg_pool import ConnectionPool
 
 from db import intake as sql
+from db.repositories import capture_jobs
+from db.unit_of_work import Transaction
 from producers.capture import rules
 from producers.capture.evidence import EvidenceStore
 from producers.capture.intake.collectors import Collector
@@ -116,13 +118,13 @@ class IntakeService:
                     sql.insert_receipt(
                         conn, uuid.uuid4(), capture, post.idempotency_key, fingerprint
                     )
-                    sql.insert_job(
-                        conn,
+                    capture_jobs.insert_pending(
+                        Transaction(conn),
                         job,
                         capture.tenant_id,
                         capture.capture_id,
                         CAPTURE_JOB,
-                        self._queue.job_sweep_after_seconds,
+                        due_in_seconds=self._queue.job_sweep_after_seconds,
                     )
             receipt = sql.find_receipt_by_key(conn, CAPTURE_JOB, *key)
         assert receipt is not None, "a capture is never committed without its receipt"
@@ -166,8 +168,9 @@ def enqueue_and_record(
     outcomes = enqueuer.send(messages)
     confirmed = [job for job, error in outcomes.items() if error is None]
     with pool.connection() as conn:
+        tx = Transaction(conn)
         if confirmed:
-            sql.mark_enqueued(conn, confirmed, count_attempt=attempts is None)
+            capture_jobs.mark_enqueued(tx, confirmed, count_attempt=attempts is None)
         for job, error in outcomes.items():
             if error is None:
                 continue
@@ -176,7 +179,7 @@ def enqueue_and_record(
                     1, queue.enqueue_backoff_base_seconds, queue.enqueue_backoff_cap_seconds
                 )
                 delay = max(delay, queue.job_sweep_after_seconds)
-                sql.record_enqueue_attempt(conn, job, delay, error[:500])
+                capture_jobs.record_enqueue_attempt(tx, job, delay, error[:500])
             else:
-                sql.record_enqueue_error(conn, job, error[:500])
+                capture_jobs.record_enqueue_error(tx, job, error[:500])
     return outcomes

@@ -21,7 +21,8 @@ from datetime import datetime
 
 from psycopg_pool import ConnectionPool
 
-from db import intake as sql
+from db.repositories import capture_jobs
+from db.unit_of_work import Transaction
 from producers.capture.intake.captures import enqueue_and_record
 from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.rules import backoff_seconds
@@ -49,15 +50,16 @@ class Sweeper:
 
     def _claim_page(
         self, as_of: datetime, after: tuple[datetime, uuid.UUID] | None
-    ) -> list[sql.JobRow]:
+    ) -> list[capture_jobs.JobState]:
         """Step 1 of a page: in one short transaction, lock a page of due pending jobs,
         count an attempt on each and push its ``next_attempt_at`` out by a jittered
         backoff (never less than the enqueue timeout, so the claim outlasts the send);
         commit. A crash after this leaves the jobs pending, due again after the
-        backoff: the claim is a lease, not a loss."""
+        backoff: the claim only delays a job, it never loses one."""
         s = self._settings
         with self._pool.connection() as conn, conn.transaction():
-            jobs = sql.due_jobs(conn, as_of, after, s.sweep_page_size)
+            tx = Transaction(conn)
+            jobs = capture_jobs.due_pending(tx, as_of, after, s.sweep_page_size)
             delays = {
                 job.job_id: max(
                     backoff_seconds(
@@ -69,7 +71,7 @@ class Sweeper:
                 )
                 for job in jobs
             }
-            sql.claim_jobs(conn, delays)
+            capture_jobs.claim_for_enqueue(tx, delays)
         return jobs
 
     def sweep_once(self) -> SweepResult:
@@ -84,7 +86,7 @@ class Sweeper:
         """
         result = SweepResult()
         with self._pool.connection() as conn:
-            as_of = sql.clock(conn)
+            as_of = capture_jobs.clock(Transaction(conn))
         after: tuple[datetime, uuid.UUID] | None = None
         while result.pages < self._settings.sweep_max_pages:
             jobs = self._claim_page(as_of, after)

@@ -1,12 +1,12 @@
 """The worker's loop: job messages from ``intake.jobs.v1``, and the repair scan.
 
 A message only names a job: the job row is the truth. Messages may come twice, late
-or never; a job is claimed under a lease before any work, so a duplicate finds it
-claimed or finished and does nothing. The loop commits the consumer's offsets after
-the batch's runs return; a crash before that redelivers the batch, which is
-harmless. What messages cannot cover, the repair scan does (bounded pages, in job-id
-order): retries whose time has come, runs whose worker died (lease expired), and
-enqueued jobs whose message never arrived.
+or never; a job is claimed before any work, so a duplicate finds it claimed or
+finished and does nothing. The loop commits the consumer's offsets after the
+batch's runs return; a crash before that redelivers the batch, which is harmless.
+What messages cannot cover, the repair scan does (bounded pages, in job-id order):
+retries whose time has come, runs whose worker died (claim expired), and enqueued
+jobs whose message never arrived.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def job_consumer(bootstrap: str, group: str, topic: str, client_id: str) -> Cons
             "client.id": client_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            # A dead worker's partitions move on soon; its jobs wait for their leases.
+            # A dead worker's partitions move on soon; its jobs wait for their claims to expire.
             "session.timeout.ms": 10_000,
             "logger": log,
         }
@@ -96,7 +96,7 @@ class JobLoop:
     def _safe_run(self, job_id: uuid.UUID) -> RunReport | None:
         try:
             return self._run_job(job_id)
-        except Exception:  # a run leaves its lease to expire; the loop goes on
+        except Exception:  # a run leaves its claim to expire; the loop goes on
             log.exception("job %s: run failed", job_id)
             return None
 

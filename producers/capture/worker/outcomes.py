@@ -25,7 +25,7 @@ MAX_ERROR_CHARS = 500
 
 class RunAborted(Exception):
     """The run stops without recording anything more: a product's outcome could not
-    be written (the database is gone). Its checkpoint holds; the job's lease expires
+    be written (the database is gone). Its checkpoint holds; the job's claim expires
     and a later run replays from the checkpoint."""
 
 

@@ -79,8 +79,8 @@ def claims_of(product: ExtractedProduct) -> list[tuple[str, str, str]]:
 @dataclass
 class RunReport:
     """How one run ended: ``done``, ``retrying``, ``failed`` (the job's new status),
-    ``not_claimed`` (finished, under another live lease, or not due), ``stale``
-    (another run moved the checkpoint first), ``lease_lost`` or ``aborted``."""
+    ``not_claimed`` (finished, under another live claim, or not due), ``stale``
+    (another run moved the checkpoint first), ``claim_lost`` or ``aborted``."""
 
     job_id: uuid.UUID
     result: str
@@ -93,8 +93,8 @@ class RunReport:
         metrics.ITEMS.labels(outcome).inc()
 
 
-class LeaseLost(Exception):
-    """This worker's lease on the job ran out and it was claimed again (or an
+class ClaimLost(Exception):
+    """This worker's claim on the job ran out and another run claimed it (or an
     operator acted on it): the run stops writing."""
 
 
@@ -166,7 +166,7 @@ class CaptureWorker:
         resolve: Resolve,
         *,
         owner: str,
-        lease_seconds: float,
+        claim_seconds: float,
         item_retries: RetryPolicy,
         job_retries: RetryPolicy,
     ) -> None:
@@ -178,7 +178,7 @@ class CaptureWorker:
         self._parse = parse
         self._resolve = resolve
         self.owner = owner
-        self._lease = lease_seconds
+        self._claim_seconds = claim_seconds
         self._item_retries = item_retries
         self._job_retries = job_retries
 
@@ -190,8 +190,8 @@ class CaptureWorker:
     def run(self, job_id: uuid.UUID) -> RunReport:
         """Run the job if it can be claimed now.
 
-        1. Claim it under a lease (one short transaction); a finished job, one under
-           another worker's live lease, or a retry not yet due is left alone.
+        1. Claim it (one short transaction); a finished job, one under another
+           worker's live claim, or a retry not yet due is left alone.
         2. Look up the source's binding; read the artifact from the object store
            (bounded; no transaction open); parse it. A failure here ends the run
            with the job ``retrying`` (budget left) or ``failed``.
@@ -202,27 +202,27 @@ class CaptureWorker:
            the checkpoint on, each in one transaction with the checkpoint's move.
         6. End the run: ``retrying`` at the earliest product retry, ``failed`` when
            products ran out of retries, ``done`` otherwise.
-        A crash anywhere leaves the job ``running`` under a lease that expires; the
+        A crash anywhere leaves the job ``running`` under a claim that expires; the
         next run (any worker) starts again at 1 and resumes from the checkpoint,
         finding every settled product settled. A crash inside a product's
         transaction leaves neither its outcome nor the checkpoint's move.
         """
         with self._short() as tx:
-            job = jobs.claim(tx, job_id, self.KINDS, self.owner, self._lease)
+            job = jobs.claim(tx, job_id, self.KINDS, self.owner, self._claim_seconds)
         if job is None:
             metrics.RUNS.labels("not_claimed").inc()
             return RunReport(job_id, "not_claimed")
         report = RunReport(job_id, "aborted")
         try:
             self._run(job, report)
-        except LeaseLost:
-            report.result = "lease_lost"
+        except ClaimLost:
+            report.result = "claim_lost"
         except RunAborted as exc:
             report.result = "aborted"
-            log.warning("job %s aborted; its lease will expire: %s", job_id, exc)
+            log.warning("job %s aborted; its claim will expire: %s", job_id, exc)
         except Exception as exc:  # the database went away between steps, …
             report.result = "aborted"
-            log.warning("job %s aborted; its lease will expire: %s", job_id, classify(exc).message)
+            log.warning("job %s aborted; its claim will expire: %s", job_id, classify(exc).message)
         metrics.RUNS.labels(report.result).inc()
         return report
 
@@ -233,7 +233,7 @@ class CaptureWorker:
             artifact = self._reader.read(job.evidence_key, job.content_sha256)
             self._renew(job)
             extraction = self._parse(binding.adapter, artifact, job.content_type, job.source_url)
-        except (LeaseLost, RunAborted):
+        except (ClaimLost, RunAborted):
             raise
         except Exception as exc:  # every failure before the products is the job's
             self._fail_job(job, report, classify(exc))
@@ -277,11 +277,11 @@ class CaptureWorker:
 
     def _renew(self, job: ClaimedJob) -> None:
         with self._short() as tx:
-            if not jobs.renew(tx, job.job_id, self.owner, self._lease):
-                raise LeaseLost(str(job.job_id))
+            if not jobs.renew(tx, job.job_id, self.owner, self._claim_seconds):
+                raise ClaimLost(str(job.job_id))
 
     def _renew_if_old(self, run: _Run) -> None:
-        if time.monotonic() - run.renewed_at > self._lease / 4:
+        if time.monotonic() - run.renewed_at > self._claim_seconds / 4:
             self._renew(run.job)
             run.renewed_at = time.monotonic()
 
@@ -309,7 +309,7 @@ class CaptureWorker:
                 count_failure=count_failure,
             )
         if not finished:
-            raise LeaseLost(str(job.job_id))
+            raise ClaimLost(str(job.job_id))
 
     def _fail_job(self, job: ClaimedJob, report: RunReport, failure: Classified) -> None:
         """A failure of the job as a whole: retried with backoff while its budget lasts

@@ -84,7 +84,7 @@ def build(
         parse,
         resolve,
         owner=s.worker_id,
-        lease_seconds=s.worker_lease_seconds,
+        claim_seconds=s.worker_claim_seconds,
         item_retries=RetryPolicy(s.worker_item_max_attempts, *retries),
         job_retries=RetryPolicy(s.worker_job_max_attempts, *retries),
     )
@@ -97,7 +97,7 @@ def run(
     """Run until SIGTERM or SIGINT (or ``stop``), then let the runs under way finish.
 
     Stopping mid-run is safe anyway: a killed run's products are settled or not
-    (never half), and its job resumes from the checkpoint once the lease expires.
+    (never half), and its job resumes from the checkpoint once its claim expires.
     """
     stop = stop or threading.Event()
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import socket
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import AliasChoices, Field
 
-from db.settings import ENV_PREFIX, DatabaseSettings
+from db.settings import DatabaseSettings
 from producers.capture.settings import ObjectStoreSettings
-from schemas.topics import JOBS_TOPIC, KafkaSettings
+from schemas.settings import KafkaSettings
+from schemas.topics import JOBS_TOPIC
 
 
 def _default_worker_id() -> str:
@@ -18,17 +18,14 @@ def _default_worker_id() -> str:
 
 
 class WorkerSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
-    """``gapless resolver-worker``: processes capture jobs from ``intake.jobs.v1``."""
-
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
-    )
+    """``gapless resolver-worker``: processes capture jobs from ``intake.jobs.v1``
+    (hides what was given in errors, as ``ObjectStoreSettings`` does: the S3 keys)."""
 
     jobs_topic: str = Field(default=JOBS_TOPIC, description="GAPLESS_JOBS_TOPIC")
     worker_id: str = Field(
         default_factory=_default_worker_id,
         min_length=1,
-        description="GAPLESS_WORKER_ID: names this process's job leases (default host-pid).",
+        description="GAPLESS_WORKER_ID: names this process's job claims (default host-pid).",
     )
     worker_group: str = Field(
         default="gapless-resolver-worker",
@@ -37,11 +34,16 @@ class WorkerSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
     worker_concurrency: int = Field(
         default=4, ge=1, le=64, description="GAPLESS_WORKER_CONCURRENCY: jobs run at once."
     )
-    worker_lease_seconds: float = Field(
+    worker_claim_seconds: float = Field(
         default=300.0,
         ge=5,
-        description="GAPLESS_WORKER_LEASE_SECONDS: a claimed job is another worker's to resume"
-        " this long after its worker last renewed the lease (it renews while it works).",
+        # The job's hold was called a lease before; the old name still works.
+        validation_alias=AliasChoices(
+            "GAPLESS_WORKER_CLAIM_SECONDS", "GAPLESS_WORKER_LEASE_SECONDS"
+        ),
+        description="GAPLESS_WORKER_CLAIM_SECONDS (deprecated alias:"
+        " GAPLESS_WORKER_LEASE_SECONDS): a claimed job is another worker's to resume this"
+        " long after its worker last renewed the claim (it renews while it works).",
     )
     worker_item_max_attempts: int = Field(
         default=5,
@@ -67,7 +69,7 @@ class WorkerSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
         default=10.0,
         gt=0,
         description="GAPLESS_WORKER_SCAN_INTERVAL_SECONDS: how often the repair scan looks for"
-        " due retries, expired leases and jobs whose message never came.",
+        " due retries, expired claims and jobs whose message never came.",
     )
     worker_scan_page_size: int = Field(
         default=100, ge=1, le=10_000, description="GAPLESS_WORKER_SCAN_PAGE_SIZE"

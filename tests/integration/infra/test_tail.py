@@ -11,7 +11,7 @@ from infra.tail import TailFilter, tail
 from schemas.codec import CODEC
 from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted, Envelope
 from schemas.exceptions import CodecError
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 
 
 def _event(tenant: str, position: int, retired: bool = False) -> Envelope:

@@ -32,7 +32,7 @@ from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.facts import Fact
 from schemas.codec import CODEC
 from schemas.events import EvidenceRef
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 
 TENANT, CATALOG = "t1", "c1"
 EVIDENCE = (EvidenceRef(capture_id="cap-1", locator="$.specs"),)

@@ -37,7 +37,7 @@ from producers.resolver.shipping_policies import VersionShippingPolicy
 from producers.resolver.splits import SplitItem, Successor
 from schemas.codec import CODEC
 from schemas.events import EvidenceRef
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 from tests.fixtures.decisions import by_rule
 
 JAN, MAR, JUN = (datetime(2027, m, 1, tzinfo=UTC) for m in (1, 3, 6))

@@ -19,7 +19,7 @@ from processors.reporter import ProgressReporter
 from processors.resolver_client import ResolverClient
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from schemas.codec import CODEC
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 from tests.fixtures.decisions import accept
 from tests.fixtures.resolver_api import RunningApi
 

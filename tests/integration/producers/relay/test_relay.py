@@ -24,7 +24,7 @@ from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.facts import Fact
 from schemas.codec import CODEC, kafka_headers
 from schemas.ids import StreamId
-from schemas.topics import KafkaSettings
+from schemas.settings import KafkaSettings
 from tests.fixtures.decisions import accept
 
 STREAM = StreamId("t1", "c1", 1)

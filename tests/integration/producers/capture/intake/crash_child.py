@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from db import intake as sql
+from db.repositories import capture_jobs
 from producers.capture.evidence import EvidenceStore
 from producers.capture.intake.captures import CaptureSubmission, IntakeService
 from producers.capture.intake.collectors import Collector
@@ -29,7 +29,7 @@ def main() -> None:
     def die(*_args: Any, **_kwargs: Any) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    sql.insert_job = die  # type: ignore[assignment]  # the capture and receipt are inserted
+    capture_jobs.insert_pending = die  # type: ignore[assignment]  # after capture and receipt
     with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
         service = IntakeService(
             pool,

@@ -12,8 +12,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from db import intake as intake_sql
+from db.repositories import capture_jobs
 from db.settings import DatabaseSettings
+from db.unit_of_work import Transaction
 from producers.capture.raw import (
     RAW_ENVELOPE_CONTENT_TYPE,
     RawEnvelope,
@@ -218,19 +219,19 @@ def test_a_crash_after_the_put_and_before_commit_replays_to_the_same_state(
 ) -> None:
     content = b'{"sku": "crash"}' + bytes(8)
     body = capture_body(content, content_type="application/json")
-    real_insert_job = intake_sql.insert_job
+    real_insert_job = capture_jobs.insert_pending
 
     def crash(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("process died inside the transaction")
 
-    monkeypatch.setattr(intake_sql, "insert_job", crash)
+    monkeypatch.setattr(capture_jobs, "insert_pending", crash)
     failed = post(client, collector, body, key="crashy")
     assert failed.status_code == 500
     key = "sha256/" + hashlib.sha256(content).hexdigest()
     assert object_bytes(s3, api_settings.evidence_bucket, key) == content  # the put happened
     assert counts(clean_db) == {"capture": 0, "receipt": 0, "intake_job": 0}  # rolled back
 
-    monkeypatch.setattr(intake_sql, "insert_job", real_insert_job)
+    monkeypatch.setattr(capture_jobs, "insert_pending", real_insert_job)
     retried = post(client, collector, body, key="crashy")
     assert retried.status_code == 201  # the put answered 412: already there, success
     again = post(client, collector, body, key="crashy")
@@ -257,7 +258,7 @@ def test_the_job_row_is_enqueued_after_commit(
 ) -> None:
     receipt = post(client, collector, capture_body()).json()
     with psycopg.connect(clean_db.resolver_dsn, autocommit=True) as conn:
-        job = intake_sql.find_job(conn, uuid.UUID(receipt["job_id"]))
+        job = capture_jobs.get(Transaction(conn), uuid.UUID(receipt["job_id"]))
     assert job is not None
     assert (job.status, job.attempts, job.last_error) == ("enqueued", 1, None)
 

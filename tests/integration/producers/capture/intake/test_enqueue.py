@@ -13,21 +13,23 @@ from confluent_kafka import Consumer, TopicPartition
 from fastapi.testclient import TestClient
 from psycopg_pool import ConnectionPool
 
-from db import intake as sql
+from db.repositories import capture_jobs
 from db.settings import DatabaseSettings
+from db.unit_of_work import Transaction
 from producers.api import create_app
 from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.intake.sweeper import Sweeper
 from producers.capture.settings import SweeperSettings
 from schemas.jobs import JobMessage
-from schemas.topics import JOBS_TOPIC, KafkaSettings
+from schemas.settings import KafkaSettings
+from schemas.topics import JOBS_TOPIC
 
 from .conftest import MakeSettings, capture_body, closed_port, post
 
 
-def _job(settings: DatabaseSettings, job_id: str) -> sql.JobRow:
+def _job(settings: DatabaseSettings, job_id: str) -> capture_jobs.JobState:
     with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
-        job = sql.find_job(conn, uuid.UUID(job_id))
+        job = capture_jobs.get(Transaction(conn), uuid.UUID(job_id))
     assert job is not None
     return job
 

@@ -145,7 +145,7 @@ class Harness:
         self.workers += 1
         options: dict[str, Any] = {
             "owner": owner or f"worker-{self.workers}",
-            "lease_seconds": 60.0,
+            "claim_seconds": 60.0,
             "item_retries": RetryPolicy(3, 0.01, 0.05),
             "job_retries": RetryPolicy(3, 0.01, 0.05),
         }
@@ -237,22 +237,22 @@ class Harness:
                 " WHERE status = 'retrying'"
             )
 
-    def expire_leases(self) -> None:
+    def expire_claims(self) -> None:
         with self.conn() as conn:
             conn.execute(
-                "UPDATE intake_job SET lease_expires_at = clock_timestamp() - interval '1s'"
+                "UPDATE intake_job SET claim_expires_at = clock_timestamp() - interval '1s'"
                 " WHERE status = 'running'"
             )
 
     def job(self, job: Job) -> dict[str, Any]:
         with self.conn() as conn:
             row = conn.execute(
-                "SELECT status, runs, run_failures, error_code, last_error, lease_owner"
+                "SELECT status, runs, run_failures, error_code, last_error, claim_owner"
                 " FROM intake_job WHERE job_id = %s",
                 (job.job_id,),
             ).fetchone()
         assert row is not None
-        keys = ("status", "runs", "run_failures", "error_code", "last_error", "lease_owner")
+        keys = ("status", "runs", "run_failures", "error_code", "last_error", "claim_owner")
         return dict(zip(keys, row, strict=True))
 
     def results(self, job: Job) -> dict[str, tuple[Any, ...]]:

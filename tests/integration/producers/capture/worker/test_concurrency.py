@@ -1,4 +1,4 @@
-"""Workers overlapping on the same jobs: duplicate deliveries, a run whose lease ran
+"""Workers overlapping on the same jobs: duplicate deliveries, a run whose claim ran
 out while it kept going, two workers at the object-store concurrency limit, and
 stale work finishing after newer work."""
 
@@ -52,8 +52,8 @@ def test_concurrent_duplicate_deliveries_leave_one_effect(harness: Harness) -> N
     one_effect_per_product(harness)
 
 
-def test_a_run_that_lost_its_lease_never_overwrites_the_winner(harness: Harness) -> None:
-    """Worker A stalls inside its first product; its lease runs out; worker B claims
+def test_a_run_that_lost_its_claim_never_overwrites_the_winner(harness: Harness) -> None:
+    """Worker A stalls inside its first product; its claim runs out; worker B claims
     the job and reaches the same product, which waits on A's row lock. A commits,
     B finds it settled, and B's checkpoint move (from the value it loaded, 0) loses
     to A's: B gets the persisted winner and stops. A carries on, but cannot record
@@ -66,7 +66,7 @@ def test_a_run_that_lost_its_lease_never_overwrites_the_winner(harness: Harness)
 
     def stalling(uow: Any, work: ItemWork) -> Plan:
         if work.product.source_item_id == "p0" and not b_started.is_set():
-            harness.expire_leases()
+            harness.expire_claims()
             b_started.set()
             time.sleep(1.0)  # B claims, reads, parses and blocks on p0's row meanwhile
         return RESOLVE(uow, work)
@@ -82,7 +82,7 @@ def test_a_run_that_lost_its_lease_never_overwrites_the_winner(harness: Harness)
     reports["A"] = a.run(job.job_id)
     thread.join(30)
     assert (reports["B"].result, reports["B"].checkpoint) == ("stale", 1)
-    assert reports["A"].result == "lease_lost"
+    assert reports["A"].result == "claim_lost"
     assert reports["A"].outcomes == {"applied": 4}
     assert reports["B"].outcomes == {}
     assert harness.checkpoint(job) == 4
@@ -182,7 +182,7 @@ def test_an_older_capture_finishing_late_cannot_overwrite_newer_state(harness: H
 def test_an_older_parser_finishing_late_cannot_overwrite_a_newer_ones_result(
     harness: Harness,
 ) -> None:
-    """Parser version 1 claims the job and stalls after parsing; its lease runs out
+    """Parser version 1 claims the job and stalls after parsing; its claim runs out
     and a version-2 worker runs the whole job. Version 1's results then land as
     ``superseded``: the item keeps version 2's title."""
     harness.bind()
@@ -192,7 +192,7 @@ def test_an_older_parser_finishing_late_cannot_overwrite_a_newer_ones_result(
 
     def old_parser(*args: Any) -> Extraction:
         extraction = Parser(parser_version=1)(*args)
-        harness.expire_leases()
+        harness.expire_claims()
         assert v2.run(job.job_id).result == "done"
         # The old parser read titles differently.
         return replace(
@@ -201,7 +201,7 @@ def test_an_older_parser_finishing_late_cannot_overwrite_a_newer_ones_result(
         )
 
     report = harness.worker("v1", parse=old_parser).run(job.job_id)
-    assert report.result == "lease_lost"
+    assert report.result == "claim_lost"
     assert report.outcomes == {"superseded": 2}
     titles = sorted(i[3] for i in harness.snapshot()["items"])
     assert titles == ["Other", "Title"]

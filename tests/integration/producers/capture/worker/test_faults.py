@@ -84,7 +84,7 @@ def test_a_failed_checkpoint_move_rolls_the_products_writes_back(
     assert [p for _, p, _ in state["outbox"]] == list(range(1, events_before + 4))
 
     monkeypatch.setattr(capture_checkpoints, "compare_and_set", real)
-    harness.expire_leases()
+    harness.expire_claims()
     assert harness.worker().run(job.job_id).result == "done"
     converged(harness)
 
@@ -99,11 +99,11 @@ def test_a_product_whose_outcome_cannot_be_written_holds_the_checkpoint(
     assert report.result == "aborted"
     assert harness.checkpoint(job) == 2
     assert set(harness.results(job)) == {"a", "b"}
-    assert harness.job(job)["status"] == "running"  # its lease will expire
+    assert harness.job(job)["status"] == "running"  # its claim will expire
 
     monkeypatch.undo()
-    assert harness.worker().run(job.job_id).result == "not_claimed"  # the lease holds
-    harness.expire_leases()
+    assert harness.worker().run(job.job_id).result == "not_claimed"  # the claim holds
+    harness.expire_claims()
     assert harness.worker().run(job.job_id).result == "done"
     converged(harness)
 
@@ -202,7 +202,7 @@ def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
 ) -> None:
     """SIGKILL a real worker process (after the capture's artifact was put and its
     job committed), then let another worker take the job over once the dead one's
-    lease has expired: the state is that of one clean run."""
+    claim has expired: the state is that of one clean run."""
     job, _ = twin(harness)
     env = {**os.environ, "GAPLESS_JOBS_TOPIC": harness.settings.jobs_topic}
     child = subprocess.run(
@@ -219,7 +219,7 @@ def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
     )
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
     view = harness.job(job)
-    assert (view["status"], view["lease_owner"]) == ("running", "doomed-child")
+    assert (view["status"], view["claim_owner"]) == ("running", "doomed-child")
     expected = 2 if point == "mid-product" else len(BATCH)
     assert harness.checkpoint(job) == expected
     assert len(harness.results(job)) == expected
@@ -227,8 +227,8 @@ def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
     def due() -> list[Any]:
         return due_job_ids(harness.pool, CaptureWorker.KINDS, 3600, 100, 10)
 
-    assert job.job_id not in due()  # the dead worker's lease still holds
-    harness.expire_leases()
+    assert job.job_id not in due()  # the dead worker's claim still holds
+    harness.expire_claims()
     assert due() == [job.job_id]  # the repair scan finds the abandoned run
     report = harness.worker().run(job.job_id)
     assert report.result == "done"

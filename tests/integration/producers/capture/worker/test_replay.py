@@ -6,7 +6,7 @@ captures overlap, with distinct capture times, so newer and older work meet) and
 order to process them in. A reference tenant processes them cleanly in that order.
 A second tenant gets the same captures and, for each, a drawn schedule: runs that
 abort on a lost checkpoint move or an unwritable outcome, runs where a product
-fails and is retried, duplicate deliveries at once, runs left under a lease that
+fails and is retried, duplicate deliveries at once, runs left under a claim that
 then expires; then replays until the job is done. Both tenants must end in equal
 states (items, revisions, mappings, outcomes, claims, checkpoints, events), and the
 catalog must say what the newest capture of each sku said.
@@ -64,7 +64,7 @@ def captures(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
 @contextmanager
 def fault(kind: str, at: int) -> Iterator[Callable[[], None]]:
     """The fault ``kind`` injected at the ``at``-th product of the next run; yields
-    what to do after that run (e.g. let a dead worker's lease expire)."""
+    what to do after that run (e.g. let a dead worker's claim expire)."""
     if kind == "lost_checkpoint":
         real = capture_checkpoints.compare_and_set
 
@@ -101,13 +101,13 @@ def failing_at(at: int) -> Callable[[Any, ItemWork], Plan]:
 def overlapping(
     harness: Harness, other: CaptureWorker, job: Job, at: int
 ) -> Callable[[Any, ItemWork], Plan]:
-    """A resolve that, at product ``at``, lets its lease expire and another worker
+    """A resolve that, at product ``at``, lets its claim expire and another worker
     run the same job meanwhile (which waits on this product's row lock)."""
     started: list[threading.Thread] = []
 
     def resolve(uow: Any, work: ItemWork) -> Plan:
         if work.product.locator.endswith(f"/{at}") and not started:
-            harness.expire_leases()
+            harness.expire_claims()
             started.append(threading.Thread(target=other.run, args=(job.job_id,)))
             started[0].start()
             started[0].join(0.3)
@@ -118,12 +118,12 @@ def overlapping(
 
 
 def settle(harness: Harness, worker: CaptureWorker, job: Job) -> None:
-    """Replay the job until it is done (due retries, expired leases)."""
+    """Replay the job until it is done (due retries, expired claims)."""
     for _ in range(10):
         if harness.job(job)["status"] == "done":
             return
         harness.make_due()
-        harness.expire_leases()
+        harness.expire_claims()
         worker.run(job.job_id)
     raise AssertionError(f"job {job.job_id} never finished: {harness.job(job)}")
 
@@ -182,11 +182,11 @@ def test_any_schedule_of_faults_and_replays_reaches_the_clean_runs_fixed_point(
                 for thread in resolve.started:  # type: ignore[attr-defined]
                     thread.join(30)
             elif kind == "dies":
-                # A claim whose worker never came back: only the lease's expiry frees it.
+                # A claim whose worker never came back: only the claim's expiry frees it.
                 with harness.conn() as conn:
                     conn.execute(
-                        "UPDATE intake_job SET status = 'running', lease_owner = 'dead',"
-                        " lease_expires_at = clock_timestamp() + interval '1 hour'"
+                        "UPDATE intake_job SET status = 'running', claim_owner = 'dead',"
+                        " claim_expires_at = clock_timestamp() + interval '1 hour'"
                         " WHERE job_id = %s AND status NOT IN ('done', 'failed')",
                         (job.job_id,),
                     )
@@ -194,7 +194,7 @@ def test_any_schedule_of_faults_and_replays_reaches_the_clean_runs_fixed_point(
             else:
                 with fault(kind, at):
                     plain.run(job.job_id)
-            harness.expire_leases()
+            harness.expire_claims()
         settle(harness, plain, job)
 
     assert harness.comparable(faulty) == harness.comparable(clean)
