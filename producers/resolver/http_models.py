@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,6 +22,7 @@ from pydantic import (
     StrictInt,
 )
 
+from producers.http.fields import UtcDatetime
 from producers.resolver.attributes.facts import (
     DefineAttribute,
     DefineClass,
@@ -64,8 +64,8 @@ class ShippingPolicyFact(BaseModel):
     kind: Literal["shipping_policy_version"]
     policy_id: Id
     scope: Id
-    effective_from: AwareDatetime
-    effective_to: AwareDatetime | None = Field(default=None, description="null: open-ended")
+    effective_from: UtcDatetime
+    effective_to: UtcDatetime | None = Field(default=None, description="null: open-ended")
     terms: dict[str, str] = Field(default_factory=dict)
 
     def to_domain(self) -> VersionShippingPolicy:

@@ -6,7 +6,6 @@ import uuid
 from datetime import datetime
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -17,6 +16,7 @@ from pydantic import (
 
 from db.intake import ReceiptRow
 from producers.capture.rules import SUPPORTED_SCHEMA_VERSIONS
+from producers.http.fields import UtcDatetime
 
 _VERSIONS = ", ".join(str(v) for v in sorted(SUPPORTED_SCHEMA_VERSIONS))
 
@@ -31,7 +31,7 @@ class CaptureRequest(BaseModel):
         json_schema_extra={"enum": list[JsonValue](sorted(SUPPORTED_SCHEMA_VERSIONS))},
     )
     source_url: HttpUrl = Field(description="Where the artifact was fetched (http or https).")
-    captured_at: AwareDatetime = Field(description="When it was fetched, with a UTC offset.")
+    captured_at: UtcDatetime = Field(description="When it was fetched, with a UTC offset.")
     content_type: str = Field(
         min_length=1,
         max_length=255,

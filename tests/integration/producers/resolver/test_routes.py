@@ -293,6 +293,36 @@ def test_a_decision_without_evidence_or_with_bad_fields_is_422(
     assert ok(client.get(f"{CATALOG}/review-cases/case-1"))["revision"] == 1
 
 
+@pytest.mark.parametrize(
+    ("effective_from", "effective_to"),
+    [
+        ("0001-01-01T00:00:00+14:00", None),
+        ("2027-01-01T00:00:00Z", "9999-12-31T23:59:59-14:00"),
+    ],
+)
+def test_a_time_outside_years_1_to_9999_in_utc_is_422_and_changes_nothing(
+    client: TestClient,
+    uow: UowFactory,
+    clean_db: DatabaseSettings,
+    effective_from: str,
+    effective_to: str | None,
+) -> None:
+    open_cases(uow, "case-1")
+    window = {
+        "kind": "shipping_policy_version",
+        "policy_id": "std",
+        "scope": "DE",
+        "effective_from": effective_from,
+        "effective_to": effective_to,
+    }
+    url = f"{CATALOG}/review-cases/case-1/decisions"
+    body = error(client.post(url, json=decision(1, window)), 422, "VALIDATION_FAILED")
+    assert "UTC" in body["message"]
+    assert ok(client.get(f"{CATALOG}/review-cases/case-1"))["revision"] == 1
+    with psycopg.connect(clean_db.resolver_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM decision").fetchone() == (0,)
+
+
 def test_a_nul_character_in_an_id_or_a_body_is_422_and_changes_nothing(
     client: TestClient, uow: UowFactory, clean_db: DatabaseSettings
 ) -> None:

@@ -141,6 +141,9 @@ def test_a_raw_envelope_is_accepted_and_a_malformed_one_is_422(
         ({"schema_version": 2}, "body.schema_version"),
         ({"source_url": "ftp://x"}, "body.source_url"),
         ({"captured_at": "2026-11-30T12:00:00"}, "body.captured_at"),
+        # Valid ISO 8601, but before year 1 or after 9999 once in UTC.
+        ({"captured_at": "0001-01-01T00:00:00+14:00"}, "body.captured_at"),
+        ({"captured_at": "9999-12-31T23:59:59-14:00"}, "body.captured_at"),
         ({"artifact": "not base64!"}, "body.artifact"),
         ({"content_type": ""}, "body.content_type"),
         ({"extra": 1}, "body.extra"),
