@@ -15,6 +15,8 @@ from fastapi import Path
 MAX_ID = 200
 MAX_INT4 = 2**31 - 1
 """Versions and generation numbers are PostgreSQL ``integer`` columns."""
+MAX_INT8 = 2**63 - 1
+"""History epochs and positions are PostgreSQL ``bigint`` columns."""
 
 Tenant = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
 Catalog = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
@@ -33,7 +35,7 @@ AttributeKey = Annotated[str, Path(min_length=1, max_length=MAX_ID)]
 AttributeVersion = Annotated[int, Path(ge=1, le=MAX_INT4)]
 GenerationNumber = Annotated[int, Path(ge=1, le=MAX_INT4)]
 IdentityHash = Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="SHA-256, hex.")]
-HistoryEpoch = Annotated[int, Path(ge=1, description="The stream's history epoch.")]
+HistoryEpoch = Annotated[int, Path(ge=1, le=MAX_INT8, description="The stream's history epoch.")]
 ConsumerId = Annotated[
     str,
     Path(

@@ -9,6 +9,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from db.retention import LeaseRow
+from producers.http.params import MAX_INT8
 from producers.retention.report import StreamRetention
 from producers.retention.retained import EventPage
 
@@ -25,7 +26,9 @@ class ConsumerRegistered(BaseModel):
 
 
 class ProgressReport(BaseModel):
-    position: int = Field(ge=0, description="Every position up to this one is durably applied.")
+    position: int = Field(
+        ge=0, le=MAX_INT8, description="Every position up to this one is durably applied."
+    )
 
 
 class ProgressHeld(BaseModel):
@@ -72,7 +75,7 @@ class EventPageBody(BaseModel):
 class LeaseRequest(BaseModel):
     tenant_id: str = Field(min_length=1, max_length=200)
     catalog_id: str = Field(min_length=1, max_length=200)
-    history_epoch: int = Field(ge=1)
+    history_epoch: int = Field(ge=1, le=MAX_INT8)
     holder: str = Field(min_length=1, max_length=200, description="Who rebuilds (for operators).")
     ttl_seconds: int = Field(ge=1, description="Seconds until the lease expires unless renewed.")
 
@@ -82,7 +85,9 @@ class LeaseRenewal(BaseModel):
 
 
 class LeaseAdvance(BaseModel):
-    position: int = Field(ge=0, description="The new pin; a lower one leaves the pin as it is.")
+    position: int = Field(
+        ge=0, le=MAX_INT8, description="The new pin; a lower one leaves the pin as it is."
+    )
 
 
 class Lease(BaseModel):

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Response, status
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
-from producers.http.params import Catalog, ConsumerId, HistoryEpoch, LeaseId, Tenant
+from producers.http.params import MAX_INT8, Catalog, ConsumerId, HistoryEpoch, LeaseId, Tenant
 from producers.retention import consumers, leases, retained
 from producers.retention.exceptions import StreamNotFound, TtlTooLong
 from producers.retention.http_models import (
@@ -33,7 +33,7 @@ from schemas.ids import StreamId
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
 
-After = Annotated[int, Query(ge=0, description="Return events after this position.")]
+After = Annotated[int, Query(ge=0, le=MAX_INT8, description="Return events after this position.")]
 Limit = Annotated[int, Query(ge=1, le=retained.MAX_PAGE, description="At most this many events.")]
 
 STREAM = "/streams/{tenant_id}/{catalog_id}/{history_epoch}"
@@ -219,7 +219,7 @@ def export_events(
     conn: Conn,
     res: Res,
     lease_id: Annotated[uuid.UUID, Query()],
-    history_epoch: Annotated[int, Query(ge=1)],
+    history_epoch: Annotated[int, Query(ge=1, le=MAX_INT8)],
     after: After = 0,
     limit: Limit = retained.DEFAULT_PAGE,
 ) -> EventPageBody:

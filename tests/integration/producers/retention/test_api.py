@@ -372,3 +372,29 @@ def test_health_and_metrics(client: TestClient, clean_db: DatabaseSettings) -> N
     assert "gapless_retention_report_up 1.0" in metrics
     labels = 'catalog="c1",consumer="app",epoch="1",tenant="t1"'
     assert f"gapless_retention_consumer_lag_positions{{{labels}}} 2.0" in metrics
+
+
+def test_numbers_beyond_64_bits_are_422_and_change_nothing(
+    client: TestClient, clean_db: DatabaseSettings
+) -> None:
+    """Epochs and positions are PostgreSQL bigints: one that cannot be stored is the
+    caller's error, refused before any I/O, never an empty answer or a 500."""
+    write_events(clean_db, "t1", "c1", 3)
+    huge = 2**63
+    beyond = f"/v1/streams/t1/c1/{huge}"
+    error(client.get(beyond), 422, "VALIDATION_FAILED")
+    error(client.get(beyond + "/events"), 422, "VALIDATION_FAILED")
+    error(client.put(beyond + "/consumers/app"), 422, "VALIDATION_FAILED")
+    error(client.get(STREAM + "/events", params={"after": huge}), 422, "VALIDATION_FAILED")
+    error(
+        client.post(STREAM + "/consumers/app/progress", json={"position": huge}),
+        422,
+        "VALIDATION_FAILED",
+    )
+    body = {"tenant_id": "t1", "catalog_id": "c1", "holder": "r", "ttl_seconds": 60}
+    error(client.post("/v1/leases", json={**body, "history_epoch": huge}), 422, "VALIDATION_FAILED")
+    with psycopg.connect(clean_db.resolver_owner_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM stream_consumer").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM rebuild_lease").fetchone() == (0,)
+    # The largest bigint itself is a number like any other.
+    error(client.get(f"/v1/streams/t1/c1/{huge - 1}"), 404, "STREAM_NOT_FOUND")
