@@ -109,9 +109,24 @@ def collectors_list(tenant: str | None, as_json: bool) -> None:
 @click.option("--tenant", help="Also claim this tenant (checked against the registry).")
 @click.option("--ttl", default=3600, show_default=True, help="Seconds until it expires.")
 def collector_token(client_id: str, tenant: str | None, ttl: int) -> None:
-    """Print a collector token signed with the local dev key (local runs only)."""
+    """Print a collector token signed with the local dev key (local runs only).
+
+    Only for a registered credential that is not revoked (and, with --tenant, of that
+    tenant): a token the API would refuse is refused here already."""
     from infra.local import collector_keys
     from infra.local.layout import current_layout
+    from producers.capture.intake.collectors import resolve
+    from producers.http.exceptions import ApiError
 
+    with resolver_conn() as conn:
+        try:
+            resolve(conn, client_id, {"tenant_id": tenant} if tenant else {})
+        except ApiError as exc:
+            fail(
+                ValueError(
+                    f"{exc.message}; register a credential with `gapless collectors register`"
+                    " (or `rotate` a revoked one) and mint a token for it"
+                )
+            )
     token = guarded(lambda: collector_keys.mint(current_layout(), client_id, tenant, ttl))
     click.echo(token)

@@ -120,6 +120,27 @@ def test_a_dev_token_is_accepted_by_a_locally_configured_api(
         assert post(client, token, capture_body()).status_code == 201
 
 
+def test_collector_token_is_refused_for_a_revoked_unknown_or_foreign_credential(
+    clean_db: DatabaseSettings,
+) -> None:
+    _run(
+        "collectors", "register", "--tenant", "t1", "--source", "shop",
+        "--instance-id", "i1", "--client-id", "dev",
+    )  # fmt: skip
+    assert _run("collector-token", "--client-id", "dev").strip().count(".") == 2
+    for args, problem in (
+        (("--client-id", "nobody"), "not registered"),
+        (("--client-id", "dev", "--tenant", "t2"), "claims tenant 't2'"),
+    ):
+        refused = CliRunner().invoke(main, ["collector-token", *args])
+        assert refused.exit_code == 2 and problem in refused.output, refused.output
+    _run("collectors", "revoke", "--client-id", "dev")
+    refused = CliRunner().invoke(main, ["collector-token", "--client-id", "dev"])
+    assert refused.exit_code == 2, refused.output
+    assert "revoked" in refused.output and "gapless collectors" in refused.output
+    assert "eyJ" not in refused.output
+
+
 def test_sweep_jobs_once_enqueues_what_is_pending(
     clean_db: DatabaseSettings,
     make_settings: MakeSettings,
