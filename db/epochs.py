@@ -74,16 +74,31 @@ class EpochSource:
             self._conn = psycopg.connect(self._dsn, autocommit=True)
         return self._conn
 
-    def epoch_for_write(self, tenant_id: str, catalog_id: str) -> int:
-        """The epoch a writer uses; creates the first epoch on first use."""
+    def epoch_for_write(self, tenant_id: str, catalog_id: str) -> tuple[int, bool]:
+        """The epoch a writer uses, and whether the control database has issued it.
+
+        A tenant/catalog nobody has written yet reads as ``FIRST_EPOCH``, not issued:
+        the writer issues it (``issue_first``) only once its write is accepted, so a
+        refused request leaves the control database as it was.
+        """
         key = (tenant_id, catalog_id)
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(key)
             if cached and now - cached[1] < self._ttl:
-                return cached[0]
-            epoch = ensure_epoch(self._connection(), tenant_id, catalog_id)
+                return cached[0], True
+            epoch = current_epochs(self._connection(), [key]).get(key)
+            if epoch is None:
+                return FIRST_EPOCH, False
             self._cache[key] = (epoch, now)
+            return epoch, True
+
+    def issue_first(self, tenant_id: str, catalog_id: str) -> int:
+        """Issue the first epoch of a tenant/catalog (idempotent) and return the
+        current one: another writer, or an operator, may have issued it first."""
+        with self._lock:
+            epoch = ensure_epoch(self._connection(), tenant_id, catalog_id)
+            self._cache[(tenant_id, catalog_id)] = (epoch, time.monotonic())
             return epoch
 
     def epochs(

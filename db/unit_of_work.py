@@ -14,7 +14,8 @@ from typing import Any, Self
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.epochs import FIRST_EPOCH, EpochSource
+from db.exceptions import EpochChanged
 from db.stream_writer import StreamWriter, lock_cursor
 from schemas.codec import EventCodec
 from schemas.events import Envelope
@@ -50,6 +51,7 @@ class UnitOfWork:
         self._codec = codec
         self._conn: psycopg.Connection | None = None
         self._writers: dict[tuple[str, str], StreamWriter] = {}
+        self._unissued: set[tuple[str, str]] = set()
         self._committed = False
         self.envelopes: list[Envelope] = []
 
@@ -57,6 +59,7 @@ class UnitOfWork:
         self._conn = self._pool.getconn()
         self._committed = False
         self._writers.clear()
+        self._unissued.clear()
         self.envelopes = []
         return self
 
@@ -95,9 +98,11 @@ class UnitOfWork:
         key = (tenant_id, catalog_id)
         writer = self._writers.get(key)
         if writer is None:
-            epoch = self._epochs.epoch_for_write(tenant_id, catalog_id)
+            epoch, issued = self._epochs.epoch_for_write(tenant_id, catalog_id)
             writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
             self._writers[key] = writer
+            if not issued:
+                self._unissued.add(key)
         return writer
 
     def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
@@ -109,13 +114,28 @@ class UnitOfWork:
         """Write every stream's outbox rows, then COMMIT.
 
         1. each stream writer allocates positions and inserts its outbox rows;
-        2. COMMIT makes facts, outbox rows and cursors visible together.
-        A crash before step 2 completes leaves nothing behind.
+        2. only for a catalog written for the first time: check the deferred
+           constraints now (``SET CONSTRAINTS ALL IMMEDIATE``), so a refusal cannot
+           come after the next step, then issue its first epoch in the control
+           database; if someone issued another epoch meanwhile, roll back;
+        3. COMMIT makes facts, outbox rows and cursors visible together.
+        A crash before step 2 leaves nothing behind; one between steps 2 and 3 leaves
+        an issued first epoch and no write, which is what an operator issuing it would
+        leave (the write itself was accepted; nothing refused ever issues an epoch).
         """
         conn = self._require()
         envelopes: list[Envelope] = []
         for writer in self._writers.values():
             envelopes.extend(writer.flush())
+        if self._unissued:
+            conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            for tenant_id, catalog_id in sorted(self._unissued):
+                issued = self._epochs.issue_first(tenant_id, catalog_id)
+                if issued != FIRST_EPOCH:
+                    raise EpochChanged(
+                        f"{tenant_id}/{catalog_id} is at history epoch {issued} now;"
+                        f" this write was prepared for epoch {FIRST_EPOCH}: retry it"
+                    )
         conn.commit()
         self._committed = True
         self.envelopes = envelopes

@@ -346,6 +346,39 @@ def test_unknown_case_is_404(client: TestClient) -> None:
     )
 
 
+def _epochs(settings: DatabaseSettings) -> list[tuple[str, str, int]]:
+    with psycopg.connect(settings.control_dsn) as conn:
+        rows = conn.execute(
+            "SELECT tenant_id, catalog_id, epoch FROM history_epoch"
+            " UNION ALL SELECT tenant_id, catalog_id, epoch FROM history_epoch_log"
+        ).fetchall()
+    return sorted((str(t), str(c), int(e)) for t, c, e in rows)
+
+
+def test_a_refused_decision_issues_no_history_epoch(
+    client: TestClient, uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    """Only an accepted write (or an operator) issues a catalog's first epoch: junk
+    requests must not grow the control database."""
+    for catalog in ("c1", "junk-7f3a", "x" * 200):
+        url = f"/v1/tenants/t1/catalogs/{catalog}/review-cases/nope/decisions"
+        error(client.post(url, json=decision()), 404, "CASE_NOT_FOUND")
+    open_cases(uow, "case-1")
+    url = f"{CATALOG}/review-cases/case-1/decisions"
+    window = {
+        "kind": "shipping_policy_version",
+        "policy_id": "std",
+        "scope": "DE",
+        "effective_from": "2027-03-01T00:00:00Z",
+        "effective_to": "2027-01-01T00:00:00Z",
+    }
+    error(client.post(url, json=decision(1, window)), 422, "INVALID_POLICY_WINDOW")
+    assert _epochs(clean_db) == []
+    window["effective_to"] = "2027-06-01T00:00:00Z"
+    ok(client.post(url, json=decision(1, window)), 201)
+    assert _epochs(clean_db) == [("t1", "c1", 1), ("t1", "c1", 1)]
+
+
 def test_another_tenant_is_403_and_no_token_401(client: TestClient, uow: UowFactory) -> None:
     open_cases(uow, "case-1")
     other = "/v1/tenants/t2/catalogs/c1"
