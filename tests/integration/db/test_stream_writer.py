@@ -6,9 +6,11 @@ import random
 import threading
 
 import psycopg
+import pytest
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from db.exceptions import EpochChanged
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from producers.resolver.catalog_items import ItemChange
@@ -130,3 +132,46 @@ def test_readers_never_see_a_hole_while_writers_commit(clean_db: DatabaseSetting
     observer.join()
     pool.close()
     assert violations == []
+
+
+def test_a_first_write_issues_its_epoch_only_when_accepted_and_yields_to_a_fence(
+    clean_db: DatabaseSettings,
+) -> None:
+    """A catalog's first write issues epoch 1 just before COMMIT. A rolled-back one
+    issues nothing; one that finds another epoch issued meanwhile (an operator's)
+    writes nothing and raises ``EpochChanged``; its retry lands in that epoch."""
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+
+    def epoch_rows() -> list[tuple[str, int]]:
+        with psycopg.connect(clean_db.control_dsn) as conn:
+            rows = conn.execute("SELECT catalog_id, epoch FROM history_epoch").fetchall()
+        return sorted((str(c), int(e)) for c, e in rows)
+
+    try:
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            item = ItemChange("t1", "c1", "i0", "shoe", "abandoned")
+            with pytest.raises(Rollback):
+                record_decision(uow, by_rule("t1", "c1", item, Abandon()))
+        assert epoch_rows() == []
+
+        with pytest.raises(EpochChanged), UnitOfWork(pool, epochs, CODEC) as uow:
+            item = ItemChange("t1", "c1", "i1", "shoe", "first")
+            writer = uow.stream("t1", "c1")
+            assert writer.stream.history_epoch == 1
+            with psycopg.connect(clean_db.control_dsn) as conn:  # an operator's fence
+                conn.execute(
+                    "INSERT INTO history_epoch (tenant_id, catalog_id, epoch, reason)"
+                    " VALUES ('t1', 'c1', 2, 'restored')"
+                )
+            record_decision(uow, by_rule("t1", "c1", item))
+        with psycopg.connect(clean_db.resolver_dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM outbox").fetchone() == (0,)
+
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            record_decision(uow, by_rule("t1", "c1", ItemChange("t1", "c1", "i1", "shoe", "x")))
+        assert {e.history_epoch for e in uow.envelopes} == {2}
+        assert epoch_rows() == [("c1", 2)]
+    finally:
+        pool.close()
+        epochs.close()
