@@ -1,8 +1,21 @@
-"""The product side's client of the resolver's retention API (HTTP, bearer token)."""
+"""The product side's client of the resolver's retention API (HTTP, bearer token).
+
+Every call is bounded: a timeout per attempt, a bounded number of attempts with
+exponential backoff and full jitter (only where trying again can help: no answer, a
+5xx or a 429), and at most ``max_concurrency`` calls in flight from one process, so a
+resolver that is down or slow is neither hammered nor waited on for ever. A call
+that runs out of attempts raises ``ResolverUnavailable``; its callers (progress
+reports, gap closing) try again on their next pass, and lose nothing meanwhile: a
+report not made only retains more, a gap not closed stays open.
+"""
 
 from __future__ import annotations
 
 import base64
+import random
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,22 +44,65 @@ def _path(stream: Stream) -> str:
     return f"/v1/streams/{tenant}/{catalog}/{epoch}"
 
 
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently one call is tried."""
+
+    max_attempts: int = 4
+    base_seconds: float = 0.25
+    cap_seconds: float = 4.0
+
+    def pause(self, failed_attempts: int, rng: random.Random) -> float:
+        """Full jitter: uniform in [0, min(cap, base * 2**(n - 1))]."""
+        return rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (failed_attempts - 1)))
+
+
+def _retryable(response: httpx.Response) -> bool:
+    return response.status_code >= 500 or response.status_code == 429
+
+
 class ResolverClient:
-    def __init__(self, base_url: str, token: str | None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        timeout_s: float = 5.0,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int = 4,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
+        )
+        self._retry = retry or RetryPolicy()
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._sleep = sleep
+        self._rng = random.Random()
 
     def close(self) -> None:
         self._http.close()
 
     def _call(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, url, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ResolverUnavailable(f"{method} {url}: {exc}") from exc
-        if response.status_code >= 500:
-            raise ResolverUnavailable(f"{method} {url}: HTTP {response.status_code}")
-        return response
+        """One call, tried up to ``max_attempts`` times; a slot is held only while a
+        request is in flight, never while backing off."""
+        problem = ""
+        for attempt in range(1, self._retry.max_attempts + 1):
+            if attempt > 1:
+                self._sleep(self._retry.pause(attempt - 1, self._rng))
+            try:
+                with self._slots:
+                    response = self._http.request(method, url, **kwargs)
+            except httpx.HTTPError as exc:
+                problem = str(exc) or type(exc).__name__
+                continue
+            if not _retryable(response):
+                return response
+            problem = f"HTTP {response.status_code}"
+        raise ResolverUnavailable(
+            f"{method} {url}: {problem} ({self._retry.max_attempts} attempts)"
+        )
 
     def report_progress(self, stream: Stream, consumer: str, position: int) -> int:
         """Report durable progress; returns what the resolver now holds (never lower)."""

@@ -52,6 +52,26 @@ class AgentSettings(DatabaseSettings, KafkaSettings):
     resolver_token: SecretStr | None = Field(
         default=None, description="GAPLESS_RESOLVER_TOKEN: bearer token for the resolver API."
     )
+    agents_resolver_attempts: int = Field(
+        default=4,
+        ge=1,
+        le=20,
+        description="GAPLESS_AGENTS_RESOLVER_ATTEMPTS: tries of one call to the resolver API"
+        " (no answer, 5xx or 429) before the pass gives up until the next one.",
+    )
+    agents_resolver_retry_base_seconds: float = Field(
+        default=0.25,
+        gt=0,
+        description="GAPLESS_AGENTS_RESOLVER_RETRY_BASE_SECONDS: the first backoff between"
+        " tries (doubling, full jitter, at most 16 times this).",
+    )
+    agents_resolver_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="GAPLESS_AGENTS_RESOLVER_CONCURRENCY: calls to the resolver API in flight"
+        " from one agents process.",
+    )
     agents_report_interval_seconds: float = Field(
         default=2.0, gt=0, description="GAPLESS_AGENTS_REPORT_INTERVAL_SECONDS"
     )

@@ -15,7 +15,7 @@ from db.epochs import EpochSource
 from processors.applier.batch import Applier
 from processors.gaps import GapCloser
 from processors.reporter import ProgressReporter
-from processors.resolver_client import ResolverClient
+from processors.resolver_client import ResolverClient, RetryPolicy
 from processors.settings import AgentSettings
 from schemas.codec import CODEC
 
@@ -24,7 +24,16 @@ log = logging.getLogger(__name__)
 
 def register(app: Any, settings: AgentSettings) -> None:
     token = settings.resolver_token.get_secret_value() if settings.resolver_token else None
-    client = ResolverClient(settings.resolver_url, token)
+    client = ResolverClient(
+        settings.resolver_url,
+        token,
+        retry=RetryPolicy(
+            max_attempts=settings.agents_resolver_attempts,
+            base_seconds=settings.agents_resolver_retry_base_seconds,
+            cap_seconds=16 * settings.agents_resolver_retry_base_seconds,
+        ),
+        max_concurrency=settings.agents_resolver_concurrency,
+    )
     reporter = ProgressReporter(settings.product_dsn, client, settings.agents_consumer)
     # Its own applier (own connection): it runs while the agent's batch may be open.
     closer = GapCloser(
