@@ -272,7 +272,11 @@ quarantine = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("resolved_at", DateTime(timezone=True)),
     Column("resolution", Text),
-    CheckConstraint("status IN ('open', 'retried', 'skipped')", name="quarantine_status_known"),
+    # ``superseded``: the same event was later applied from another copy (the
+    # resolver's retained one, fetched by the gap closer).
+    CheckConstraint(
+        "status IN ('open', 'retried', 'skipped', 'superseded')", name="quarantine_status_known"
+    ),
 )
 Index(
     "quarantine_message_idx",
@@ -281,6 +285,13 @@ Index(
     quarantine.c.partition,
     quarantine.c.offset,
     unique=True,
+)
+# The applier's per-batch look for open entries of the events it just applied.
+Index(
+    "quarantine_open_event_idx",
+    quarantine.c.consumer,
+    quarantine.c.event_id,
+    postgresql_where=text("status = 'open'"),
 )
 
 

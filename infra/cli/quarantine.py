@@ -18,7 +18,7 @@ def quarantine() -> None:
 @quarantine.command("list")
 @click.option(
     "--status",
-    type=click.Choice(["open", "retried", "skipped", "all"]),
+    type=click.Choice(["open", "retried", "skipped", "superseded", "all"]),
     default="open",
     show_default=True,
 )

@@ -23,7 +23,7 @@ from processors.applier.plan import (
     named_keys,
     plan_batch,
 )
-from processors.applier.quarantine import quarantine
+from processors.applier.quarantine import quarantine, supersede
 from processors.projections import registry
 from schemas.codec import EventCodec
 from schemas.events import Envelope, aggregate_key
@@ -203,7 +203,9 @@ class Applier:
         3. old-epoch events get the audited terminal outcome ``ignored_old_epoch``;
         4. load applied revisions and the parked events the batch may release;
         5. plan: applied / ignored_stale / parked, releasing parked dependants;
-        6. write inbox outcomes, parking, and every projection (``projections.registry``);
+        6. write inbox outcomes (closing open quarantine entries of events that now
+           have one: another copy of them got through), parking, and every projection
+           (``projections.registry``);
         7. advance each stream's contiguous progress (never backwards).
         COMMIT (by the caller's ``transaction()``) makes all of it durable together;
         a crash before it leaves nothing, and redelivery starts over. A crash after
@@ -263,6 +265,11 @@ class Applier:
 
         inbox.record(conn, ((fresh[i].event, outcome) for i, outcome in plan.outcomes.items()))
         inbox.set_outcomes(conn, plan.released)
+        supersede(
+            conn,
+            self.consumer,
+            [i for i, o in (*plan.outcomes.items(), *plan.released.items()) if o != PARKED],
+        )
         parking.park(
             conn, [(e, fresh[e.event_id].message.value or b"", m) for e, m in plan.to_park]
         )

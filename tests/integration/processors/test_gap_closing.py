@@ -14,6 +14,7 @@ from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
+from processors.applier.repair import list_entries
 from processors.gaps import GapCloser
 from processors.reporter import ProgressReporter
 from processors.resolver_client import ResolverClient
@@ -132,5 +133,51 @@ def test_messages_deleted_from_kafka_are_recovered(
     assert _progress(clean_db) == len(messages)
     accepted, projected = _state(clean_db)
     assert projected == accepted
+    applier.close()
+    client.close()
+
+
+def test_an_event_quarantined_from_one_copy_is_superseded_when_another_applies(
+    clean_db: DatabaseSettings, resolver_api: RunningApi
+) -> None:
+    """A delivered copy fails (here: a trigger refuses one item for a while, as a bug
+    since fixed would) and is quarantined; the gap closer later applies the resolver's
+    retained copy. The entry must not stay open: it ends ``superseded``."""
+    _write_history(clean_db, 3)
+    messages = _outbox(clean_db)
+    product = psycopg.connect(clean_db.product_dsn, autocommit=True)
+    product.execute(
+        "CREATE FUNCTION refuse_p1() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " IF NEW.item_id = 'p1' THEN RAISE EXCEPTION 'p1 is refused for now'; END IF;"
+        " RETURN NEW; END $$"
+    )
+    try:
+        product.execute(
+            "CREATE TRIGGER refuse_p1 BEFORE INSERT OR UPDATE ON product_item"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_p1()"
+        )
+        applier = Applier(clean_db.product_dsn, EpochSource(clean_db.control_dsn), CODEC)
+        applier.apply(messages)
+        [entry] = list_entries(product)
+        assert entry.error_code.startswith("APPLY_FAILED") and entry.position is not None
+        assert _progress(clean_db) == entry.position - 1
+    finally:
+        product.execute("DROP TRIGGER IF EXISTS refuse_p1 ON product_item")
+        product.execute("DROP FUNCTION IF EXISTS refuse_p1()")
+
+    client = ResolverClient(resolver_api.url, resolver_api.token)
+    closer = GapCloser(clean_db.product_dsn, client, applier, "product-applier", threshold_s=0)
+    while closer.close_once():
+        pass
+    assert _progress(clean_db) == len(messages)
+    accepted, projected = _state(clean_db)
+    assert projected == accepted
+    assert list_entries(product) == []
+    [done] = list_entries(product, status="superseded")
+    assert (done.id, done.resolution) == (
+        entry.id,
+        "superseded: the event was applied from another copy",
+    )
+    product.close()
     applier.close()
     client.close()
