@@ -23,7 +23,7 @@ from processors.applier.plan import (
     named_keys,
     plan_batch,
 )
-from processors.applier.quarantine import quarantine, supersede
+from processors.applier.quarantine import quarantine
 from processors.projections import registry
 from schemas.codec import EventCodec
 from schemas.events import Envelope, aggregate_key
@@ -263,13 +263,12 @@ class Applier:
 
         plan = plan_batch(events, revisions, parked, load_more)
 
-        inbox.record(conn, ((fresh[i].event, outcome) for i, outcome in plan.outcomes.items()))
-        inbox.set_outcomes(conn, plan.released)
-        supersede(
+        inbox.record(
             conn,
-            self.consumer,
-            [i for i, o in (*plan.outcomes.items(), *plan.released.items()) if o != PARKED],
+            ((fresh[i].event, outcome) for i, outcome in plan.outcomes.items()),
+            consumer=self.consumer,
         )
+        inbox.set_outcomes(conn, plan.released)
         parking.park(
             conn, [(e, fresh[e.event_id].message.value or b"", m) for e, m in plan.to_park]
         )

@@ -26,11 +26,21 @@ def known(conn: psycopg.Connection, event_ids: Iterable[uuid.UUID]) -> set[uuid.
     return {r[0] for r in rows}
 
 
-def record(conn: psycopg.Connection, decided: Iterable[tuple[Envelope, str]]) -> None:
+def record(
+    conn: psycopg.Connection,
+    decided: Iterable[tuple[Envelope, str]],
+    consumer: str | None = None,
+) -> None:
     """Insert new events with their outcome.
 
     ON CONFLICT DO NOTHING is the dedupe of last resort; callers hold the stream's
     progress lock, so no other applier inserts the same stream's events meanwhile.
+
+    With ``consumer``, the same statement also closes that consumer's open quarantine
+    entries of the events it just gave a terminal outcome: another copy of them (the
+    resolver's retained one, fetched by the gap closer) got through, so they end
+    ``superseded``. A quarantined event never has an inbox row, so only events new to
+    the inbox can have one; doing it here costs no extra round trip per batch.
     """
     rows = [
         (
@@ -46,13 +56,24 @@ def record(conn: psycopg.Connection, decided: Iterable[tuple[Envelope, str]]) ->
     ]
     if not rows:
         return
-    conn.execute(
+    insert = (
         "INSERT INTO inbox (event_id, tenant_id, catalog_id, history_epoch, position,"
         " event_type, outcome)"
         " SELECT * FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::int8[], %b::int8[],"
         " %b::text[], %b::text[])"
-        " ON CONFLICT (event_id) DO NOTHING",
-        [list(column) for column in zip(*rows, strict=True)],
+        " ON CONFLICT (event_id) DO NOTHING"
+    )
+    columns: list[object] = [list(column) for column in zip(*rows, strict=True)]
+    if consumer is None:
+        conn.execute(insert, columns)
+        return
+    conn.execute(
+        f"WITH new AS ({insert} RETURNING event_id, outcome)"
+        " UPDATE quarantine SET status = 'superseded', resolved_at = now(),"
+        " resolution = 'superseded: the event was applied from another copy'"
+        " WHERE consumer = %b AND status = 'open'"
+        " AND event_id IN (SELECT event_id FROM new WHERE outcome <> 'parked')",
+        [*columns, consumer],
     )
 
 

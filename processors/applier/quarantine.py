@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 
 from processors.applier.messages import RawMessage
@@ -53,18 +51,3 @@ def quarantine(
         ),
     )
     return cur.rowcount == 1
-
-
-def supersede(conn: psycopg.Connection, consumer: str, event_ids: list[uuid.UUID]) -> int:
-    """Close the open entries of events that have now reached a terminal outcome from
-    another copy; returns how many. Runs in the applier's transaction, so an entry is
-    superseded exactly when its event's outcome commits."""
-    if not event_ids:
-        return 0
-    cur = conn.execute(
-        "UPDATE quarantine SET status = 'superseded', resolved_at = now(),"
-        " resolution = 'superseded: the event was applied from another copy'"
-        " WHERE consumer = %s AND status = 'open' AND event_id = ANY(%s)",
-        (consumer, event_ids),
-    )
-    return cur.rowcount
