@@ -202,6 +202,7 @@ class Monitor:
     settings: DatabaseSettings
     stream: StreamId
     stop: threading.Event = field(default_factory=threading.Event)
+    watching: threading.Event = field(default_factory=threading.Event)
     problems: list[str] = field(default_factory=list)
     looks: int = 0
 
@@ -225,6 +226,7 @@ class Monitor:
                     self.problems.append(f"pruned_through moved back from {last} to {pruned}")
                 last = pruned
                 self.looks += 1
+                self.watching.set()
 
 
 def reset(settings: DatabaseSettings) -> None:
@@ -251,6 +253,9 @@ def test_no_schedule_deletes_anything_at_or_above_a_floor(
     watcher = threading.Thread(target=monitor.run)
     watcher.start()
     try:
+        # the workers start only once the monitor has taken its first look, so
+        # it watches them even when their schedule is over in a few milliseconds
+        assert monitor.watching.wait(timeout=30), "the monitor never took a look"
         run_together(*(lambda w=w, s=s: w.run(s) for w, s in zip(workers, schedule, strict=True)))
     finally:
         monitor.stop.set()
