@@ -87,22 +87,27 @@ class ConsumerRow:
     reported_position: int | None
     registered_at: datetime
     reported_at: datetime | None
+    # Set when a first report fell below pruned-through (see ``mark_needs_rebuild``).
+    needs_rebuild_since: datetime | None = None
+    refused_position: int | None = None
 
 
 _CONSUMER_COLUMNS = (
     "tenant_id, catalog_id, history_epoch, consumer_id, reported_position,"
-    " registered_at, reported_at"
+    " registered_at, reported_at, needs_rebuild_since, refused_position"
 )
 
 
 def _consumer(row: tuple[Any, ...]) -> ConsumerRow:
-    t, c, e, consumer_id, reported, registered_at, reported_at = row
+    t, c, e, consumer_id, reported, registered_at, reported_at, since, refused = row
     return ConsumerRow(
         StreamId(str(t), str(c), int(e)),
         str(consumer_id),
         None if reported is None else int(reported),
         registered_at,
         reported_at,
+        since,
+        None if refused is None else int(refused),
     )
 
 
@@ -123,17 +128,90 @@ def ensure_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str
 
 
 def raise_progress(
-    conn: psycopg.Connection, stream: StreamId, consumer_id: str, position: int
+    conn: psycopg.Connection,
+    stream: StreamId,
+    consumer_id: str,
+    position: int,
+    *,
+    known_only: bool = False,
 ) -> int | None:
     """Move a registered consumer's progress forward to ``position``; a lower report
-    changes nothing. Returns the progress now held, or None if not registered."""
+    changes nothing, and a refusal on record is cleared. Returns the progress now
+    held, or None if not registered (with ``known_only``: or if it never reported)."""
+    known = " AND reported_position IS NOT NULL" if known_only else ""
     row = conn.execute(
         "UPDATE stream_consumer"
-        " SET reported_position = GREATEST(reported_position, %s), reported_at = clock_timestamp()"
-        f" WHERE {_WHERE_STREAM} AND consumer_id = %s RETURNING reported_position",
+        " SET reported_position = GREATEST(reported_position, %s), reported_at = clock_timestamp(),"
+        " needs_rebuild_since = NULL, refused_position = NULL"
+        f" WHERE {_WHERE_STREAM} AND consumer_id = %s{known} RETURNING reported_position",
         (position, *_key(stream), consumer_id),
     ).fetchone()
     return None if row is None else int(row[0])
+
+
+def mark_needs_rebuild(
+    conn: psycopg.Connection, stream: StreamId, consumer_id: str, position: int
+) -> ConsumerRow:
+    """Record that the consumer reported ``position`` below pruned-through while its
+    progress was unknown (call under the retention lock, the row ensured). The first
+    refusal's time is kept; the position is the latest refused."""
+    row = conn.execute(
+        "UPDATE stream_consumer SET refused_position = %s,"
+        " needs_rebuild_since = coalesce(needs_rebuild_since, clock_timestamp())"
+        f" WHERE {_WHERE_STREAM} AND consumer_id = %s RETURNING {_CONSUMER_COLUMNS}",
+        (position, *_key(stream), consumer_id),
+    ).fetchone()
+    assert row is not None
+    return _consumer(row)
+
+
+# Standing consumers -----------------------------------------------------------------
+
+# The advisory lock that orders standing-consumer declarations against prune
+# batches: each batch holds it shared for its transaction, a declaration or a
+# retirement exclusively. A declaration therefore waits for the batches in flight
+# and every later batch sees it, so from its commit on no stream is pruned past it.
+# (The key is arbitrary but fixed: "gapless standing consumers".)
+_STANDING_LOCK = 0x6761706C_5354
+assert _STANDING_LOCK < 2**63
+
+
+def lock_standing_shared(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (_STANDING_LOCK,))
+
+
+def lock_standing_exclusive(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_STANDING_LOCK,))
+
+
+@dataclass(frozen=True, slots=True)
+class StandingConsumerRow:
+    consumer_id: str
+    declared_at: datetime
+    declared_by: str
+
+
+def standing_consumers(conn: psycopg.Connection) -> list[StandingConsumerRow]:
+    rows = conn.execute(
+        "SELECT consumer_id, declared_at, declared_by FROM standing_consumer ORDER BY consumer_id"
+    ).fetchall()
+    return [StandingConsumerRow(str(c), at, str(by)) for c, at, by in rows]
+
+
+def insert_standing(conn: psycopg.Connection, consumer_id: str, declared_by: str) -> bool:
+    """Declare a standing consumer; False if it already stands (call under the
+    exclusive standing lock)."""
+    cur = conn.execute(
+        "INSERT INTO standing_consumer (consumer_id, declared_by) VALUES (%s, %s)"
+        " ON CONFLICT DO NOTHING",
+        (consumer_id, declared_by),
+    )
+    return cur.rowcount > 0
+
+
+def delete_standing(conn: psycopg.Connection, consumer_id: str) -> bool:
+    cur = conn.execute("DELETE FROM standing_consumer WHERE consumer_id = %s", (consumer_id,))
+    return cur.rowcount > 0
 
 
 def delete_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> bool:
@@ -325,11 +403,33 @@ class StreamPositions:
 
 
 def stream_positions(
-    conn: psycopg.Connection, stream: StreamId | None = None
+    conn: psycopg.Connection,
+    stream: StreamId | None = None,
+    *,
+    tenants: frozenset[str] | None = None,
+    after: StreamId | None = None,
+    limit: int | None = None,
 ) -> list[StreamPositions]:
     """Committed, published and pruned-through positions of one stream or of every
-    stream that has written or is under retention control (none of them locked)."""
-    where, params = (f" WHERE {_WHERE_STREAM}", _key(stream)) if stream else ("", ())
+    stream that has written or is under retention control (none of them locked),
+    in stream order; optionally only ``tenants``' and only streams after ``after``,
+    at most ``limit`` of them."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if stream:
+        clauses.append(_WHERE_STREAM)
+        params += _key(stream)
+    if tenants is not None:
+        clauses.append("tenant_id = ANY(%s)")
+        params.append(sorted(tenants))
+    if after:
+        clauses.append("(tenant_id, catalog_id, history_epoch) > (%s, %s, %s)")
+        params += _key(after)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    where += " ORDER BY tenant_id, catalog_id, history_epoch"
+    if limit is not None:
+        where += " LIMIT %s"
+        params.append(limit)
     rows = conn.execute(
         "SELECT tenant_id, catalog_id, history_epoch, coalesce(c.position, 0),"
         " coalesce(p.published_position, 0), coalesce(r.pruned_through, 0)"
@@ -337,8 +437,7 @@ def stream_positions(
         "  UNION SELECT tenant_id, catalog_id, history_epoch FROM stream_retention) s"
         " LEFT JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
         " LEFT JOIN stream_publication p USING (tenant_id, catalog_id, history_epoch)"
-        f" LEFT JOIN stream_retention r USING (tenant_id, catalog_id, history_epoch){where}"
-        " ORDER BY tenant_id, catalog_id, history_epoch",
+        f" LEFT JOIN stream_retention r USING (tenant_id, catalog_id, history_epoch){where}",
         params,
     ).fetchall()
     return [

@@ -124,10 +124,16 @@ def lines(status: StreamStatus) -> list[str]:
                 f"  {note}{warn}"
             )
         for reported in r.consumers:
+            position = reported.reported_position
+            note = "  (standing: holds the stream unseen)" if reported.standing else ""
+            if reported.needs_rebuild_since is not None:
+                note += (
+                    f"  NEEDS REBUILD: its first report ({reported.refused_position}) is below"
+                    f" pruned-through {r.pruned_through}; rebuild it or deregister it"
+                )
             out.append(
                 f"    reported by {reported.consumer_id}: "
-                f"{reported.reported_position if reported.reported_position is not None else '-'}"
-                f"  lag {reported.lag}"
+                f"{position if position is not None else '-'}  lag {reported.lag}{note}"
             )
     for s in status.consumers:
         lag = f"  lag {committed - s.progress}" if committed is not None else ""

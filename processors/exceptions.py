@@ -18,3 +18,11 @@ class RetainedEventsGone(GaplessError):
     position are no longer guaranteed; a rebuild is needed."""
 
     code = "RETAINED_EVENTS_GONE"
+
+
+class RebuildRequired(GaplessError):
+    """The resolver refused this consumer's first progress report on a stream
+    (``CONSUMER_NEEDS_REBUILD``): events it has not applied are pruned, so only a
+    rebuild brings the stream's projections back."""
+
+    code = "REBUILD_REQUIRED"

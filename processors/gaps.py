@@ -6,6 +6,13 @@ parked on it may wait forever. The gap closer fetches the events after progress 
 the resolver and applies them through the normal batch path, so dedupe, revisions and
 parking apply unchanged. Parked and quarantined events never close a gap: only an
 event with a terminal outcome moves progress.
+
+The streams come from the resolver, not only from this consumer's progress rows: a
+stream whose every message was lost before this consumer saw any (or that was
+written before this consumer was deployed) has no progress row here, yet the
+resolver retains its events for a standing consumer; it is filled from position 0.
+Streams the resolver says are caught up (committed = progress) are not fetched.
+When the resolver's list is unavailable, the local progress rows are used alone.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.applier.progress import Stream
 from processors.exceptions import ResolverUnavailable, RetainedEventsGone
+from processors.reporter import NEEDS_REBUILD
 from processors.resolver_client import ResolverClient
 
 log = logging.getLogger(__name__)
@@ -37,9 +45,10 @@ class _Seen:
 class GapCloser:
     """Finds stalled streams and fills them from retained events.
 
-    A stream is a candidate when, for at least ``threshold_s``:
+    A stream is a candidate when the resolver has committed past this consumer's
+    progress (0 for a stream it has never seen) and, for at least ``threshold_s``:
     - the inbox holds a position above progress (a hole below it, or a parked event), or
-    - progress has not moved (the resolver may hold events this consumer never got).
+    - progress has not moved (the resolver holds events this consumer never got).
     """
 
     product_dsn: str
@@ -49,6 +58,9 @@ class GapCloser:
     threshold_s: float = 5.0
     page_size: int = 500
     _seen: dict[Stream, _Seen] = field(default_factory=dict)
+    # Streams pruned past this consumer's progress, by that progress: not asked
+    # again until the progress moves (a rebuild).
+    _gone: dict[Stream, int] = field(default_factory=dict)
 
     def _streams(self) -> tuple[dict[Stream, int], set[Stream]]:
         """Each stream's progress, and the streams with inbox rows above it for long."""
@@ -74,11 +86,36 @@ class GapCloser:
             }
         return progress, waiting
 
+    def _behind(self, progress: dict[Stream, int]) -> set[Stream] | None:
+        """The streams the resolver has committed past ``progress`` (adding the ones
+        never seen here to ``progress`` at 0), or None if it did not answer."""
+        try:
+            known = self.client.streams()
+        except ResolverUnavailable as exc:
+            log.warning("stream list unavailable, using local progress only: %s", exc)
+            return None
+        behind = set()
+        for s in known:
+            if s.committed > progress.setdefault(s.stream, 0):
+                behind.add(s.stream)
+            elif progress[s.stream] == 0:
+                del progress[s.stream]  # nothing committed and nothing seen: skip it
+        return behind
+
     def candidates(self, now: float | None = None) -> dict[Stream, int]:
         now = time.monotonic() if now is None else now
         progress, waiting = self._streams()
+        behind = self._behind(progress)
         stalled: dict[Stream, int] = {}
         for stream, position in progress.items():
+            if behind is not None and stream not in behind:
+                continue
+            gone = self._gone.get(stream)
+            if gone == position:
+                continue
+            if gone is not None:  # progress moved (a rebuild): ask again
+                del self._gone[stream]
+                NEEDS_REBUILD.labels(*map(str, stream)).set(0)
             seen = self._seen.get(stream)
             if seen is None or seen.position != position:
                 self._seen[stream] = _Seen(position, now)
@@ -111,6 +148,8 @@ class GapCloser:
                     position,
                     exc,
                 )
+                self._gone[stream] = position
+                NEEDS_REBUILD.labels(*map(str, stream)).set(1)
                 continue
             if result is None:
                 # Nothing retained after progress: not a gap, just a quiet stream.

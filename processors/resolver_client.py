@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from processors.applier.progress import Stream
-from processors.exceptions import ResolverUnavailable, RetainedEventsGone
+from processors.exceptions import RebuildRequired, ResolverUnavailable, RetainedEventsGone
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,15 @@ class RetainedPage:
     committed_position: int
     pruned_through: int
     events: list[RetainedEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPositions:
+    """A stream as the resolver knows it."""
+
+    stream: Stream
+    committed: int
+    pruned_through: int
 
 
 def _path(stream: Stream) -> str:
@@ -55,6 +64,14 @@ class RetryPolicy:
     def pause(self, failed_attempts: int, rng: random.Random) -> float:
         """Full jitter: uniform in [0, min(cap, base * 2**(n - 1))]."""
         return rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (failed_attempts - 1)))
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("code") if isinstance(body, dict) else None
 
 
 def _retryable(response: httpx.Response) -> bool:
@@ -109,8 +126,29 @@ class ResolverClient:
         response = self._call(
             "POST", f"{_path(stream)}/consumers/{consumer}/progress", json={"position": position}
         )
+        if response.status_code == 409 and _code(response) == "CONSUMER_NEEDS_REBUILD":
+            raise RebuildRequired(response.json().get("message", "needs a rebuild"))
         response.raise_for_status()
         return int(response.json()["reported_position"])
+
+    def streams(self, page_size: int = 1000) -> list[StreamPositions]:
+        """Every stream the token may read, with its committed and pruned positions
+        (all pages; each page is one bounded call)."""
+        found: list[StreamPositions] = []
+        params: dict[str, Any] = {"limit": page_size}
+        while True:
+            response = self._call("GET", "/v1/streams", params=params)
+            response.raise_for_status()
+            body = response.json()
+            for s in body["streams"]:
+                stream = (str(s["tenant_id"]), str(s["catalog_id"]), int(s["history_epoch"]))
+                found.append(
+                    StreamPositions(stream, int(s["committed_position"]), int(s["pruned_through"]))
+                )
+            if not body["more"] or not body["streams"]:
+                return found
+            tenant, catalog, epoch = found[-1].stream
+            params.update(after_tenant=tenant, after_catalog=catalog, after_epoch=epoch)
 
     def retained_events(self, stream: Stream, after: int, limit: int = 500) -> RetainedPage:
         response = self._call(

@@ -6,7 +6,11 @@ so they have one definition here, below both.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
+
+CONSUMER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+"""A consumer's stable name (its durable progress and retention hold are kept under it)."""
 
 
 class StreamId(NamedTuple):

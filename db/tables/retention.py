@@ -49,6 +49,11 @@ stream_retention = Table(
 # every position at or below ``reported_position`` is applied on its side. NULL
 # means it never reported, which holds the retention floor at 0. The column only
 # moves forward. Rows are removed only by an operator (deregistration).
+#
+# ``needs_rebuild_since`` is set when the consumer's first report (progress still
+# unknown) fell below ``pruned_through``: it needs events that are gone, so only a
+# rebuild can bring it back. ``refused_position`` is what it reported then. Both
+# are cleared by the first report at or above ``pruned_through``.
 stream_consumer = Table(
     "stream_consumer",
     metadata,
@@ -59,6 +64,8 @@ stream_consumer = Table(
     Column("reported_position", BigInteger),
     Column("registered_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("reported_at", DateTime(timezone=True)),
+    Column("needs_rebuild_since", DateTime(timezone=True)),
+    Column("refused_position", BigInteger),
     PrimaryKeyConstraint(*_STREAM, "consumer_id"),
     ForeignKeyConstraint(
         list(_STREAM),
@@ -66,6 +73,24 @@ stream_consumer = Table(
         name="stream_consumer_retention_fk",
     ),
     CheckConstraint("reported_position >= 0", name="stream_consumer_position_nonnegative"),
+    CheckConstraint(
+        "(needs_rebuild_since IS NULL) = (refused_position IS NULL)",
+        name="stream_consumer_refusal_complete",
+    ),
+)
+
+# A standing consumer holds every stream, also the ones it has not seen yet: on a
+# stream where it has no ``stream_consumer`` row it holds the floor at 0, as a
+# registered consumer that never reported does. Declared by the retention service
+# from ``GAPLESS_RETENTION_CONSUMERS`` or by an operator; removed only by an
+# operator (``gapless consumers retire``).
+standing_consumer = Table(
+    "standing_consumer",
+    metadata,
+    Column("consumer_id", Text, nullable=False),
+    Column("declared_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("declared_by", Text, nullable=False),
+    PrimaryKeyConstraint("consumer_id"),
 )
 
 # A rebuild's lease: while it is neither released nor expired, no outbox row above

@@ -1,22 +1,25 @@
-"""Consumers registered with retention control: list, deregister."""
+"""Consumers under retention control: list, deregister; standing consumers: standing,
+declare, retire."""
 
 from __future__ import annotations
 
 import click
 
-from infra.cli.output import echo, emit, fail, guarded
+from infra.cli.output import actor, echo, emit, fail, guarded, resolver_conn
 from infra.config import load
 
 
 @click.group()
 def consumers() -> None:
-    """Consumers registered with retention control (list, deregister)."""
+    """Consumers under retention control (list, deregister, standing, declare, retire)."""
 
 
 @consumers.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per consumer.")
 def consumers_list(as_json: bool) -> None:
-    """Each registered consumer: reported progress, lag, and whether it holds the floor."""
+    """Each consumer of each stream: reported progress, lag, whether it holds the floor,
+    whether it holds the stream only as a standing consumer, and whether its first
+    report was refused because it needs a rebuild."""
     import psycopg
 
     from db.settings import DatabaseSettings
@@ -36,6 +39,13 @@ def consumers_list(as_json: bool) -> None:
             )
             reported = "never" if c.reported_position is None else str(c.reported_position)
             note = f"  holds the floor ({s.held_back} held back)" if holds else ""
+            if c.standing:
+                note += "  (standing)"
+            if c.needs_rebuild_since is not None:
+                note += (
+                    f"  NEEDS REBUILD: reported {c.refused_position},"
+                    f" pruned through {s.pruned_through}"
+                )
             emit(
                 as_json,
                 {
@@ -48,6 +58,11 @@ def consumers_list(as_json: bool) -> None:
                     "held_back": s.held_back if holds else 0,
                     "registered_at": c.registered_at.isoformat(),
                     "reported_at": c.reported_at.isoformat() if c.reported_at else None,
+                    "standing": c.standing,
+                    "needs_rebuild_since": (
+                        c.needs_rebuild_since.isoformat() if c.needs_rebuild_since else None
+                    ),
+                    "refused_position": c.refused_position,
                 },
                 f"{s.stream!s:<32} {c.consumer_id:<24} at {reported:>9}  lag {c.lag:>8}{note}",
             )
@@ -77,3 +92,59 @@ def consumers_deregister(tenant: str, catalog: str, epoch: int, consumer: str) -
         except RetentionError as exc:
             fail(exc)
     echo(f"deregistered {consumer!r} from {stream}; the next prune pass may pass its progress")
+
+
+@consumers.command("standing")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per standing consumer.")
+def consumers_standing(as_json: bool) -> None:
+    """The standing consumers: each holds every stream, also streams it has not
+    reported on yet."""
+    from db import retention as sql
+
+    with resolver_conn() as conn:
+        rows = sql.standing_consumers(conn)
+    for row in rows:
+        emit(
+            as_json,
+            {
+                "consumer": row.consumer_id,
+                "declared_at": row.declared_at.isoformat(),
+                "declared_by": row.declared_by,
+            },
+            f"{row.consumer_id:<24} declared {row.declared_at:%Y-%m-%d %H:%M:%S}"
+            f" by {row.declared_by}",
+        )
+    if not rows and not as_json:
+        echo("no standing consumers")
+
+
+@consumers.command("declare")
+@click.argument("consumer")
+def consumers_declare(consumer: str) -> None:
+    """Make CONSUMER hold every stream from now on, also streams it has never seen
+    (what is pruned already stays pruned)."""
+    from producers.retention.consumers import declare_standing
+    from schemas.ids import CONSUMER_ID
+
+    if not CONSUMER_ID.fullmatch(consumer):
+        raise click.BadParameter(f"expected {CONSUMER_ID.pattern}", param_hint="CONSUMER")
+    with resolver_conn() as conn:
+        new = declare_standing(conn, consumer, actor())
+    echo(f"{consumer!r} {'now stands' if new else 'already stood'}: it holds every stream")
+
+
+@consumers.command("retire")
+@click.argument("consumer")
+def consumers_retire(consumer: str) -> None:
+    """Stop CONSUMER holding the streams it has no registration on (its registrations
+    stay until deregistered). Remove it from GAPLESS_RETENTION_CONSUMERS too, or the
+    retention service declares it again at its next start."""
+    from producers.retention.consumers import retire_standing
+    from producers.retention.exceptions import RetentionError
+
+    with resolver_conn() as conn:
+        try:
+            retire_standing(conn, consumer)
+        except RetentionError as exc:
+            fail(exc)
+    echo(f"retired {consumer!r}; streams it never reported on no longer wait for it")

@@ -12,6 +12,8 @@ from typing import Annotated
 
 from fastapi import Path
 
+from schemas.ids import CONSUMER_ID
+
 MAX_ID = 200
 MAX_INT4 = 2**31 - 1
 """Versions and generation numbers are PostgreSQL ``integer`` columns."""
@@ -39,7 +41,7 @@ HistoryEpoch = Annotated[int, Path(ge=1, le=MAX_INT8, description="The stream's 
 ConsumerId = Annotated[
     str,
     Path(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+        pattern=CONSUMER_ID.pattern,
         description="A stable name for the consumer (its durable progress is kept under it).",
     ),
 ]

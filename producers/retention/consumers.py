@@ -1,10 +1,20 @@
-"""Registered consumers and their durable progress.
+"""Registered consumers, standing consumers and their durable progress.
 
 A consumer registers per stream and reports the greatest position through which it
 has durably applied every event. The report only ever moves forward: a lower one is
 accepted and ignored, so a late or repeated report cannot release events again.
 Only an operator removes a consumer (``deregister``); a lagging one keeps holding
 the retention floor for as long as it lags.
+
+A consumer whose progress is still unknown (it never reported) and reports a
+position below the stream's pruned-through position needs events that are gone:
+the report is refused with ``CONSUMER_NEEDS_REBUILD`` and the refusal is recorded on
+its row, which keeps holding what is still retained until it is rebuilt (a report
+at or above pruned-through clears it) or an operator deregisters it.
+
+A standing consumer holds every stream, also streams it has never reported on, so
+events nobody has seen yet (all their messages lost, or a consumer deployed later)
+are kept for it from the stream's first event.
 """
 
 from __future__ import annotations
@@ -14,7 +24,11 @@ from dataclasses import dataclass
 import psycopg
 
 from db import retention as sql
-from producers.retention.exceptions import ConsumerNotFound, PositionBeyondCommitted
+from producers.retention.exceptions import (
+    ConsumerNeedsRebuild,
+    ConsumerNotFound,
+    PositionBeyondCommitted,
+)
 from schemas.ids import StreamId
 
 
@@ -47,26 +61,41 @@ def report(conn: psycopg.Connection, stream: StreamId, consumer_id: str, positio
     """Record the consumer's durable progress; returns the progress now held.
 
     1. refuse a position above the committed cursor (read without locking it);
-    2. raise a registered consumer's progress (``GREATEST``: a lower report changes
-       nothing). This needs no retention lock: raising progress can only raise
-       the floor, so a pruner that read the old value merely prunes less;
-    3. if the consumer is not registered, register it under the retention lock as
-       ``register`` does and raise it then;
-    4. commit.
-    A crash before 4 leaves the previous progress, which only retains more.
+    2. raise the progress of a consumer that has reported before (``GREATEST``: a
+       lower report changes nothing). This needs no retention lock: raising
+       progress can only raise the floor, so a pruner that read the old value
+       merely prunes less;
+    3. otherwise (not registered, or never reported) take the retention lock,
+       reading pruned-through P, and register the consumer as ``register`` does;
+    4. if ``position`` < P, record the refusal on the row; else raise progress;
+    5. commit; after a refusal, raise ``ConsumerNeedsRebuild``.
+    A crash before 5 leaves the previous progress (or no row), which only retains
+    more. A refused consumer's row holds the floor at 0, so nothing more of the
+    stream is pruned until it is rebuilt or deregistered.
     """
+    refused = None
     with conn.transaction():
         committed = sql.committed_position(conn, stream)
         if position > committed:
             raise PositionBeyondCommitted(
                 f"{consumer_id} reported {position} on {stream}, committed is {committed}"
             )
-        held = sql.raise_progress(conn, stream, consumer_id, position)
+        held = sql.raise_progress(conn, stream, consumer_id, position, known_only=True)
         if held is None:
-            sql.lock_retention(conn, stream)
+            pruned = sql.lock_retention(conn, stream)
             sql.ensure_consumer(conn, stream, consumer_id)
-            held = sql.raise_progress(conn, stream, consumer_id, position)
-            assert held is not None
+            if position < pruned:
+                refused = sql.mark_needs_rebuild(conn, stream, consumer_id, position)
+            else:
+                held = sql.raise_progress(conn, stream, consumer_id, position)
+    if refused is not None:
+        raise ConsumerNeedsRebuild(
+            f"{consumer_id} reported {position} on {stream} as its first progress, but"
+            f" events through {pruned} are pruned: rebuild the consumer from a snapshot"
+            " (it then reports at or above the pruned position), or deregister it with"
+            " `gapless consumers deregister`"
+        )
+    assert held is not None
     return held
 
 
@@ -80,3 +109,29 @@ def deregister(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> 
         sql.lock_retention(conn, stream)
         if not sql.delete_consumer(conn, stream, consumer_id):
             raise ConsumerNotFound(f"no consumer {consumer_id!r} registered on {stream}")
+
+
+def declare_standing(conn: psycopg.Connection, consumer_id: str, declared_by: str) -> bool:
+    """Make ``consumer_id`` hold every stream (idempotent); False if it already stood.
+
+    1. take the standing lock exclusively, which waits for prune batches in flight;
+    2. insert the row; 3. commit. A crash before 3 leaves nothing. From 3 on every
+    batch reads the row under the shared lock: a stream the consumer has no row on
+    is held at 0 for it. What was pruned before 3 stays pruned; a first report
+    below it is refused (``CONSUMER_NEEDS_REBUILD``).
+    """
+    with conn.transaction():
+        sql.lock_standing_exclusive(conn)
+        return sql.insert_standing(conn, consumer_id, declared_by)
+
+
+def retire_standing(conn: psycopg.Connection, consumer_id: str) -> None:
+    """Stop ``consumer_id`` holding streams it has not registered on (an operator's
+    decision). Its per-stream registrations stay until deregistered.
+
+    1. take the standing lock exclusively; 2. delete the row; 3. commit.
+    """
+    with conn.transaction():
+        sql.lock_standing_exclusive(conn)
+        if not sql.delete_standing(conn, consumer_id):
+            raise ConsumerNotFound(f"{consumer_id!r} is not a standing consumer")

@@ -18,6 +18,13 @@ class TtlTooLong(RetentionError):
     http_status = 422
 
 
+class IncompleteCursor(RetentionError):
+    """A stream listing's ``after_*`` parameters name only part of a stream."""
+
+    code = "INCOMPLETE_CURSOR"
+    http_status = 422
+
+
 class StreamNotFound(RetentionError):
     code = "STREAM_NOT_FOUND"
     http_status = 404
@@ -38,6 +45,14 @@ class PositionBeyondCommitted(RetentionError):
     let the pruner pass events the reporter cannot have seen."""
 
     code = "POSITION_BEYOND_COMMITTED"
+    http_status = 409
+
+
+class ConsumerNeedsRebuild(RetentionError):
+    """A consumer's first report fell below pruned-through: the events it still needs
+    are gone, so it must be rebuilt (or deregistered). Recorded on its row."""
+
+    code = "CONSUMER_NEEDS_REBUILD"
     http_status = 409
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from db.retention import LeaseRow
+from db.retention import LeaseRow, StreamPositions
 from producers.http.params import MAX_INT8
 from producers.retention.report import StreamRetention
 from producers.retention.retained import EventPage
@@ -72,6 +72,34 @@ class EventPageBody(BaseModel):
         )
 
 
+class StreamPosition(BaseModel):
+    tenant_id: str
+    catalog_id: str
+    history_epoch: int
+    committed_position: int
+    published_position: int
+    pruned_through: int
+
+    @classmethod
+    def of(cls, p: StreamPositions) -> StreamPosition:
+        return cls(
+            tenant_id=p.stream.tenant_id,
+            catalog_id=p.stream.catalog_id,
+            history_epoch=p.stream.history_epoch,
+            committed_position=p.committed,
+            published_position=p.published,
+            pruned_through=p.pruned_through,
+        )
+
+
+class StreamPage(BaseModel):
+    streams: list[StreamPosition] = Field(description="In (tenant, catalog, epoch) order.")
+    more: bool = Field(
+        description="true: ask again with after_tenant/after_catalog/after_epoch set to the"
+        " last stream's."
+    )
+
+
 class LeaseRequest(BaseModel):
     tenant_id: str = Field(min_length=1, max_length=200)
     catalog_id: str = Field(min_length=1, max_length=200)
@@ -131,8 +159,17 @@ class ConsumerProgress(BaseModel):
     consumer_id: str
     reported_position: int | None
     lag: int = Field(description="Committed cursor minus reported progress.")
-    registered_at: datetime
+    registered_at: datetime = Field(
+        description="For a standing consumer not registered on the stream: when it was declared."
+    )
     reported_at: datetime | None
+    standing: bool = Field(
+        description="Held as a standing consumer, without a registration on this stream."
+    )
+    needs_rebuild_since: datetime | None = Field(
+        description="Set when its first report fell below pruned_through (CONSUMER_NEEDS_REBUILD)."
+    )
+    refused_position: int | None = Field(description="The position that report named.")
 
 
 class LeaseExpiry(BaseModel):
@@ -182,6 +219,9 @@ class StreamState(BaseModel):
                     lag=c.lag,
                     registered_at=c.registered_at,
                     reported_at=c.reported_at,
+                    standing=c.standing,
+                    needs_rebuild_since=c.needs_rebuild_since,
+                    refused_position=c.refused_position,
                 )
                 for c in s.consumers
             ],

@@ -1,8 +1,10 @@
 """Prometheus metrics of retention control, read from the database at each scrape.
 
 Blocked retention shows as ``gapless_retention_held_back_positions`` above zero,
-a lagging consumer in ``gapless_retention_consumer_lag_positions`` and a lease near
-expiry in ``gapless_retention_lease_seconds_to_expiry``.
+a lagging consumer in ``gapless_retention_consumer_lag_positions``, a consumer whose
+first report was refused because it needs a rebuild in
+``gapless_retention_consumer_needs_rebuild`` (1) and a lease near expiry in
+``gapless_retention_lease_seconds_to_expiry``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ class RetentionCollector(Collector):
             "Committed cursor minus the consumer's reported progress",
             labels=[*_STREAM, "consumer"],
         )
+        rebuild = GaugeMetricFamily(
+            "gapless_retention_consumer_needs_rebuild",
+            "1 if the consumer's first report fell below pruned-through (it needs a rebuild)",
+            labels=[*_STREAM, "consumer"],
+        )
         expiry = GaugeMetricFamily(
             "gapless_retention_lease_seconds_to_expiry",
             "Seconds until an unreleased lease expires (negative: expired)",
@@ -72,8 +79,10 @@ class RetentionCollector(Collector):
             families["held_back_positions"].add_metric(labels, s.held_back)
             for c in s.consumers:
                 lag.add_metric([*labels, c.consumer_id], c.lag)
+                rebuild.add_metric([*labels, c.consumer_id], int(c.needs_rebuild_since is not None))
             for x in s.leases:
                 expiry.add_metric([*labels, str(x.lease_id), x.holder], x.seconds_to_expiry)
         yield from families.values()
         yield lag
+        yield rebuild
         yield expiry

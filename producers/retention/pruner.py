@@ -3,9 +3,10 @@
 Per stream it deletes a contiguous prefix of the outbox: only rows the relay has
 published, committed longer ago than the retention age, and at or below the
 retention floor, the lowest of every registered consumer's reported progress (0
-for one that never reported) and every live lease's pin. It never removes a
-consumer or a lease; a lagging consumer holds the floor until an operator
-deregisters it.
+for one that never reported) and every live lease's pin. A standing consumer
+holds every stream it has no registration on at 0, so a stream nobody has reported
+on yet is kept for it. It never removes a consumer or a lease; a lagging consumer
+holds the floor until an operator deregisters it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from db import retention as sql
 from db.outbox import published_position
 from producers.retention.rules import (
     BATCH_SIZE,
-    consumer_holder,
+    consumer_holders,
     lease_holder,
     limit_by_age,
     prune_step,
@@ -51,10 +52,12 @@ def prune_batch(
 
     Returns (rows deleted, pruned-through position, what limited the batch).
 
-    1. take the stream's retention-control lock, reading ``pruned_through`` P;
-    2. read the floor under the lock: registered consumers' progress and the pins
-       of leases neither released nor expired (by the database clock), and the
-       relay's published position;
+    1. take the stream's retention-control lock, reading ``pruned_through`` P, and
+       the standing lock shared (a declaration waits for this batch);
+    2. read the floor under the locks: registered consumers' progress, 0 for each
+       standing consumer not registered on the stream, the pins of leases neither
+       released nor expired (by the database clock), and the relay's published
+       position;
     3. compute the end of the batch: the lowest of the floor, the published
        position and P + batch size;
     4. cut it before the first row in range younger than the retention age;
@@ -67,9 +70,8 @@ def prune_batch(
     """
     with conn.transaction():
         pruned = sql.lock_retention(conn, stream)
-        holders = [
-            consumer_holder(c.consumer_id, c.reported_position) for c in sql.consumers(conn, stream)
-        ]
+        sql.lock_standing_shared(conn)
+        holders = consumer_holders(sql.consumers(conn, stream), sql.standing_consumers(conn))
         holders += [
             lease_holder(str(lease.lease_id), lease.holder, lease.pinned_position)
             for lease in sql.unreleased_leases(conn, stream)

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from db import retention as sql
-from producers.retention.rules import Holder, consumer_holder, lease_holder, retention_floor
+from producers.retention.rules import Holder, consumer_holders, lease_holder, retention_floor
 from schemas.ids import StreamId
 
 
@@ -28,8 +28,13 @@ class ConsumerLag:
     reported_position: int | None
     # committed cursor minus reported progress (one that never reported lags by all of it)
     lag: int
-    registered_at: datetime
+    registered_at: datetime  # a standing consumer not registered here: when it was declared
     reported_at: datetime | None
+    # Holding the stream as a standing consumer, without a registration of its own.
+    standing: bool = False
+    # Set when its first report fell below pruned-through: it needs a rebuild.
+    needs_rebuild_since: datetime | None = None
+    refused_position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ def stream_report(
     """The retention state of every stream (or of one), read in one transaction."""
     with conn.transaction():
         positions = sql.stream_positions(conn, stream)
+        standing = sql.standing_consumers(conn)
         consumers = defaultdict(list)
         for c in sql.consumers(conn, stream):
             consumers[c.stream].append(c)
@@ -90,8 +96,10 @@ def stream_report(
     for p in positions:
         own_consumers = consumers[p.stream]
         own_leases = leases[p.stream]
+        registered = {c.consumer_id for c in own_consumers}
+        unregistered = [x for x in standing if x.consumer_id not in registered]
         held_by = retention_floor(
-            [consumer_holder(c.consumer_id, c.reported_position) for c in own_consumers]
+            consumer_holders(own_consumers, unregistered)
             + [
                 lease_holder(str(x.lease_id), x.holder, x.pinned_position)
                 for x in own_leases
@@ -118,8 +126,16 @@ def stream_report(
                         max(0, p.committed - (c.reported_position or 0)),
                         c.registered_at,
                         c.reported_at,
+                        needs_rebuild_since=c.needs_rebuild_since,
+                        refused_position=c.refused_position,
                     )
                     for c in own_consumers
+                ]
+                + [
+                    ConsumerLag(
+                        x.consumer_id, None, p.committed, x.declared_at, None, standing=True
+                    )
+                    for x in unregistered
                 ],
                 leases=[
                     LeaseState(
@@ -135,6 +151,15 @@ def stream_report(
             )
         )
     return report
+
+
+def stream_page(
+    conn: psycopg.Connection, tenants: frozenset[str] | None, after: StreamId | None, limit: int
+) -> tuple[list[sql.StreamPositions], bool]:
+    """Up to ``limit`` streams of ``tenants`` (None: every tenant) after ``after``, in
+    stream order, and whether more follow."""
+    rows = sql.stream_positions(conn, tenants=tenants, after=after, limit=limit + 1)
+    return rows[:limit], len(rows) > limit
 
 
 def _plain(value: Any) -> Any:

@@ -14,9 +14,17 @@ from fastapi import APIRouter, Query, Response, status
 from producers.http.auth import Caller
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
-from producers.http.params import MAX_INT8, Catalog, ConsumerId, HistoryEpoch, LeaseId, Tenant
+from producers.http.params import (
+    MAX_ID,
+    MAX_INT8,
+    Catalog,
+    ConsumerId,
+    HistoryEpoch,
+    LeaseId,
+    Tenant,
+)
 from producers.retention import consumers, leases, retained
-from producers.retention.exceptions import StreamNotFound, TtlTooLong
+from producers.retention.exceptions import IncompleteCursor, StreamNotFound, TtlTooLong
 from producers.retention.http_models import (
     ConsumerRegistered,
     EventPageBody,
@@ -26,9 +34,11 @@ from producers.retention.http_models import (
     LeaseRequest,
     ProgressHeld,
     ProgressReport,
+    StreamPage,
+    StreamPosition,
     StreamState,
 )
-from producers.retention.report import stream_report
+from producers.retention.report import stream_page, stream_report
 from schemas.ids import StreamId
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
@@ -37,6 +47,7 @@ After = Annotated[int, Query(ge=0, le=MAX_INT8, description="Return events after
 Limit = Annotated[int, Query(ge=1, le=retained.MAX_PAGE, description="At most this many events.")]
 
 STREAM = "/streams/{tenant_id}/{catalog_id}/{history_epoch}"
+MAX_STREAM_PAGE = 1000
 CONSUMER = STREAM + "/consumers/{consumer_id}"
 
 
@@ -133,6 +144,32 @@ def stream_events(
 ) -> EventPageBody:
     stream = _stream(caller, tenant_id, catalog_id, history_epoch)
     return EventPageBody.of(retained.live_page(conn, stream, after, limit))
+
+
+AfterText = Annotated[str | None, Query(min_length=1, max_length=MAX_ID)]
+StreamLimit = Annotated[int, Query(ge=1, le=MAX_STREAM_PAGE, description="At most this many.")]
+
+
+@router.get("/streams", tags=["streams"], summary="The streams the caller may read, in pages")
+def list_streams(
+    caller: Caller,
+    conn: Conn,
+    after_tenant: AfterText = None,
+    after_catalog: AfterText = None,
+    after_epoch: Annotated[int | None, Query(ge=0, le=MAX_INT8)] = None,
+    limit: StreamLimit = MAX_STREAM_PAGE,
+) -> StreamPage:
+    """Every stream of the caller's tenants that has written or is under retention
+    control, with its committed, published and pruned-through positions. A consumer
+    learns from it the streams it has never received a message of."""
+    given = (after_tenant, after_catalog, after_epoch)
+    if any(v is not None for v in given) and any(v is None for v in given):
+        raise IncompleteCursor("give after_tenant, after_catalog and after_epoch together")
+    after = None
+    if after_tenant is not None and after_catalog is not None and after_epoch is not None:
+        after = StreamId(after_tenant, after_catalog, after_epoch)
+    rows, more = stream_page(conn, caller.grant.tenants, after, limit)
+    return StreamPage(streams=[StreamPosition.of(p) for p in rows], more=more)
 
 
 @router.get(

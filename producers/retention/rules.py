@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 HolderKind = Literal["consumer", "lease"]
 
@@ -33,6 +33,29 @@ class Holder:
 def consumer_holder(consumer_id: str, reported_position: int | None) -> Holder:
     """A consumer that never reported holds the floor at 0."""
     return Holder("consumer", consumer_id, reported_position or 0)
+
+
+class _Registered(Protocol):
+    @property
+    def consumer_id(self) -> str: ...
+    @property
+    def reported_position(self) -> int | None: ...
+
+
+class _Standing(Protocol):
+    @property
+    def consumer_id(self) -> str: ...
+
+
+def consumer_holders(
+    registered: Iterable[_Registered], standing: Iterable[_Standing]
+) -> list[Holder]:
+    """The consumers holding one stream: every registered one at its progress, and
+    every standing consumer not registered on it at 0 (it has seen nothing yet)."""
+    holders = [consumer_holder(c.consumer_id, c.reported_position) for c in registered]
+    seen = {h.name for h in holders}
+    holders += [consumer_holder(s.consumer_id, None) for s in standing if s.consumer_id not in seen]
+    return holders
 
 
 def lease_holder(lease_id: str, holder: str, pinned_position: int) -> Holder:

@@ -10,6 +10,8 @@ from types import FrameType
 
 import psycopg
 
+from db import retention as sql
+from producers.retention.consumers import declare_standing
 from producers.retention.pruner import RetentionPolicy, StreamPruned, prune_all
 from producers.retention.settings import RetentionSettings
 
@@ -24,6 +26,25 @@ def prune_once(settings: RetentionSettings) -> list[StreamPruned]:
     """One pass over every stream, on a connection of its own."""
     with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
         return prune_all(conn, policy(settings))
+
+
+def declare_configured(settings: RetentionSettings) -> None:
+    """Declare every consumer of ``GAPLESS_RETENTION_CONSUMERS`` standing (idempotent),
+    and warn about standing consumers the setting no longer names: they keep holding
+    every stream until an operator retires them."""
+    configured = settings.standing_consumers()
+    with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
+        for consumer_id in configured:
+            if declare_standing(conn, consumer_id, "GAPLESS_RETENTION_CONSUMERS"):
+                log.info("standing consumer %s declared", consumer_id)
+        for row in sql.standing_consumers(conn):
+            if row.consumer_id not in configured:
+                log.warning(
+                    "standing consumer %s is not in GAPLESS_RETENTION_CONSUMERS; it holds"
+                    " every stream until retired (gapless consumers retire %s)",
+                    row.consumer_id,
+                    row.consumer_id,
+                )
 
 
 def run(
@@ -46,8 +67,14 @@ def run(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     log.info("pruner started, retention age %ss", settings.retention_age_seconds)
+    declared = False
     while not stop.is_set():
         try:
+            # Before the first pass: a consumer configured to stand must hold every
+            # stream before anything is pruned.
+            if not declared:
+                declare_configured(settings)
+                declared = True
             on_pass(prune_once(settings))
         except psycopg.Error as exc:
             log.warning("prune pass failed, retrying next interval: %s", exc)

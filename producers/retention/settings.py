@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from db.settings import DatabaseSettings
+from schemas.ids import CONSUMER_ID
 
 
 class RetentionSettings(DatabaseSettings):
@@ -24,3 +25,20 @@ class RetentionSettings(DatabaseSettings):
         description="GAPLESS_PRUNE_BATCH_SIZE: rows deleted per transaction (the"
         " retention lock is held that long).",
     )
+    retention_consumers: str = Field(
+        default="product-applier",
+        description="GAPLESS_RETENTION_CONSUMERS: standing consumers, comma-separated, that"
+        " hold every stream from its first event (declared at start-up; retire one with"
+        " `gapless consumers retire`). Empty: none declared.",
+    )
+
+    @field_validator("retention_consumers")
+    @classmethod
+    def _consumer_names(cls, value: str) -> str:
+        for name in (n.strip() for n in value.split(",")):
+            if name and not CONSUMER_ID.fullmatch(name):
+                raise ValueError(f"{name!r} is not a consumer id ({CONSUMER_ID.pattern})")
+        return value
+
+    def standing_consumers(self) -> list[str]:
+        return [n.strip() for n in self.retention_consumers.split(",") if n.strip()]

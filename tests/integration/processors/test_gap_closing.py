@@ -7,6 +7,7 @@ import time
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
@@ -181,3 +182,65 @@ def test_an_event_quarantined_from_one_copy_is_superseded_when_another_applies(
     product.close()
     applier.close()
     client.close()
+
+
+def test_a_stream_this_consumer_never_received_anything_of_is_filled(
+    clean_db: DatabaseSettings, resolver_api: RunningApi
+) -> None:
+    """Every message of a new stream is lost: this consumer has no progress row for
+    it and nothing in its inbox. Before, the gap closer scanned only its own progress
+    rows and never looked at the stream; now it learns the streams from the resolver.
+    A stream it has caught up with is not fetched at all."""
+    _write_history(clean_db, 4)
+    client = ResolverClient(resolver_api.url, resolver_api.token)
+    applier = Applier(clean_db.product_dsn, EpochSource(clean_db.control_dsn), CODEC)
+    closer = GapCloser(clean_db.product_dsn, client, applier, "product-applier", threshold_s=0)
+    assert _progress(clean_db) == 0
+    while closer.close_once():
+        pass
+    assert _progress(clean_db) == len(_outbox(clean_db))
+    accepted, projected = _state(clean_db)
+    assert projected == accepted and projected
+    assert closer.candidates() == {}  # caught up: nothing to ask the resolver for
+    applier.close()
+    client.close()
+
+
+def test_a_refused_first_report_is_shown_and_the_other_streams_carry_on(
+    clean_db: DatabaseSettings, resolver_api: RunningApi
+) -> None:
+    """A stream pruned past this consumer's progress before it ever reported: the
+    resolver refuses the report (CONSUMER_NEEDS_REBUILD); the reporter shows it in
+    ``gapless_consumer_needs_rebuild``, does not send the same position again, and
+    reports the other streams."""
+    _write_history(clean_db, 2)
+    total = len(_outbox(clean_db))
+    with psycopg.connect(clean_db.product_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch, position)"
+            " VALUES ('late', 't1', 'c1', 1, 1)"
+        )
+    with psycopg.connect(clean_db.resolver_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO stream_retention (tenant_id, catalog_id, history_epoch, pruned_through)"
+            " VALUES ('t1', 'c1', 1, 3)"
+        )
+        conn.execute("DELETE FROM outbox WHERE position <= 3")
+    client = ResolverClient(resolver_api.url, resolver_api.token)
+    reporter = ProgressReporter(clean_db.product_dsn, client, "late")
+    assert reporter.report_once() == 0
+    assert reporter.refused == {STREAM: 1}
+    assert REGISTRY.get_sample_value("gapless_consumer_needs_rebuild", _labels()) == 1
+    assert reporter.report_once() == 0  # the same position is not sent again
+
+    # Rebuilt past the pruned position: reported, and the gauge goes back to 0.
+    with psycopg.connect(clean_db.product_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE stream_progress SET position = %s WHERE consumer = 'late'", (total,))
+    assert reporter.report_once() == 1
+    assert reporter.reported == {STREAM: total} and reporter.refused == {}
+    assert REGISTRY.get_sample_value("gapless_consumer_needs_rebuild", _labels()) == 0
+    client.close()
+
+
+def _labels() -> dict[str, str]:
+    return {"tenant": "t1", "catalog": "c1", "epoch": "1"}
