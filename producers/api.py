@@ -24,6 +24,9 @@ from producers.capture.intake.limits import CaptureBodyLimit, request_limit
 from producers.capture.intake.routes import CAPTURES_PATH, IntakeResources
 from producers.capture.intake.routes import router as intake_router
 from producers.capture.jobs_metrics import IntakeCollector
+from producers.exports.routes import router as exports_router
+from producers.exports.runner import ExportRunner
+from producers.exports.settings import ExportSettings
 from producers.http.deps import Res, Resources
 from producers.http.errors import ErrorBody, error_response, install_error_handlers
 from producers.http.settings import ApiSettings
@@ -52,7 +55,8 @@ captures with a signed JWT of a registered credential instead. Every error answe
 """
 
 
-def create_app(settings: ApiSettings) -> FastAPI:
+def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = None) -> FastAPI:
+    """The resolver API; ``exports_settings`` default to the environment's."""
     pool = ConnectionPool(
         settings.resolver_dsn,
         min_size=1,
@@ -69,6 +73,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
         name="resolver-api-uow",
     )
     epochs = EpochSource(settings.control_dsn)
+    exports = ExportRunner(
+        settings.resolver_dsn, settings.control_dsn, exports_settings or ExportSettings()
+    )
     enqueuer = JobEnqueuer(
         settings.kafka_bootstrap, settings.jobs_topic, settings.enqueue_timeout_seconds
     )
@@ -81,6 +88,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             yield
         finally:
             enqueuer.close()
+            exports.close()
             uow_pool.close()
             pool.close()
             epochs.close()
@@ -95,6 +103,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.resources = Resources(pool, uow_pool, epochs, settings.lease_max_ttl_seconds)
     install_error_handlers(app, unavailable=(psycopg.OperationalError,))  # PoolTimeout is one
     app.include_router(retention_router)
+    app.state.exports = exports
+    app.include_router(exports_router)  # after retention's /v1/exports/events
     app.include_router(resolver_router)
     app.include_router(identity_router)
     app.include_router(attribute_router)

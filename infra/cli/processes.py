@@ -28,12 +28,17 @@ def resolver_api() -> None:
     import uvicorn
 
     from producers.api import create_app
+    from producers.exports.settings import ExportSettings
     from producers.http.settings import ApiSettings
 
     json_logging()
     settings = guarded(lambda: load(ApiSettings))
+    exports = guarded(lambda: load(ExportSettings))
     uvicorn.run(
-        create_app(settings), host="127.0.0.1", port=settings.resolver_api_port, log_config=None
+        create_app(settings, exports),
+        host="127.0.0.1",
+        port=settings.resolver_api_port,
+        log_config=None,
     )
 
 
@@ -44,14 +49,19 @@ def prune(once: bool, as_json: bool) -> None:
     """Delete retained events nobody needs any more, and print what went per stream.
 
     Only published events older than GAPLESS_RETENTION_AGE_SECONDS, and never past a
-    registered consumer's progress or a live lease's pin. Without --once, a pass
-    runs every GAPLESS_PRUNE_INTERVAL_SECONDS until SIGTERM.
+    registered consumer's progress or a live lease's pin. Each pass also deletes
+    snapshot exports beyond the newest GAPLESS_EXPORTS_KEEP per stream (never one
+    whose lease is live). Without --once, a pass runs every
+    GAPLESS_PRUNE_INTERVAL_SECONDS until SIGTERM.
     """
+    from producers.exports.retention import ExportRetention
+    from producers.exports.settings import ExportSettings
     from producers.retention.pruner import StreamPruned
     from producers.retention.service import prune_once, run
     from producers.retention.settings import RetentionSettings
 
     settings = guarded(lambda: load(RetentionSettings))
+    exports = ExportRetention.from_settings(guarded(lambda: load(ExportSettings)))
 
     def show(results: list[StreamPruned], quiet: bool) -> None:
         for r in results:
@@ -70,13 +80,13 @@ def prune(once: bool, as_json: bool) -> None:
             )
 
     if once:
-        results = prune_once(settings)
+        results = prune_once(settings, exports.sweep)
         show(results, quiet=False)
         if not results:
             echo("no stream has published events left to prune")
         return
     json_logging()
-    run(settings, lambda results: show(results, quiet=True))
+    run(settings, lambda results: show(results, quiet=True), after=exports.sweep)
 
 
 @click.command()

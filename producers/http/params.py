@@ -46,4 +46,5 @@ ConsumerId = Annotated[
     ),
 ]
 LeaseId = Annotated[uuid.UUID, Path()]
+ExportId = Annotated[uuid.UUID, Path()]
 ReceiptId = Annotated[uuid.UUID, Path()]

@@ -70,7 +70,7 @@ def create(conn: psycopg.Connection, stream: StreamId, holder: str, ttl_seconds:
         return sql.insert_lease(conn, stream, uuid.uuid4(), holder, pruned, ttl_seconds)
 
 
-def _locked(conn: psycopg.Connection, lease_id: uuid.UUID) -> LeaseRow:
+def locked(conn: psycopg.Connection, lease_id: uuid.UUID) -> LeaseRow:
     """Take the retention lock of the lease's stream, then read the lease under it
     (a stream never changes, so reading it before the lock is safe)."""
     stream = find(conn, lease_id).stream
@@ -85,7 +85,7 @@ def renew(conn: psycopg.Connection, lease_id: uuid.UUID, ttl_seconds: int | None
     expired lease (410); 3. move ``expires_at``; 4. commit.
     """
     with conn.transaction():
-        lease = _locked(conn, lease_id)
+        lease = locked(conn, lease_id)
         require_usable(lease)
         return sql.extend_lease(conn, lease_id, ttl_seconds or lease.ttl_seconds)
 
@@ -98,7 +98,7 @@ def advance(conn: psycopg.Connection, lease_id: uuid.UUID, position: int) -> Lea
     the pruner may go up to the new pin.
     """
     with conn.transaction():
-        lease = _locked(conn, lease_id)
+        lease = locked(conn, lease_id)
         require_usable(lease)
         committed = sql.committed_position(conn, lease.stream)
         if position > committed:
@@ -111,5 +111,5 @@ def advance(conn: psycopg.Connection, lease_id: uuid.UUID, position: int) -> Lea
 def release(conn: psycopg.Connection, lease_id: uuid.UUID) -> None:
     """Release the lease (idempotent; an expired lease may be released too)."""
     with conn.transaction():
-        _locked(conn, lease_id)
+        locked(conn, lease_id)
         sql.mark_released(conn, lease_id)

@@ -22,10 +22,17 @@ def policy(settings: RetentionSettings) -> RetentionPolicy:
     return RetentionPolicy(settings.retention_age_seconds, settings.prune_batch_size)
 
 
-def prune_once(settings: RetentionSettings) -> list[StreamPruned]:
-    """One pass over every stream, on a connection of its own."""
+AfterPass = Callable[[psycopg.Connection], object]
+
+
+def prune_once(settings: RetentionSettings, after: AfterPass | None = None) -> list[StreamPruned]:
+    """One pass over every stream, on a connection of its own; then ``after`` on the
+    same connection (the composition root passes export retention)."""
     with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
-        return prune_all(conn, policy(settings))
+        results = prune_all(conn, policy(settings))
+        if after is not None:
+            after(conn)
+        return results
 
 
 def declare_configured(settings: RetentionSettings) -> None:
@@ -51,6 +58,7 @@ def run(
     settings: RetentionSettings,
     on_pass: Callable[[list[StreamPruned]], None],
     stop: threading.Event | None = None,
+    after: AfterPass | None = None,
 ) -> None:
     """Prune every ``prune_interval_seconds`` until SIGTERM or SIGINT (or ``stop``).
 
@@ -75,7 +83,7 @@ def run(
             if not declared:
                 declare_configured(settings)
                 declared = True
-            on_pass(prune_once(settings))
+            on_pass(prune_once(settings, after))
         except psycopg.Error as exc:
             log.warning("prune pass failed, retrying next interval: %s", exc)
         stop.wait(settings.prune_interval_seconds)

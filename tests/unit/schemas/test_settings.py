@@ -33,9 +33,6 @@ READ_ELSEWHERE = {
     "GAPLESS_LOCAL_S3_PORT",
     # infra/cli/output.py: who an operator command acts as, for the audit trail.
     "GAPLESS_OPERATOR",
-    # infra/local/services.py exports the bucket `gapless up` creates for exports;
-    # no process reads it yet.
-    "GAPLESS_EXPORTS_BUCKET",
 }
 
 

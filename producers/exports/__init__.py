@@ -1,0 +1,1 @@
+"""Snapshot exports for shadow rebuilds: the accepted state at one committed position."""

@@ -1,0 +1,196 @@
+"""A snapshot export: the accepted state of one stream at its committed cursor W,
+written as checksummed chunks and a manifest to the exports bucket.
+
+``begin`` records the export under a live lease; ``write`` does the work (in the
+API process's background, or wherever it is called):
+
+1. open one ``REPEATABLE READ READ ONLY`` snapshot; read W, the stream's committed
+   cursor, in it (never ``max(outbox.position)``), and stream every accepted-state
+   row out of server-side cursors, as events (``producers.exports.snapshot``);
+2. cut the events into chunks of ``export_chunk_records``; put each chunk, then
+   record a heartbeat (chunks, records) on the export row;
+3. close the snapshot; advance the lease pin from P to W under the retention lock
+   (refused, 410, if the lease expired or was released);
+4. read the current epoch from the control database, uncached: it must still be
+   the stream's (else ``EXPORT_EPOCH_CHANGED``);
+5. put the manifest (every chunk's key, SHA-256, records, bytes);
+6. in one transaction, under the retention lock: the lease must still be live,
+   then the export becomes ``ready`` with W and the manifest's SHA-256.
+
+A crash before 6 leaves the row ``writing`` and some objects: its heartbeat stops,
+the rebuild asks for a new export, and retention abandons the old one after
+``GAPLESS_EXPORT_STALE_SECONDS`` and deletes its objects. A pin advanced in 3 for an
+export that never became ready only retains events from W on, which the next
+export (at a W' >= W) needs anyway. A failure the writer sees ends the row
+``failed`` with its code. Only a ``ready`` export is ever loaded, and only with the
+checksums its row and manifest hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+from botocore.exceptions import BotoCoreError, ClientError
+
+from db import exports as sql
+from db.exports import ExportRow
+from db.retained_events import begin_snapshot
+from producers.exports.exceptions import ExportAbandoned, ExportEpochChanged, ExportNotFound
+from producers.exports.snapshot import snapshot_events
+from producers.exports.store import ExportStore
+from producers.retention import leases
+from schemas.codec import CODEC
+from schemas.errors import GaplessError
+from schemas.exports import ChunkEntry, Manifest, chunk_key, frame, manifest_key, sha256
+from schemas.ids import StreamId
+
+log = logging.getLogger(__name__)
+
+CurrentEpoch = Callable[[StreamId], int | None]
+
+
+def begin(
+    conn: psycopg.Connection,
+    lease_id: uuid.UUID,
+    requested_by: str,
+    current_epoch: int | None,
+) -> ExportRow:
+    """Record a new export of the lease's stream; the lease must be live and its
+    epoch current. One transaction; a crash leaves nothing."""
+    with conn.transaction():
+        lease = leases.find(conn, lease_id)
+        leases.require_current_epoch(lease.stream, current_epoch)
+        leases.require_usable(lease)
+        return sql.insert_export(conn, uuid.uuid4(), lease.stream, lease_id, requested_by)
+
+
+def find(conn: psycopg.Connection, export_id: uuid.UUID) -> ExportRow:
+    row = sql.get_export(conn, export_id)
+    if row is None:
+        raise ExportNotFound(f"no export {export_id}")
+    return row
+
+
+@dataclass
+class _Chunks:
+    """The chunks written so far, and the one being filled."""
+
+    stream: StreamId
+    export_id: uuid.UUID
+    store: ExportStore
+    beat: Callable[[int, int], None]
+    entries: list[ChunkEntry]
+    pending: list[bytes]
+    records: int = 0
+
+    def add(self, record: bytes, limit: int) -> None:
+        self.pending.append(record)
+        if len(self.pending) >= limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        data = frame(self.pending)
+        key = chunk_key(self.stream, str(self.export_id), len(self.entries) + 1)
+        self.store.put(key, data)
+        self.entries.append(ChunkEntry(key, sha256(data), len(self.pending), len(data)))
+        self.records += len(self.pending)
+        self.pending = []
+        self.beat(len(self.entries), self.records)
+
+
+def write(
+    resolver_dsn: str,
+    store: ExportStore,
+    current_epoch: CurrentEpoch,
+    export_id: uuid.UUID,
+    chunk_records: int,
+) -> ExportRow:
+    """Write a begun export (the steps in the module docstring); returns its row,
+    ``ready`` or ``failed``. Never raises for a failure it can record."""
+    with psycopg.connect(resolver_dsn, autocommit=True) as control:
+        export = find(control, export_id)
+        try:
+            _write(resolver_dsn, control, store, current_epoch, export, chunk_records)
+        except (GaplessError, psycopg.Error, BotoCoreError, ClientError) as exc:
+            code = exc.code if isinstance(exc, GaplessError) else type(exc).__name__
+            log.warning("export %s of %s failed: %s: %s", export_id, export.stream, code, exc)
+            try:
+                sql.mark_failed(control, export_id, code, str(exc))
+            except psycopg.Error:
+                log.exception("export %s: could not record the failure", export_id)
+        return find(control, export_id)
+
+
+def _write(
+    resolver_dsn: str,
+    control: psycopg.Connection,
+    store: ExportStore,
+    current_epoch: CurrentEpoch,
+    export: ExportRow,
+    chunk_records: int,
+) -> None:
+    stream, export_id = export.stream, export.export_id
+
+    def beat(chunks: int, records: int) -> None:
+        if not sql.heartbeat(control, export_id, chunks, records):
+            raise ExportAbandoned(f"export {export_id} is no longer being written")
+
+    chunks = _Chunks(stream, export_id, store, beat, [], [])
+    by_aggregate: Counter[str] = Counter()
+    # 1-2. one snapshot, streamed into chunks
+    with psycopg.connect(resolver_dsn) as snap, snap.transaction():
+        begin_snapshot(snap)
+        position = sql.snapshot_cursor(snap, stream)
+        rows = sql.state_rows(snap, stream.tenant_id, stream.catalog_id)
+        for event in snapshot_events(rows, stream, position, export_id):
+            by_aggregate[event.aggregate.type] += 1
+            chunks.add(CODEC.encode_value(event), chunk_records)
+        chunks.flush()
+    # 3. the lease now pins W
+    leases.advance(control, export.lease_id, position)
+    # 4. the epoch is still the stream's
+    leases_epoch = current_epoch(stream)
+    if leases_epoch != stream.history_epoch:
+        raise ExportEpochChanged(
+            f"{stream}: the current epoch became {leases_epoch} while the export was written"
+        )
+    # 5. the manifest
+    manifest = Manifest(
+        export_id=str(export_id),
+        tenant_id=stream.tenant_id,
+        catalog_id=stream.catalog_id,
+        history_epoch=stream.history_epoch,
+        position=position,
+        lease_id=str(export.lease_id),
+        created_at=datetime.now(UTC).isoformat(),
+        chunks=tuple(chunks.entries),
+        records=chunks.records,
+        by_aggregate=dict(sorted(by_aggregate.items())),
+    )
+    data = manifest.to_bytes()
+    key = manifest_key(stream, str(export_id))
+    store.put(key, data)
+    # 6. ready, only while the lease is live
+    with control.transaction():
+        lease = leases.locked(control, export.lease_id)
+        leases.require_usable(lease)
+        if not sql.mark_ready(
+            control, export_id, position, len(chunks.entries), chunks.records, key, sha256(data)
+        ):
+            raise ExportAbandoned(f"export {export_id} is no longer being written")
+    log.info(
+        "export %s of %s ready at %d: %d records in %d chunks",
+        export_id,
+        stream,
+        position,
+        chunks.records,
+        len(chunks.entries),
+    )
