@@ -1,0 +1,163 @@
+"""Shadow rebuild SQL (product database): the rebuild rows and the shadow's start.
+
+Every function runs in the caller's transaction; ``processors.rebuild`` decides
+where transactions begin and end and which phase may follow which.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from schemas.ids import StreamId
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildRow:
+    rebuild_id: uuid.UUID
+    consumer: str
+    stream: StreamId
+    phase: str
+    attempt: int
+    shadow_consumer: str
+    generation: int | None
+    lease_id: uuid.UUID | None
+    export_id: uuid.UUID | None
+    export_position: int | None
+    target_position: int | None
+    chunks_total: int
+    chunks_loaded: int
+    rows_loaded: int
+    requested_by: str
+    reason: str
+    error_code: str | None
+    error_message: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+_COLUMNS = (
+    "rebuild_id, consumer, tenant_id, catalog_id, history_epoch, phase, attempt,"
+    " shadow_consumer, generation, lease_id, export_id, export_position, target_position,"
+    " chunks_total, chunks_loaded, rows_loaded, requested_by, reason, error_code,"
+    " error_message, created_at, updated_at, finished_at"
+)
+
+
+def _row(r: tuple[Any, ...]) -> RebuildRow:
+    rebuild_id, consumer, t, c, e, *rest = r
+    return RebuildRow(rebuild_id, consumer, StreamId(t, c, int(e)), *rest)
+
+
+def insert(
+    conn: psycopg.Connection,
+    rebuild_id: uuid.UUID,
+    consumer: str,
+    stream: StreamId,
+    shadow_consumer: str,
+    requested_by: str,
+    reason: str,
+) -> RebuildRow | None:
+    """Record a request; None if this id is already recorded (a redelivery). Raises
+    ``psycopg.errors.UniqueViolation`` if another rebuild of the catalog is active."""
+    row = conn.execute(
+        "INSERT INTO rebuild (rebuild_id, consumer, tenant_id, catalog_id, history_epoch,"
+        " shadow_consumer, requested_by, reason) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+        f" ON CONFLICT (rebuild_id) DO NOTHING RETURNING {_COLUMNS}",
+        (rebuild_id, consumer, *stream, shadow_consumer, requested_by, reason),
+    ).fetchone()
+    return None if row is None else _row(row)
+
+
+def get(
+    conn: psycopg.Connection, rebuild_id: uuid.UUID, *, lock: bool = False
+) -> RebuildRow | None:
+    suffix = " FOR UPDATE" if lock else ""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM rebuild WHERE rebuild_id = %s{suffix}", (rebuild_id,)
+    ).fetchone()
+    return None if row is None else _row(row)
+
+
+def active_for(
+    conn: psycopg.Connection, consumer: str, tenant_id: str, catalog_id: str
+) -> RebuildRow | None:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM rebuild WHERE consumer = %s AND tenant_id = %s"
+        " AND catalog_id = %s AND phase NOT IN ('done', 'failed', 'cancelled')",
+        (consumer, tenant_id, catalog_id),
+    ).fetchone()
+    return None if row is None else _row(row)
+
+
+def recent(conn: psycopg.Connection, limit: int = 50) -> list[RebuildRow]:
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM rebuild ORDER BY created_at DESC LIMIT %s", (limit,)
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
+_SETTABLE = frozenset(
+    {
+        "generation",
+        "lease_id",
+        "export_id",
+        "export_position",
+        "target_position",
+        "chunks_total",
+        "chunks_loaded",
+        "rows_loaded",
+        "attempt",
+        "error_code",
+        "error_message",
+    }
+)
+
+
+def update(
+    conn: psycopg.Connection, rebuild_id: uuid.UUID, phase: str, **changes: object
+) -> RebuildRow:
+    """Set the phase (and the named columns); ``finished_at`` when it is final."""
+    unknown = set(changes) - _SETTABLE
+    if unknown:
+        raise ValueError(f"not a rebuild column to set: {sorted(unknown)}")
+    sets = "".join(f", {name} = %s" for name in changes)
+    row = conn.execute(
+        f"UPDATE rebuild SET phase = %s, updated_at = clock_timestamp(){sets},"
+        " finished_at = CASE WHEN %s IN ('done', 'failed', 'cancelled')"
+        " THEN clock_timestamp() END"
+        f" WHERE rebuild_id = %s RETURNING {_COLUMNS}",
+        (phase, *changes.values(), phase, rebuild_id),
+    ).fetchone()
+    assert row is not None
+    return _row(row)
+
+
+def next_generation(conn: psycopg.Connection, tenant_id: str, catalog_id: str) -> int:
+    """A projection generation no consumer serves and no rebuild of the catalog has
+    used: one above every generation named for it so far."""
+    row = conn.execute(
+        "SELECT greatest("
+        " (SELECT max(generation) FROM stream_progress WHERE tenant_id = %s AND catalog_id = %s),"
+        " (SELECT max(generation) FROM rebuild WHERE tenant_id = %s AND catalog_id = %s), 1)",
+        (tenant_id, catalog_id, tenant_id, catalog_id),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]) + 1
+
+
+def start_shadow(
+    conn: psycopg.Connection, consumer: str, stream: StreamId, position: int, generation: int
+) -> None:
+    """The shadow's own progress row, at the export's position W in its generation
+    (idempotent: a second call changes nothing)."""
+    conn.execute(
+        "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch, position,"
+        " generation) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (consumer, *stream, position, generation),
+    )

@@ -1,0 +1,82 @@
+"""Product table of shadow rebuilds: one row per rebuild request, its phase and what
+each phase produced. Every phase change is one committed UPDATE of the row."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    Uuid,
+    func,
+    text,
+)
+
+from db.tables.product import metadata
+
+PHASES = (
+    "requested",
+    "leased",
+    "exporting",
+    "loading",
+    "catching_up",
+    "cutting_over",
+    "done",
+    "failed",
+    "cancelled",
+)
+FINAL_PHASES = ("done", "failed", "cancelled")
+
+# ``rebuild_id`` is the request id of the control-topic message, so a request
+# delivered twice is one row. ``shadow_consumer`` is the name the shadow's progress
+# and dedupe are kept under; ``generation`` the projection generation it loads.
+rebuild = Table(
+    "rebuild",
+    metadata,
+    Column("rebuild_id", Uuid, nullable=False),
+    Column("consumer", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("phase", Text, nullable=False, server_default=text("'requested'")),
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    Column("shadow_consumer", Text, nullable=False),
+    Column("generation", Integer),
+    Column("lease_id", Uuid),
+    Column("export_id", Uuid),
+    Column("export_position", BigInteger),
+    Column("target_position", BigInteger),
+    Column("chunks_total", Integer, nullable=False, server_default=text("0")),
+    Column("chunks_loaded", Integer, nullable=False, server_default=text("0")),
+    Column("rows_loaded", BigInteger, nullable=False, server_default=text("0")),
+    Column("requested_by", Text, nullable=False),
+    Column("reason", Text, nullable=False, server_default=text("''")),
+    Column("error_code", Text),
+    Column("error_message", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("rebuild_id"),
+    CheckConstraint(
+        "phase IN (" + ", ".join(f"'{p}'" for p in PHASES) + ")", name="rebuild_phase_known"
+    ),
+    CheckConstraint("attempt >= 1", name="rebuild_attempt_positive"),
+    CheckConstraint("phase <> 'failed' OR error_code IS NOT NULL", name="rebuild_failed_has_code"),
+    CheckConstraint("chunks_loaded <= chunks_total", name="rebuild_chunks_within_total"),
+)
+# At most one unfinished rebuild per consumer and catalog: a second request while one
+# runs is answered, not started.
+Index(
+    "rebuild_one_active_idx",
+    rebuild.c.consumer,
+    rebuild.c.tenant_id,
+    rebuild.c.catalog_id,
+    unique=True,
+    postgresql_where=text("phase NOT IN ('done', 'failed', 'cancelled')"),
+)
