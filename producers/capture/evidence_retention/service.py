@@ -70,6 +70,7 @@ def run(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     server = None
+    collector = None
     if settings.evidence_sweep_http_port:
 
         @contextmanager
@@ -77,7 +78,8 @@ def run(
             with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
                 yield conn
 
-        REGISTRY.register(EvidenceCollector(connect))
+        collector = EvidenceCollector(connect)
+        REGISTRY.register(collector)
         stale_after = max(60.0, settings.evidence_sweep_interval_seconds * 3)
         server = serve(
             settings.evidence_sweep_http_port,
@@ -98,4 +100,6 @@ def run(
     finally:
         if server is not None:
             server.shutdown()
+        if collector is not None:
+            REGISTRY.unregister(collector)
     log.info("evidence sweeper stopped")
