@@ -9,7 +9,9 @@ from typing import Any
 
 import psycopg
 
+from db import evidence as evidence_sql
 from db.settings import DatabaseSettings
+from db.unit_of_work import Transaction
 from producers.retention.report import StreamRetention, as_json, stream_report
 
 Stream = tuple[str, str, int]
@@ -79,6 +81,13 @@ def collect(settings: DatabaseSettings) -> tuple[list[StreamStatus], int]:
         [StreamStatus(retention.get(s), s, product.get(s, [])) for s in streams],
         int(row[0]) if row else 0,
     )
+
+
+def missing_evidence(settings: DatabaseSettings) -> int:
+    """Artifacts a kept capture names that the last evidence sweep did not find in the
+    bucket (``gapless evidence missing`` lists their captures)."""
+    with psycopg.connect(settings.resolver_dsn) as conn:
+        return evidence_sql.missing_count(Transaction(conn))
 
 
 def to_json(status: StreamStatus) -> dict[str, Any]:

@@ -75,3 +75,13 @@ def compare_and_set(
         (to, tenant_id, job_id, parser_version, expected),
     ).fetchone()
     return row is not None
+
+
+def delete_of_jobs(tx: Transaction, tenant_id: str, job_ids: list[uuid.UUID]) -> int:
+    """Delete every checkpoint of these jobs (the evidence sweep removes a capture's
+    extraction runs with it, once nothing can run on it again); returns the count."""
+    cur = tx.execute(
+        "DELETE FROM capture_checkpoint WHERE tenant_id = %s AND job_id = ANY(%s)",
+        (tenant_id, job_ids),
+    )
+    return cur.rowcount

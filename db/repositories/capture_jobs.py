@@ -19,6 +19,9 @@ reads every module to hold that). The transitions, and who makes them:
   ``retrying``), ``reopen_finished`` (``done`` / ``failed`` → ``retrying``), ``skip``
   (``failed`` → ``skipped``), ``done_after_repair`` (``failed`` → ``done``), each
   audited with ``record_repair``.
+* the evidence sweep (``producers.capture.evidence_retention``): ``lock_of_capture``
+  holds a capture's jobs while it decides, and ``delete_repairs`` and ``delete_of_capture``
+  remove them and their repair records with the expired capture.
 
 Every function runs in the caller's transaction (``Transaction`` wraps any psycopg
 connection; on an autocommit connection each statement is its own). Times come from
@@ -389,3 +392,32 @@ def record_repair(
         " VALUES (%s, %s, %s, %s, %s, %s)",
         (tenant_id, job_id, capture_item_id, action, actor, reason),
     )
+
+
+def lock_of_capture(tx: Transaction, tenant_id: str, capture_id: uuid.UUID) -> list[JobState]:
+    """Every job of a capture, locked FOR UPDATE: a repair or a worker's claim of one
+    waits until the caller's transaction ends (and then finds it gone, or as it was)."""
+    rows = tx.execute(
+        f"SELECT {_STATE} FROM intake_job WHERE tenant_id = %s AND capture_id = %s"
+        " ORDER BY job_id FOR UPDATE",
+        (tenant_id, capture_id),
+    ).fetchall()
+    return [JobState(*r) for r in rows]
+
+
+def delete_repairs(tx: Transaction, tenant_id: str, job_ids: list[uuid.UUID]) -> int:
+    """Delete the repair records of these jobs (the evidence sweep, before the items
+    and jobs they name); returns the count."""
+    return tx.execute(
+        "DELETE FROM capture_repair WHERE tenant_id = %s AND job_id = ANY(%s)",
+        (tenant_id, job_ids),
+    ).rowcount
+
+
+def delete_of_capture(tx: Transaction, tenant_id: str, capture_id: uuid.UUID) -> int:
+    """Delete a capture's jobs (the evidence sweep's step; the caller has deleted what
+    references them first); returns the count."""
+    return tx.execute(
+        "DELETE FROM intake_job WHERE tenant_id = %s AND capture_id = %s",
+        (tenant_id, capture_id),
+    ).rowcount

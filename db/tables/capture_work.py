@@ -211,6 +211,8 @@ capture_repair = Table(
     CheckConstraint("action IN ('retry', 'skip', 'replay')", name="capture_repair_action_known"),
     CheckConstraint("action <> 'skip' OR reason <> ''", name="capture_repair_skip_reason"),
 )
+# The evidence sweep deletes a job's repairs with the job.
+Index("capture_repair_job_idx", capture_repair.c.job_id)
 
 # The identity generation each class of a capture's products is resolved in: the one
 # active when the capture arrived, recorded the first time a product of that class is

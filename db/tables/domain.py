@@ -100,6 +100,13 @@ decision = Table(
 )
 # A subject's decision history is read by case.
 Index("decision_case_idx", decision.c.tenant_id, decision.c.catalog_id, decision.c.case_id)
+# The evidence sweep asks whether any decision cites a capture (``evidence @> …``).
+Index(
+    "decision_evidence_idx",
+    decision.c.evidence,
+    postgresql_using="gin",
+    postgresql_ops={"evidence": "jsonb_path_ops"},
+)
 
 # The earlier decisions a decision rests on or corrects; as immutable as decisions.
 decision_prior = Table(

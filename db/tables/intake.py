@@ -93,6 +93,10 @@ capture = Table(
     CheckConstraint("size_bytes >= 0", name="capture_size_nonnegative"),
     CheckConstraint("content_sha256 ~ '^[0-9a-f]{64}$'", name="capture_sha256_hex"),
 )
+# The evidence sweep: whether any capture (of any tenant) still names an artifact,
+# and the captures old enough to expire, oldest first.
+Index("capture_evidence_key_idx", capture.c.evidence_key)
+Index("capture_created_idx", capture.c.created_at, capture.c.tenant_id, capture.c.capture_id)
 
 # The collector's acknowledgement of one post. The unique key is the idempotency
 # contract: one receipt per (instance, idempotency key); ``request_fingerprint``
@@ -116,6 +120,8 @@ receipt = Table(
         name="receipt_capture_fk",
     ),
 )
+# The evidence sweep deletes a capture's receipts with it.
+Index("receipt_capture_idx", receipt.c.tenant_id, receipt.c.capture_id)
 
 JOB_STATUSES = ("pending", "enqueued", "running", "retrying", "done", "failed", "skipped")
 FINISHED_JOB_STATUSES = ("done", "failed", "skipped")

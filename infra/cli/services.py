@@ -49,16 +49,19 @@ def status(as_json: bool, services_only: bool) -> None:
 
     from db.settings import DatabaseSettings
     from infra.local import status as service_status
-    from infra.status import collect, lines, to_json
+    from infra.status import collect, lines, missing_evidence, to_json
 
     services = guarded(service_status)
     streams: list[Any] = []
     unattributed = 0
+    missing: int | None = None
     problem = None
     if not services_only:
         use_local_services()
         try:
-            streams, unattributed = collect(load(DatabaseSettings))
+            settings = load(DatabaseSettings)
+            streams, unattributed = collect(settings)
+            missing = missing_evidence(settings)
         except Exception as exc:  # the databases may be down: say so, keep the rest
             problem = f"streams unavailable: {exc}"
     if as_json:
@@ -68,6 +71,7 @@ def status(as_json: bool, services_only: bool) -> None:
                     "services": [asdict(s) for s in services],
                     "streams": [to_json(s) for s in streams],
                     "undecodable_quarantined": unattributed,
+                    "evidence_missing": missing,
                     "error": problem,
                 }
             )
@@ -83,6 +87,11 @@ def status(as_json: bool, services_only: bool) -> None:
             click.echo(line)
     if unattributed:
         click.echo(f"{unattributed} quarantined messages never decoded (gapless quarantine list)")
+    if missing:
+        click.echo(
+            f"{missing} evidence artifacts referenced but missing from the bucket"
+            " (gapless evidence missing)"
+        )
 
 
 @click.command()

@@ -10,15 +10,21 @@ SDK's is switched off, so the budget is exactly ``max_attempts``) with exponenti
 backoff and jitter, and a semaphore limiting the puts in flight. The API process
 builds one store, so the limit is process-wide. No database transaction is open
 while a put runs.
+
+The evidence sweep (``producers.capture.evidence_retention``) lists, checks and
+deletes objects through the same store, each call under the same budget.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -30,12 +36,16 @@ from producers.capture.settings import IntakeSettings, ObjectStoreSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ListObjectsV2OutputTypeDef
 
 # Answers worth another attempt: throttling, server errors, and the 409 S3 gives a
 # conditional write racing another one for the same key.
 _RETRYABLE_CODES = frozenset(
     {"SlowDown", "Throttling", "RequestTimeout", "InternalError", "ConditionalRequestConflict"}
 )
+_MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+
+T = TypeVar("T")
 
 
 def s3_client(settings: ObjectStoreSettings) -> S3Client:
@@ -131,6 +141,78 @@ class EvidenceStore:
             f"the evidence bucket did not take the artifact after {self._max_attempts}"
             f" attempts (last: {last}); retry later"
         )
+
+    def present(self, key: str) -> bool:
+        """Whether the object is there (a 404 is False); raises ``EvidenceUnavailable``
+        when the store cannot say within the budget."""
+
+        def head() -> bool:
+            try:
+                self._client.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code in _MISSING_CODES:
+                    return False
+                raise
+            return True
+
+        return self._bounded(f"check {key}", head)
+
+    def delete(self, key: str) -> None:
+        """Delete the object; deleting one that is already gone succeeds (S3 answers
+        204 either way), so a repeated deletion converges."""
+        self._bounded(
+            f"delete {key}", lambda: self._client.delete_object(Bucket=self.bucket, Key=key)
+        )
+
+    def listing(self, prefix: str) -> Iterator[tuple[str, datetime]]:
+        """Every object under ``prefix`` with its last-modified time, page by page (each
+        page one bounded call)."""
+        token = ""
+        while True:
+            page = self._bounded(
+                f"list {prefix}", functools.partial(self._list_page, prefix, token)
+            )
+            for obj in page.get("Contents", []):
+                yield obj["Key"], obj["LastModified"]
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken", "")
+
+    def _list_page(self, prefix: str, token: str) -> ListObjectsV2OutputTypeDef:
+        if token:
+            return self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=prefix, ContinuationToken=token
+            )
+        return self._client.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
+
+    def _bounded(self, what: str, call: Callable[[], T]) -> T:
+        """``call`` under the store's budget: a slot, attempts with backoff."""
+        if not self._slots.acquire(timeout=self._slot_timeout):
+            raise EvidenceUnavailable("every evidence call slot is busy; retry later")
+        try:
+            last = ""
+            for attempt in range(1, self._max_attempts + 1):
+                try:
+                    return call()
+                except ClientError as exc:
+                    code = str(exc.response.get("Error", {}).get("Code", ""))
+                    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+                    if code not in _RETRYABLE_CODES and status < 500:
+                        raise EvidenceRejected(
+                            f"the evidence bucket refused to {what}: {code}"
+                        ) from exc
+                    last = f"{code or status}"
+                except BotoCoreError as exc:
+                    last = type(exc).__name__
+                if attempt < self._max_attempts:
+                    time.sleep(backoff_seconds(attempt, *self._backoff))
+            raise EvidenceUnavailable(
+                f"the evidence bucket did not {what} after {self._max_attempts} attempts"
+                f" (last: {last}); retry later"
+            )
+        finally:
+            self._slots.release()
 
     def exists(self, key: str) -> bool:
         try:

@@ -10,11 +10,13 @@ from datetime import datetime
 
 from psycopg_pool import ConnectionPool
 
+from db import evidence as evidence_sql
 from db import intake as sql
 from db.repositories import capture_jobs
 from db.unit_of_work import Transaction
 from producers.capture import rules
 from producers.capture.evidence import EvidenceStore
+from producers.capture.exceptions import EvidenceUnavailable
 from producers.capture.intake.collectors import Collector
 from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.intake.exceptions import IdempotencyKeyReused
@@ -22,6 +24,11 @@ from producers.capture.settings import JobQueueSettings
 from schemas.jobs import CAPTURE_JOB, JobMessage
 
 log = logging.getLogger(__name__)
+
+# Puts of one post at most, when the evidence sweep deletes the object between a put
+# and the commit each time (it needs the artifact expired and unreferenced, so one
+# round nearly always does).
+_PUT_ROUNDS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +79,26 @@ class IntakeService:
            request fingerprint; look the idempotency key up (one autocommit read). A
            receipt with the same fingerprint is returned as it is (a replay); another
            fingerprint is 409 ``IDEMPOTENCY_KEY_REUSED``. Nothing is written.
-        2. Put the artifact into the evidence bucket under ``sha256/<hex>``,
-           put-if-absent, with no database transaction open. A crash after this
-           leaves an object no row references yet; the retried post finds it there
-           (412, success) and goes on, so it converges on the same state. An object
-           nobody retries stays unreferenced (evidence retention removes those).
-        3. One transaction inserts the capture, the receipt and the pending job, then
-           commits. A concurrent post with the same key blocks on the capture's key
-           until the other commits, then inserts nothing and answers as in 1. A crash
-           before COMMIT leaves nothing new; after COMMIT the receipt is durable.
+        2. Count the evidence sweep's finished deletions of the artifact's key (the
+           same autocommit connection), then put the artifact into the evidence
+           bucket under ``sha256/<hex>``, put-if-absent, with no database
+           transaction open. A crash after this leaves an object no row references
+           yet; the retried post finds it there (412, success) and goes on, so it
+           converges on the same state. An object nobody retries stays unreferenced
+           (the evidence sweep removes it once it is older than its window).
+        3. One transaction takes the artifact's lock shared, inserts the capture, the
+           receipt and the pending job, counts the key's finished deletions again,
+           then commits. The sweep deletes an object only under that lock exclusive,
+           after finding no capture names it and with a pending deletion recorded,
+           and counts the deletion when it commits. So a count that moved, or a
+           deletion still pending (a sweep that died after deleting the object, or
+           one about to), means the object may have gone after our put: cancel the
+           pending deletions, commit nothing else and go back to 2 (at most
+           ``_PUT_ROUNDS`` times). A capture is never committed naming an object
+           deleted after its put. A
+           concurrent post with the same key blocks on the capture's key until the
+           other commits, then inserts nothing and answers as in 1. A crash before
+           COMMIT leaves nothing new; after COMMIT the receipt is durable.
         4. Enqueue the job and record the outcome (``enqueue``). A crash between 3 and
            4, or a failed enqueue, leaves the job pending; the sweeper enqueues it
            once ``job_sweep_after_seconds`` have passed.
@@ -94,7 +112,27 @@ class IntakeService:
             known = _existing(sql.find_receipt_by_key(conn, CAPTURE_JOB, *key), fingerprint)
         if known:
             return known
+        for _round in range(_PUT_ROUNDS):
+            accepted = self._put_and_commit(collector, post, key, sha256, fingerprint)
+            if accepted is not None:
+                return accepted
+        raise EvidenceUnavailable(
+            "the evidence sweep kept deleting this artifact while it was posted; retry later"
+        )
 
+    def _put_and_commit(
+        self,
+        collector: Collector,
+        post: CaptureSubmission,
+        key: tuple[str, str, str, str],
+        sha256: str,
+        fingerprint: str,
+    ) -> Accepted | None:
+        """Steps 2-4 of ``accept``; None: the object was deleted under us, go again."""
+        with self._pool.connection() as conn:
+            deletions = evidence_sql.finished_object_deletions(
+                Transaction(conn), rules.evidence_key(sha256)
+            )
         evidence_key, _written = self._evidence.put(post.artifact, post.content_type)
 
         capture = sql.NewCapture(
@@ -113,13 +151,23 @@ class IntakeService:
         job = rules.job_id(capture.tenant_id, capture.capture_id, CAPTURE_JOB)
         with self._pool.connection() as conn:
             with conn.transaction():
+                tx = Transaction(conn)
+                # Shared with other intakes of the same bytes; the sweep takes it
+                # exclusive while it decides on and deletes the object.
+                evidence_sql.lock_key(tx, evidence_key, shared=True)
+                cancelled = evidence_sql.cancel_pending(tx, evidence_key)
+                if (
+                    cancelled
+                    or evidence_sql.finished_object_deletions(tx, evidence_key) != deletions
+                ):
+                    return None  # the cancellation commits; the put goes again
                 inserted = sql.insert_capture(conn, capture)
                 if inserted:
                     sql.insert_receipt(
                         conn, uuid.uuid4(), capture, post.idempotency_key, fingerprint
                     )
                     capture_jobs.insert_pending(
-                        Transaction(conn),
+                        tx,
                         job,
                         capture.tenant_id,
                         capture.capture_id,

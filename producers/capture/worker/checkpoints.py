@@ -54,3 +54,9 @@ def advance(tx: Transaction, ref: CheckpointRef, expected: int, to: int) -> None
     ``CheckpointLost`` (and the caller rolls ``tx`` back) when another run moved it."""
     if not rows.compare_and_set(tx, ref.tenant_id, ref.job_id, ref.parser_version, expected, to):
         raise CheckpointLost(expected, persisted(tx, ref))
+
+
+def forget(tx: Transaction, tenant_id: str, job_ids: list[uuid.UUID]) -> int:
+    """Delete the checkpoints of finished jobs whose capture is going (the evidence
+    sweep, in its transaction); returns how many went."""
+    return rows.delete_of_jobs(tx, tenant_id, job_ids)
