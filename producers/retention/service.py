@@ -12,6 +12,7 @@ import psycopg
 
 from producers.retention.pruner import RetentionPolicy, StreamPruned, prune_all
 from producers.retention.settings import RetentionSettings
+from schemas.backoff import Reconnect
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +34,13 @@ def run(
 ) -> None:
     """Prune every ``prune_interval_seconds`` until SIGTERM or SIGINT (or ``stop``).
 
-    A pass that fails (the database restarting, say) is logged and tried again at
-    the next interval; stopping mid-pass is safe, each batch commits on its own.
+    A pass that fails (the database down or restarting, say) is logged and tried
+    again after a bounded, jittered pause (``schemas.backoff.Reconnect``, never longer
+    than the interval); each pass connects afresh. Stopping mid-pass is safe, each
+    batch commits on its own.
     """
     stop = stop or threading.Event()
+    reconnect = Reconnect(cap_seconds=min(5.0, settings.prune_interval_seconds))
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("pruner stopping on signal %d", signum)
@@ -48,8 +52,15 @@ def run(
     log.info("pruner started, retention age %ss", settings.retention_age_seconds)
     while not stop.is_set():
         try:
-            on_pass(prune_once(settings))
+            results = prune_once(settings)
         except psycopg.Error as exc:
-            log.warning("prune pass failed, retrying next interval: %s", exc)
+            pause = reconnect.failed()
+            log.warning("prune pass failed on the database (%s); next try in %.1fs", exc, pause)
+            stop.wait(pause)
+            continue
+        if not reconnect.connected:
+            log.info("pruner reconnected to its database")
+        reconnect.succeeded()
+        on_pass(results)
         stop.wait(settings.prune_interval_seconds)
     log.info("pruner stopped")
