@@ -17,7 +17,7 @@ def create_app(settings: AgentSettings) -> Any:
     there. Faust's own tables and stores are not used.
     """
     from processors.agents import events as events_agent
-    from processors.agents import health, recovery
+    from processors.agents import health, housekeeping, recovery
 
     app = faust.App(
         settings.agents_app_id,
@@ -38,5 +38,6 @@ def create_app(settings: AgentSettings) -> Any:
     )
     events_agent.register(app, settings)
     recovery.register(app, settings)
-    health.register(app)
+    housekeeping.register(app, settings)
+    health.register(app, settings.product_dsn)
     return app

@@ -81,3 +81,21 @@ class AgentSettings(DatabaseSettings, KafkaSettings):
         description="GAPLESS_AGENTS_GAP_THRESHOLD_SECONDS: how long a gap may stay open "
         "before it is filled from the resolver's retained events.",
     )
+    retention_age_seconds: float = Field(
+        default=86_400.0,
+        ge=0,
+        description="GAPLESS_RETENTION_AGE_SECONDS: the resolver's outbox window; the"
+        " agents keep inbox rows at least this long (set it as for the resolver).",
+    )
+    agents_inbox_prune_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="GAPLESS_AGENTS_INBOX_PRUNE_INTERVAL_SECONDS: pause between inbox"
+        " pruning passes.",
+    )
+    agents_inbox_prune_batch_size: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="GAPLESS_AGENTS_INBOX_PRUNE_BATCH_SIZE: inbox rows deleted per statement.",
+    )

@@ -282,6 +282,23 @@ def stop(layout: Layout, echo: Callable[[str], None]) -> None:
         pid_file.unlink()
 
 
+def crash(layout: Layout, echo: Callable[[str], None]) -> None:
+    """Stop the cluster the way a crash does (``pg_ctl stop -m immediate``: no
+    checkpoint, every connection cut); ``start`` brings it back through crash
+    recovery. For fault-injection tests; the pid file stays, so ``down`` still stops
+    the restarted server."""
+    if _postmaster_pid(layout) is None:
+        raise ServiceError("postgres is not running", "start it with `gapless up`")
+    echo("postgres: immediate shutdown")
+    pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(_data_dir(layout)), "-m", "immediate", "-w"]
+    run(
+        _as_cluster_owner([*pg_ctl, "stop"]),
+        what="pg_ctl stop -m immediate",
+        hint=f"see {layout.log_file(NAME)}",
+        cwd=_pg_dir(layout),
+    )
+
+
 def status(layout: Layout) -> ServiceStatus:
     address = f"{HOST}:{layout.pg_port}"
     pid = _postmaster_pid(layout)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import Any
 
 import psycopg
@@ -14,6 +13,7 @@ from db.epochs import EpochSource
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.settings import AgentSettings
+from schemas.backoff import Reconnect
 from schemas.codec import CODEC
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,18 @@ def register(app: Any, settings: AgentSettings) -> None:
         drops as stale, and a crash can leave acknowledgements of work that rolled
         back. Committing the database's offsets first makes the seek land where the
         product database says work stops; anything re-read is absorbed by the inbox.
+        While the product database is away this waits for it (jittered backoff):
+        seeking without its offsets could skip work that rolled back.
         """
-        stored = await asyncio.to_thread(applier.resume_offsets, settings.events_topic)
+        reconnect = Reconnect(cap_seconds=settings.agents_retry_max_seconds)
+        while True:
+            try:
+                stored = await asyncio.to_thread(applier.resume_offsets, settings.events_topic)
+                break
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                pause = reconnect.failed()
+                log.warning("resume offsets not read, retrying in %.1fs: %s", pause, exc)
+                await asyncio.sleep(pause)
         assigned = [tp for tp in app.consumer.assignment() if tp.topic == settings.events_topic]
         rewind = {tp: stored[tp.partition] for tp in assigned if tp.partition in stored}
         if rewind:
@@ -82,23 +92,25 @@ def register(app: Any, settings: AgentSettings) -> None:
 async def apply_until_committed(
     applier: Applier, messages: list[RawMessage], settings: AgentSettings
 ) -> BatchResult:
-    """Retry transient failures (a lost connection) with jittered backoff.
+    """Retry transient failures (a lost connection) with jittered backoff
+    (``schemas.backoff``: doubling from 0.1 s, at most ``agents_retry_max_seconds``).
 
     Never returns without a commit: the caller acknowledges on return. Cancellation
     (shutdown) propagates without acknowledging anything.
     """
-    delay = 0.1
+    reconnect = Reconnect(base_seconds=0.1, cap_seconds=settings.agents_retry_max_seconds)
     while True:
         try:
             return await asyncio.to_thread(applier.apply, messages)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            log.warning("batch not applied, retrying in %.1fs: %s", delay, exc)
+            pause = reconnect.failed()
+            log.warning("batch not applied, retrying in %.1fs: %s", pause, exc)
         except Exception:
             # A bug, not bad data (bad data is quarantined inside apply). Keep the
             # messages unacknowledged and retry rather than crash the worker.
-            log.exception("unexpected error applying a batch; retrying in %.1fs", delay)
-        await asyncio.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, settings.agents_retry_max_seconds)
+            pause = reconnect.failed()
+            log.exception("unexpected error applying a batch; retrying in %.1fs", pause)
+        await asyncio.sleep(pause)
 
 
 def count(result: BatchResult) -> None:

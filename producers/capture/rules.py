@@ -1,13 +1,15 @@
-"""Intake rules as plain functions: identities, fingerprints, media types, backoff."""
+"""Intake rules as plain functions: identities, fingerprints, media types, backoff
+(``backoff_seconds``, the shared rule of ``schemas.backoff``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import random
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from schemas.backoff import backoff_seconds as backoff_seconds
 
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
 
@@ -68,14 +70,3 @@ def request_fingerprint(
         separators=(",", ":"),
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def backoff_seconds(
-    attempts: int, base: float, cap: float, rng: random.Random | None = None
-) -> float:
-    """Delay before the next attempt after ``attempts`` attempts: exponential, capped,
-    with "equal jitter" (half fixed, half random), so retries of many items spread
-    out yet never come back immediately."""
-    ceiling = min(cap, base * 2.0 ** min(max(attempts - 1, 0), 32))
-    jitter: float = (rng or random).uniform(0, ceiling / 2)
-    return ceiling / 2 + jitter

@@ -18,12 +18,14 @@ import logging
 from dataclasses import dataclass
 
 import psycopg
+from botocore.exceptions import BotoCoreError, ClientError
 
 from db import exports as sql
 from db import retention as retention_sql
 from db.exports import ExportRow
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
+from schemas.errors import GaplessError
 from schemas.exports import prefix
 
 log = logging.getLogger(__name__)
@@ -89,8 +91,15 @@ class ExportRetention:
             settings.export_stale_seconds,
         )
 
-    def sweep(self, conn: psycopg.Connection) -> ExportsSwept:
-        swept = sweep_exports(conn, self.store, self.keep, self.stale_seconds)
+    def sweep(self, conn: psycopg.Connection) -> ExportsSwept | None:
+        """One pass; an object store that does not answer only defers it (logged),
+        it never stops the retention loop. Database errors go to the loop's own
+        reconnect."""
+        try:
+            swept = sweep_exports(conn, self.store, self.keep, self.stale_seconds)
+        except (GaplessError, BotoCoreError, ClientError) as exc:
+            log.warning("export retention deferred: %s", exc)
+            return None
         if swept.deleted:
             log.info("exports deleted: %d (%d abandoned)", swept.deleted, swept.abandoned)
         return swept

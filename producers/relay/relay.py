@@ -24,6 +24,7 @@ from db.stream_writer import NOTIFY_CHANNEL
 from producers.relay.exceptions import OutboxGap, RelayError
 from producers.relay.publisher import Publisher
 from producers.relay.settings import DEFAULT_BATCH_SIZE
+from schemas.backoff import Reconnect
 from schemas.ids import StreamId
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,14 @@ FAILURES = Counter(
     "gapless_relay_publish_failures_total", "Batches not published (Kafka or an outbox gap)"
 )
 LAST_PASS = Gauge("gapless_relay_last_pass_timestamp", "Unix time of the last completed pass")
+DISCONNECTS = Counter(
+    "gapless_relay_disconnects_total", "Times the relay lost (or could not reach) its database"
+)
+
+# Errors of a lost or unreachable server (refused, restarted, shut down mid-statement):
+# the loop reconnects after them; anything else is a bug and stops the process.
+CONNECTION_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
+CONNECT_TIMEOUT_SECONDS = 10
 
 # Hook between "Kafka confirmed" and "position recorded": the fault-injection tests kill
 # the process here to prove a crash at this point only causes re-publication.
@@ -49,6 +58,7 @@ class Relay:
         batch_size: int = DEFAULT_BATCH_SIZE,
         poll_seconds: float = 1.0,
         after_publish: AfterPublish | None = None,
+        reconnect: Reconnect | None = None,
     ) -> None:
         self._dsn = dsn
         self._publisher = publisher
@@ -57,12 +67,23 @@ class Relay:
         self._after_publish = after_publish
         self._conn: psycopg.Connection | None = None
         self._turn = 0
+        self._reconnect = reconnect or Reconnect()
         self.last_pass = 0.0
+
+    @property
+    def connected(self) -> bool:
+        """False from a lost connection until a pass succeeds again (health: not ready)."""
+        return self._reconnect.connected
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._dsn)
+            self._conn = psycopg.connect(self._dsn, connect_timeout=CONNECT_TIMEOUT_SECONDS)
         return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def publish_stream(self, conn: psycopg.Connection, stream: StreamId) -> int:
         """Publish one batch of one stream; returns how many rows it published."""
@@ -145,19 +166,44 @@ class Relay:
         return total
 
     def run(self, stop: threading.Event) -> None:
-        """Publish until ``stop`` is set; wake on NOTIFY, and poll in any case."""
-        listener = psycopg.connect(self._dsn, autocommit=True)
-        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        """Publish until ``stop`` is set; wake on NOTIFY, and poll in any case.
+
+        A lost database (down at start-up, restarted while the relay waits for NOTIFY
+        or in the middle of a pass) never ends the loop: both connections are dropped,
+        ``connected`` turns false, and after a bounded, jittered pause
+        (``schemas.backoff.Reconnect``) the relay connects and listens again. A pass cut
+        off mid-batch never committed its position moves, so the next pass publishes
+        those rows again and consumers drop the duplicates by event id.
+        """
+        listener: psycopg.Connection | None = None
         try:
             while not stop.is_set():
-                published = self.run_once()
-                if published >= self._batch_size:
-                    continue  # a backlog: go again without waiting
-                self._wait_for_notify(listener, stop)
+                try:
+                    if listener is None:
+                        listener = psycopg.connect(
+                            self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+                        )
+                        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    published = self.run_once()
+                    if not self._reconnect.connected:
+                        log.info("relay reconnected to its database")
+                    self._reconnect.succeeded()
+                    if published >= self._batch_size:
+                        continue  # a backlog: go again without waiting
+                    self._wait_for_notify(listener, stop)
+                except CONNECTION_LOST as exc:
+                    DISCONNECTS.inc()
+                    pause = self._reconnect.failed()
+                    log.warning("relay lost its database (%s); reconnecting in %.1fs", exc, pause)
+                    if listener is not None:
+                        listener.close()
+                        listener = None
+                    self._close()
+                    stop.wait(pause)
         finally:
-            listener.close()
-            if self._conn is not None:
-                self._conn.close()
+            if listener is not None:
+                listener.close()
+            self._close()
 
     def _wait_for_notify(self, listener: psycopg.Connection, stop: threading.Event) -> None:
         deadline = time.monotonic() + self._poll_seconds

@@ -46,8 +46,11 @@ def run(settings: RelaySettings) -> None:
     server = None
     if settings.relay_http_port:
         stale_after = max(30.0, settings.relay_poll_seconds * 10)
+        # Not ready while the database is away (the loop is reconnecting) or when no
+        # pass completed lately.
         server = serve(
-            settings.relay_http_port, lambda: time.time() - relay.last_pass < stale_after
+            settings.relay_http_port,
+            lambda: relay.connected and time.time() - relay.last_pass < stale_after,
         )
     log.info("relay started, topic %s", settings.events_topic)
     try:

@@ -14,6 +14,7 @@ from db import retention as sql
 from producers.retention.consumers import declare_standing
 from producers.retention.pruner import RetentionPolicy, StreamPruned, prune_all
 from producers.retention.settings import RetentionSettings
+from schemas.backoff import Reconnect
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +63,13 @@ def run(
 ) -> None:
     """Prune every ``prune_interval_seconds`` until SIGTERM or SIGINT (or ``stop``).
 
-    A pass that fails (the database restarting, say) is logged and tried again at
-    the next interval; stopping mid-pass is safe, each batch commits on its own.
+    A pass that fails (the database down or restarting, say) is logged and tried
+    again after a bounded, jittered pause (``schemas.backoff.Reconnect``, never longer
+    than the interval); each pass connects afresh. Stopping mid-pass is safe, each
+    batch commits on its own.
     """
     stop = stop or threading.Event()
+    reconnect = Reconnect(cap_seconds=min(5.0, settings.prune_interval_seconds))
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("pruner stopping on signal %d", signum)
@@ -83,8 +87,15 @@ def run(
             if not declared:
                 declare_configured(settings)
                 declared = True
-            on_pass(prune_once(settings, after))
+            results = prune_once(settings, after)
         except psycopg.Error as exc:
-            log.warning("prune pass failed, retrying next interval: %s", exc)
+            pause = reconnect.failed()
+            log.warning("prune pass failed on the database (%s); next try in %.1fs", exc, pause)
+            stop.wait(pause)
+            continue
+        if not reconnect.connected:
+            log.info("pruner reconnected to its database")
+        reconnect.succeeded()
+        on_pass(results)
         stop.wait(settings.prune_interval_seconds)
     log.info("pruner stopped")

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.repositories import capture_jobs
@@ -27,6 +28,7 @@ from producers.capture.intake.captures import enqueue_and_record
 from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.rules import backoff_seconds
 from producers.capture.settings import SweeperSettings
+from schemas.backoff import Reconnect
 from schemas.jobs import JobMessage
 
 log = logging.getLogger(__name__)
@@ -112,13 +114,22 @@ class Sweeper:
 
 def run(settings: SweeperSettings, once: bool = False) -> SweepResult | None:
     """``gapless sweep-jobs``: one pass (``once``) or a pass every
-    ``sweep_interval_seconds`` until SIGTERM/SIGINT."""
+    ``sweep_interval_seconds`` until SIGTERM/SIGINT.
+
+    Looping, a pass that fails on the database (down at start-up, restarted, a pool
+    with no connection to give) is logged and tried again after a bounded, jittered
+    pause (``schemas.backoff.Reconnect``, never longer than the interval); the pool
+    replaces broken connections. A pass cut off midway leaves claimed jobs pending,
+    due again after their backoff (see ``_claim_page``), so nothing is lost.
+    """
     pool = ConnectionPool(
         settings.resolver_dsn,
         min_size=1,
         max_size=2,
         kwargs={"autocommit": True},
         name="job-sweeper",
+        # A connection the server dropped (a restart) is found and replaced before use.
+        check=ConnectionPool.check_connection,
         open=True,
     )
     enqueuer = JobEnqueuer(
@@ -126,13 +137,23 @@ def run(settings: SweeperSettings, once: bool = False) -> SweepResult | None:
     )
     sweeper = Sweeper(pool, enqueuer, settings)
     stop = threading.Event()
+    reconnect = Reconnect(cap_seconds=min(5.0, settings.sweep_interval_seconds))
     try:
         if once:
             return sweeper.sweep_once()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         while not stop.is_set():
-            result = sweeper.sweep_once()
+            try:
+                result = sweeper.sweep_once()
+            except psycopg.Error as exc:  # PoolTimeout included
+                pause = reconnect.failed()
+                log.warning("sweep failed on the database (%s); next try in %.1fs", exc, pause)
+                stop.wait(pause)
+                continue
+            if not reconnect.connected:
+                log.info("sweeper reconnected to its database")
+            reconnect.succeeded()
             if result.claimed:
                 log.info(
                     "swept %d pending jobs: %d enqueued, %d still pending",

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+import psycopg
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
@@ -127,7 +128,8 @@ def run(
             REGISTRY.register(collector)
         stale_after = max(30.0, settings.worker_scan_interval_seconds * 3)
         server = serve(
-            settings.worker_http_port, lambda: time.time() - loop.last_loop < stale_after
+            settings.worker_http_port,
+            lambda: time.time() - loop.last_loop < stale_after and _database_answers(wiring.pool),
         )
     log.info(
         "resolver-worker %s started: topic %s, group %s",
@@ -142,6 +144,18 @@ def run(
             server.shutdown()
         wiring.close()
         log.info("resolver-worker stopped")
+
+
+def _database_answers(pool: ConnectionPool) -> bool:
+    """Not ready while the resolver database is away: runs fail and leave their jobs
+    to the repair scan until it answers again (the pool replaces broken connections
+    as they come back)."""
+    try:
+        with pool.connection(timeout=2) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:  # PoolTimeout included
+        return False
+    return True
 
 
 def _scan(wiring: Wiring, settings: WorkerSettings) -> Callable[[], list[uuid.UUID]]:
