@@ -5,7 +5,8 @@ Kafka, never published, or stuck behind a rebalance) holds progress, and events
 parked on it may wait forever. The gap closer fetches the events after progress from
 the resolver and applies them through the normal batch path, so dedupe, revisions and
 parking apply unchanged. Parked and quarantined events never close a gap: only an
-event with a terminal outcome moves progress.
+event with a terminal outcome moves progress. A retained copy whose bytes an operator
+already skipped (an undecodable message) is recorded skipped, not quarantined again.
 """
 
 from __future__ import annotations
@@ -92,7 +93,13 @@ class GapCloser:
         page = self.client.retained_events(stream, after, self.page_size)
         if not page.events:
             return None
-        messages = [RawMessage(RETAINED_TOPIC, -1, e.position, e.key, e.value) for e in page.events]
+        # The resolver vouches for each copy's stream and position, so one that does not
+        # decode is still known by them: skipped once, it is never put back in front of
+        # the operator, and progress may pass it.
+        messages = [
+            RawMessage(RETAINED_TOPIC, -1, e.position, e.key, e.value, stream, e.position)
+            for e in page.events
+        ]
         return self.applier.apply(messages)
 
     def close_once(self) -> dict[Stream, BatchResult]:
