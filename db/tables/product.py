@@ -47,8 +47,10 @@ stream_progress = Table(
     CheckConstraint("position >= 0", name="stream_progress_position_nonnegative"),
 )
 
-OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped", "parked")
+OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped", "parked", "quarantined")
 # ``skipped``: an operator skipped a quarantined event with an audited reason.
+# ``quarantined``: the applier moved the event to quarantine itself (it waited on a
+# skipped revision, or its release failed); like ``parked``, not terminal.
 TERMINAL_OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped")
 
 # One row per event id ever received: the dedupe key and the event's outcome.
@@ -65,7 +67,8 @@ inbox = Table(
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("decided_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint(
-        "outcome IN ('applied', 'ignored_stale', 'ignored_old_epoch', 'skipped', 'parked')",
+        "outcome IN ('applied', 'ignored_stale', 'ignored_old_epoch', 'skipped', 'parked',"
+        " 'quarantined')",
         name="inbox_outcome_known",
     ),
 )

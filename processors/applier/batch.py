@@ -19,6 +19,7 @@ from processors.applier.plan import (
     IGNORED_OLD_EPOCH,
     IGNORED_STALE,
     PARKED,
+    QUARANTINED,
     Parked,
     Plan,
     named_keys,
@@ -480,8 +481,8 @@ class Applier:
         result: BatchResult,
     ) -> None:
         """Quarantine, instead of parking, each new event that misses a revision an
-        operator skipped (it would wait for ever); it gets no inbox row, so a retry
-        applies it as new. Looks only where the catalog has skipped revisions."""
+        operator skipped (it would wait for ever); its inbox outcome is
+        ``quarantined``. Looks only where the catalog has skipped revisions."""
         candidates = [
             (e, missing)
             for e, missing in plan.to_park
@@ -507,7 +508,7 @@ class Applier:
         if dead:
             plan.to_park = [(e, m) for e, m in plan.to_park if e.event_id not in dead]
             for event_id in dead:
-                del plan.outcomes[event_id]
+                plan.outcomes[event_id] = QUARANTINED
 
     def _revisions(
         self,

@@ -21,6 +21,9 @@ APPLIED = "applied"
 IGNORED_STALE = "ignored_stale"
 IGNORED_OLD_EPOCH = "ignored_old_epoch"
 PARKED = "parked"
+# Set aside in quarantine by the applier itself (it waits on a skipped revision, or its
+# release failed): not terminal, and a redelivered copy is a duplicate.
+QUARANTINED = "quarantined"
 
 
 def named_keys(event: Envelope) -> list[AggregateKey]:

@@ -130,12 +130,13 @@ def set_aside(
 ) -> dict[uuid.UUID, int]:
     """Move parked events into quarantine; returns each one's entry id.
 
-    One statement: the parked rows, their dependencies and their ``parked`` inbox rows
-    go, and a quarantine entry takes the stored message under the origin it was
-    parked from (rows parked before that was kept get ``parked/<stream>``, partition
-    -1, offset = position). A quarantined event has no inbox row, so a retry applies
-    it as new. If that origin already has an entry (retried earlier, then parked
-    again), the entry is opened again with the new error.
+    One statement: the parked rows and their dependencies go, their inbox rows turn
+    ``quarantined`` (not terminal; another copy is a duplicate), and a quarantine
+    entry takes the stored message under the origin it was parked from (rows parked
+    before that was kept get ``parked/<stream>``, partition -1, offset = position).
+    A retry clears the inbox row and applies the message as new. If that origin
+    already has an entry (retried earlier, then parked again), the entry is opened
+    again with the new error.
     """
     if not events:
         return {}
@@ -146,7 +147,7 @@ def set_aside(
         "  RETURNING pe.*, k.code, k.detail),"
         " dependencies AS (DELETE FROM parked_dependency"
         "  WHERE event_id IN (SELECT event_id FROM moved)),"
-        " dropped AS (DELETE FROM inbox"
+        " held AS (UPDATE inbox SET outcome = 'quarantined', decided_at = now()"
         "  WHERE event_id IN (SELECT event_id FROM moved) AND outcome = 'parked')"
         ' INSERT INTO quarantine (consumer, topic, partition, "offset", value, event_id,'
         " tenant_id, catalog_id, history_epoch, position, error_code, error_detail)"
@@ -157,8 +158,9 @@ def set_aside(
         ' ON CONFLICT (consumer, topic, partition, "offset") DO UPDATE'
         " SET status = 'open', resolved_at = NULL, resolution = NULL,"
         " error_code = excluded.error_code,"
-        " error_detail = excluded.error_detail || ' (opened again; it was '"
-        " || quarantine.status || ': ' || coalesce(quarantine.resolution, '-') || ')'"
+        " error_detail = excluded.error_detail || CASE WHEN quarantine.status = 'open'"
+        " THEN '' ELSE ' (opened again; it was ' || quarantine.status || ': '"
+        " || coalesce(quarantine.resolution, '-') || ')' END"
         " RETURNING event_id, id",
         [
             [e.event_id for e in events],

@@ -18,7 +18,13 @@ from processors.applier import progress, skips
 from processors.applier.batch import Applier
 from processors.applier.exceptions import EntryNotFound, EntryNotOpen, SkipReasonRequired
 from processors.applier.messages import RawMessage
-from processors.applier.plan import PARKED
+from processors.applier.plan import PARKED, QUARANTINED
+from processors.applier.quarantine import (
+    DEPENDENCY_NOT_APPLIED,
+    DEPENDENCY_SKIPPED,
+    SetAside,
+    set_aside,
+)
 from schemas.codec import CODEC, EventCodec
 from schemas.events import Envelope, aggregate_key
 from schemas.exceptions import CodecError
@@ -96,17 +102,28 @@ def _load(conn: psycopg.Connection, entry_id: int) -> tuple[Entry, RawMessage]:
 def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool:
     """Apply the stored message again; mark the entry retried if it now applies.
 
-    1. read the entry (it must be open);
+    1. read the entry (it must be open) and, if the applier set its event aside
+       (inbox outcome ``quarantined``), clear that inbox row, in one transaction;
     2. apply its message through the normal batch path (its own transaction);
-    3. if that left the event with an outcome in the inbox, mark the entry retried
-       (an event that parked again says so in the resolution; `gapless parked list`
-       shows it).
-    A crash between 2 and 3 leaves the entry open although its event applied; a
-    second retry then finds the event a duplicate and marks the entry retried.
-    Returns False (entry stays open) when the message still fails.
+    3. if that left the event with an outcome in the inbox other than
+       ``quarantined``, mark the entry retried (an event that parked again says so
+       in the resolution; `gapless parked list` shows it), except that an event set
+       aside for what it waits on and parked again goes straight back (the entry
+       stays open).
+    A crash between 1 and 2 leaves the entry open and its event with no inbox row:
+    the next retry (or a redelivery) applies it. A crash between 2 and 3 leaves the
+    entry open although its event applied; a second retry then finds the event a
+    duplicate and marks the entry retried.
+    Returns False (entry stays open) when the message still fails or still waits
+    on a skipped revision.
     """
     with psycopg.connect(product_dsn) as conn:
         entry, message = _load(conn, entry_id)
+        if entry.event_id is not None:
+            conn.execute(
+                "DELETE FROM inbox WHERE event_id = %s AND outcome = 'quarantined'",
+                (entry.event_id,),
+            )
     applier.apply([message])
     with psycopg.connect(product_dsn) as conn:
         row = (
@@ -116,7 +133,15 @@ def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool
             if entry.event_id is not None
             else None
         )
-        if row is None:
+        if entry.event_id is None or row is None or row[0] == QUARANTINED:
+            return False
+        if row[0] == PARKED and entry.error_code in (DEPENDENCY_SKIPPED, DEPENDENCY_NOT_APPLIED):
+            # What it waits on is still not applied: it goes back, the entry stays open.
+            set_aside(
+                conn,
+                entry.consumer,
+                [SetAside(entry.event_id, entry.error_code, entry.error_detail)],
+            )
             return False
         parked = " (parked: it waits on a dependency)" if row[0] == PARKED else ""
         conn.execute(
@@ -163,7 +188,8 @@ def skip_in(
        decoded gets an id derived from its stream and position);
     4. move every parked event that waits on the given-up revision to quarantine
        (``DEPENDENCY_SKIPPED``, each an entry of its own with its own retry and skip);
-    5. advance the stream's progress.
+    5. advance the stream's progress; if the event right after it is parked, it can
+       only wait for ever: it is set aside too (``skips.set_aside_blocker``).
     Nothing is visible before COMMIT; a crash leaves the entry open. An undecodable
     Kafka message has no known position: only its bytes are given up, and when the
     gap closer fetches the same bytes from the resolver for the position they hold,
@@ -211,4 +237,5 @@ def skip_in(
         locked[entry.stream].position,
         progress.Counts(ignored=1),
     )
+    moved.update(skips.set_aside_blocker(conn, entry.consumer, entry.stream, position))
     return Skipped(position, moved)

@@ -15,7 +15,12 @@ from collections.abc import Iterable
 import psycopg
 
 from processors.applier import parking, progress
-from processors.applier.quarantine import DEPENDENCY_SKIPPED, SetAside, set_aside
+from processors.applier.quarantine import (
+    DEPENDENCY_NOT_APPLIED,
+    DEPENDENCY_SKIPPED,
+    SetAside,
+    set_aside,
+)
 from processors.projections import registry
 from schemas.ids import AggregateKey
 
@@ -33,14 +38,18 @@ def position_event_id(stream: progress.Stream, position: int) -> uuid.UUID:
 def mark_position(
     conn: psycopg.Connection, stream: progress.Stream, position: int, event_id: uuid.UUID
 ) -> None:
-    """Record ``position`` as ``skipped`` in the inbox (a terminal outcome). The
-    caller holds the stream's progress lock and advances progress afterwards."""
+    """Record ``position`` as ``skipped`` in the inbox (a terminal outcome), also over
+    a non-terminal outcome the event has (``quarantined``, or ``parked`` when another
+    copy of it parked meanwhile: that parked row goes). The caller holds the stream's
+    progress lock and advances progress afterwards."""
     conn.execute(
         "INSERT INTO inbox (event_id, tenant_id, catalog_id, history_epoch, position,"
         " event_type, outcome) VALUES (%s, %s, %s, %s, %s, 'unknown', 'skipped')"
-        " ON CONFLICT (event_id) DO NOTHING",
+        " ON CONFLICT (event_id) DO UPDATE SET outcome = 'skipped', decided_at = now()"
+        " WHERE inbox.outcome IN ('parked', 'quarantined')",
         (event_id, *stream, position),
     )
+    parking.unpark(conn, [event_id])
 
 
 def skip_position(
@@ -53,8 +62,46 @@ def skip_position(
     """
     locked = progress.lock(conn, consumer, [stream])
     mark_position(conn, stream, position, position_event_id(stream, position))
-    return progress.advance(
+    now = progress.advance(
         conn, consumer, stream, locked[stream].position, progress.Counts(ignored=1)
+    )
+    set_aside_blocker(conn, consumer, stream, now)
+    return now
+
+
+def set_aside_blocker(
+    conn: psycopg.Connection, consumer: str, stream: progress.Stream, position: int
+) -> dict[uuid.UUID, int]:
+    """Quarantine the event parked right after ``position``, the stream's progress.
+
+    Every position up to ``position`` is terminal, and an event only depends on
+    revisions written before it, so what such an event waits on was skipped, never
+    applied, and will not come: it would hold progress for ever. This catches the
+    dependants a skip cannot name (those of a message that never decoded). The
+    caller holds the stream's progress lock; a skip's repair path only.
+    """
+    tenant, catalog, epoch = stream
+    rows = conn.execute(
+        "SELECT pe.event_id, coalesce(string_agg(d.aggregate_type || ' ' || d.aggregate_id"
+        " || '@' || d.revision, ', ' ORDER BY d.aggregate_type, d.aggregate_id), 'nothing')"
+        " FROM parked_event pe LEFT JOIN parked_dependency d ON d.event_id = pe.event_id"
+        " WHERE pe.tenant_id = %s AND pe.catalog_id = %s AND pe.history_epoch = %s"
+        " AND pe.position = %s GROUP BY pe.event_id",
+        (tenant, catalog, epoch, position + 1),
+    ).fetchall()
+    return set_aside(
+        conn,
+        consumer,
+        [
+            SetAside(
+                event_id,
+                DEPENDENCY_NOT_APPLIED,
+                f"parked at position {position + 1}, waiting on {waits}, while every"
+                " earlier position is done: what it waits on was skipped or never"
+                " decoded; retry it once that is applied, or skip it",
+            )
+            for event_id, waits in rows
+        ],
     )
 
 

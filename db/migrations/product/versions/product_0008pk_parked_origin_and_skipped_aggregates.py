@@ -5,7 +5,8 @@ waits on was skipped) is quarantined under the topic, partition and offset it ca
 from, so parked rows now keep them (null for rows parked before). A skipped entry
 records the aggregate revision it gave up, so an event arriving later that waits on
 that revision is set aside at once instead of parking for ever; a partial index
-keeps that look cheap.
+keeps that look cheap. The inbox outcome ``quarantined`` marks an event the applier
+set aside itself: not terminal, and another copy of it is a duplicate.
 
 Revision ID: product_0008pk
 Revises: product_0007
@@ -25,8 +26,15 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+_OUTCOMES = "'applied', 'ignored_stale', 'ignored_old_epoch', 'skipped', 'parked'"
+
+
 def upgrade() -> None:
     """Upgrade schema."""
+    op.drop_constraint("inbox_outcome_known", "inbox", type_="check")
+    op.create_check_constraint(
+        "inbox_outcome_known", "inbox", f"outcome IN ({_OUTCOMES}, 'quarantined')"
+    )
     op.add_column("parked_event", sa.Column("topic", sa.Text(), nullable=True))
     op.add_column("parked_event", sa.Column("partition", sa.Integer(), nullable=True))
     op.add_column("parked_event", sa.Column("offset", sa.BigInteger(), nullable=True))
@@ -50,3 +58,8 @@ def downgrade() -> None:
     op.drop_column("parked_event", "offset")
     op.drop_column("parked_event", "partition")
     op.drop_column("parked_event", "topic")
+    # Without the outcome, an event set aside in quarantine has no inbox row: a retry
+    # of its entry applies it as new.
+    op.execute("DELETE FROM inbox WHERE outcome = 'quarantined'")
+    op.drop_constraint("inbox_outcome_known", "inbox", type_="check")
+    op.create_check_constraint("inbox_outcome_known", "inbox", f"outcome IN ({_OUTCOMES})")
