@@ -106,7 +106,8 @@ def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool
        (inbox outcome ``quarantined``), clear that inbox row, in one transaction;
     2. apply its message through the normal batch path (its own transaction);
     3. if that left the event with an outcome in the inbox other than
-       ``quarantined``, mark the entry retried (an event that parked again says so
+       ``quarantined``, mark the entry retried (also when that apply closed it as
+       ``superseded``: this retry got it through; an event that parked again says so
        in the resolution; `gapless parked list` shows it), except that an event set
        aside for what it waits on and parked again goes straight back (the entry
        stays open).
@@ -146,7 +147,7 @@ def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool
         parked = " (parked: it waits on a dependency)" if row[0] == PARKED else ""
         conn.execute(
             "UPDATE quarantine SET status = 'retried', resolved_at = now(), resolution = %s"
-            " WHERE id = %s AND status = 'open'",
+            " WHERE id = %s AND status IN ('open', 'superseded')",
             (f"retried by {actor}{parked}", entry_id),
         )
     return True

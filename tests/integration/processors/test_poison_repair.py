@@ -89,6 +89,9 @@ def test_an_event_arriving_after_what_it_waits_on_was_skipped_is_set_aside_not_p
     assert state.inbox[child.event_id] == "applied"
     assert state.items[("child", 1)][2] == 1
     assert open_entries(clean_db.product_dsn) == []
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        [retried] = list_entries(conn, status="retried")
+    assert (retried.id, retried.resolution) == (entry.id, "retried by tester")
 
 
 def test_a_released_parked_event_that_fails_is_quarantined_not_the_event_that_released_it(
