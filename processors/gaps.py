@@ -13,6 +13,8 @@ written before this consumer was deployed) has no progress row here, yet the
 resolver retains its events for a standing consumer; it is filled from position 0.
 Streams the resolver says are caught up (committed = progress) are not fetched.
 When the resolver's list is unavailable, the local progress rows are used alone.
+A retained copy whose bytes an operator already skipped (an undecodable message) is
+recorded skipped, not quarantined again.
 """
 
 from __future__ import annotations
@@ -129,7 +131,13 @@ class GapCloser:
         page = self.client.retained_events(stream, after, self.page_size)
         if not page.events:
             return None
-        messages = [RawMessage(RETAINED_TOPIC, -1, e.position, e.key, e.value) for e in page.events]
+        # The resolver vouches for each copy's stream and position, so one that does not
+        # decode is still known by them: skipped once, it is never put back in front of
+        # the operator, and progress may pass it.
+        messages = [
+            RawMessage(RETAINED_TOPIC, -1, e.position, e.key, e.value, stream, e.position)
+            for e in page.events
+        ]
         return self.applier.apply(messages)
 
     def close_once(self) -> dict[Stream, BatchResult]:

@@ -47,8 +47,10 @@ stream_progress = Table(
     CheckConstraint("position >= 0", name="stream_progress_position_nonnegative"),
 )
 
-OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped", "parked")
+OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped", "parked", "quarantined")
 # ``skipped``: an operator skipped a quarantined event with an audited reason.
+# ``quarantined``: the applier moved the event to quarantine itself (it waited on a
+# skipped revision, or its release failed); like ``parked``, not terminal.
 TERMINAL_OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped")
 
 # One row per event id ever received: the dedupe key and the event's outcome.
@@ -65,7 +67,8 @@ inbox = Table(
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("decided_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint(
-        "outcome IN ('applied', 'ignored_stale', 'ignored_old_epoch', 'skipped', 'parked')",
+        "outcome IN ('applied', 'ignored_stale', 'ignored_old_epoch', 'skipped', 'parked',"
+        " 'quarantined')",
         name="inbox_outcome_known",
     ),
 )
@@ -89,6 +92,12 @@ parked_event = Table(
     Column("position", BigInteger, nullable=False),
     Column("value", LargeBinary, nullable=False),
     Column("parked_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Where the message came from, so a parked event that must be set aside (its
+    # release fails, or what it waits on was skipped) is quarantined under its own
+    # origin. Null for rows parked before migration product_0008pk.
+    Column("topic", Text),
+    Column("partition", Integer),
+    Column("offset", BigInteger),
 )
 
 # What each parked event waits for: aggregate (type, id) at ``revision`` or later.
@@ -247,7 +256,7 @@ product_attribute_value = Table(
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "item_id", "attribute_key"),
 )
 
-QUARANTINE_STATUSES = ("open", "retried", "skipped")
+QUARANTINE_STATUSES = ("open", "retried", "skipped", "superseded")
 
 # Messages that could not be decoded or applied: kept whole, with where they came from
 # and why, until an operator retries or skips them.
@@ -272,6 +281,11 @@ quarantine = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("resolved_at", DateTime(timezone=True)),
     Column("resolution", Text),
+    # The aggregate revision of a skipped event (filled by the skip when the message
+    # decodes): events that arrive later waiting on it are set aside, not parked.
+    Column("aggregate_type", Text),
+    Column("aggregate_id", Text),
+    Column("revision", BigInteger),
     # ``superseded``: the same event was later applied from another copy (the
     # resolver's retained one, fetched by the gap closer).
     CheckConstraint(
@@ -292,6 +306,16 @@ Index(
     quarantine.c.consumer,
     quarantine.c.event_id,
     postgresql_where=text("status = 'open'"),
+)
+# "Was this dependency skipped?": the skipped revisions of each aggregate.
+Index(
+    "quarantine_skipped_aggregate_idx",
+    quarantine.c.consumer,
+    quarantine.c.tenant_id,
+    quarantine.c.catalog_id,
+    quarantine.c.aggregate_type,
+    quarantine.c.aggregate_id,
+    postgresql_where=text("status = 'skipped' AND aggregate_type IS NOT NULL"),
 )
 
 

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from infra.cli.output import actor, echo, emit, fail, guarded
+from infra.cli.output import actor, echo, emit, guarded
 from infra.config import load
 
 
@@ -61,8 +61,11 @@ def quarantine_list(status: str, as_json: bool) -> None:
 
 @quarantine.command("retry")
 @click.argument("entry_ids", nargs=-1, type=int, required=True)
-def quarantine_retry(entry_ids: tuple[int, ...]) -> None:
-    """Apply quarantined messages again (after fixing what made them fail)."""
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
+def quarantine_retry(entry_ids: tuple[int, ...], as_json: bool) -> None:
+    """Apply quarantined messages again (after fixing what made them fail).
+
+    Exit 1 if any still fails (it stays open) or was refused."""
     from db.epochs import EpochSource
     from processors.applier.batch import Applier
     from processors.applier.exceptions import QuarantineRepairError
@@ -79,10 +82,16 @@ def quarantine_retry(entry_ids: tuple[int, ...]) -> None:
         try:
             ok = retry(settings.product_dsn, applier, entry_id, actor())
         except QuarantineRepairError as exc:
-            echo(f"#{entry_id}: {exc.code}: {exc}")
+            if as_json:
+                emit(True, {"id": entry_id, "error": exc.code, "message": str(exc)}, "")
+            else:
+                echo(f"#{entry_id}: {exc.code}: {exc}")
             failed += 1
             continue
-        echo(f"#{entry_id}: {'applied, marked retried' if ok else 'still failing, left open'}")
+        if as_json:
+            emit(True, {"id": entry_id, "status": "retried" if ok else "open"}, "")
+        else:
+            echo(f"#{entry_id}: {'applied, marked retried' if ok else 'still failing, left open'}")
         failed += 0 if ok else 1
     applier.close()
     sys.exit(1 if failed else 0)
@@ -91,18 +100,42 @@ def quarantine_retry(entry_ids: tuple[int, ...]) -> None:
 @quarantine.command("skip")
 @click.argument("entry_id", type=int)
 @click.option("--reason", required=True, help="Why it is safe to give this event up (audited).")
-def quarantine_skip(entry_id: int, reason: str) -> None:
-    """Give up a quarantined event with an audited reason, so progress can pass it."""
+@click.option("--json", "as_json", is_flag=True, help="The outcome as one JSON object.")
+def quarantine_skip(entry_id: int, reason: str, as_json: bool) -> None:
+    """Give up a quarantined event with an audited reason, so progress can pass it.
+
+    Events parked on it become quarantine entries of their own (DEPENDENCY_SKIPPED),
+    each with its own retry and skip. A message that never decoded and whose position
+    is unknown gives up its bytes: the gap closer records the resolver's copy of them
+    skipped when it fetches that position."""
     from processors.applier.exceptions import QuarantineRepairError
-    from processors.applier.repair import skip
+    from processors.applier.repair import skip_entry
     from processors.settings import AgentSettings
 
     settings = guarded(lambda: load(AgentSettings))
     try:
-        position = skip(settings.product_dsn, entry_id, reason, actor())
+        done = skip_entry(settings.product_dsn, entry_id, reason, actor())
     except QuarantineRepairError as exc:
-        fail(exc)
+        if as_json:
+            emit(True, {"id": entry_id, "error": exc.code, "message": str(exc)}, "")
+        else:
+            echo(f"#{entry_id}: {exc.code}: {exc}")
+        sys.exit(2)
+    aside = ", ".join(f"#{i}" for i in done.set_aside.values())
+    if as_json:
+        emit(
+            True,
+            {
+                "id": entry_id,
+                "status": "skipped",
+                "progress": done.progress,
+                "set_aside": {str(k): v for k, v in done.set_aside.items()},
+            },
+            "",
+        )
+        return
     echo(
         f"#{entry_id}: skipped"
-        + (f"; stream progress now {position}" if position is not None else "")
+        + (f"; stream progress now {done.progress}" if done.progress is not None else "")
+        + (f"; set aside what waited on it as entries {aside}" if aside else "")
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from db.epochs import EpochSource
-from processors.applier import inbox, offsets, parking, progress
+from processors.applier import inbox, offsets, parking, progress, skips
 from processors.applier.exceptions import EpochUnknown
 from processors.applier.messages import RawMessage
 from processors.applier.plan import (
@@ -19,11 +19,20 @@ from processors.applier.plan import (
     IGNORED_OLD_EPOCH,
     IGNORED_STALE,
     PARKED,
+    QUARANTINED,
     Parked,
+    Plan,
     named_keys,
     plan_batch,
 )
-from processors.applier.quarantine import quarantine
+from processors.applier.quarantine import (
+    DEPENDENCY_SKIPPED,
+    SetAside,
+    keep_skipped,
+    quarantine,
+    set_aside,
+    skipped_copy,
+)
 from processors.projections import registry
 from schemas.codec import EventCodec
 from schemas.events import Envelope, aggregate_key
@@ -53,6 +62,23 @@ class _Decoded:
     event: Envelope
 
 
+class _Failure(Exception):
+    """One event's projection write failed while a batch was being diagnosed."""
+
+    def __init__(self, event: Envelope, error: psycopg.Error) -> None:
+        super().__init__(str(error))
+        self.event = event
+        self.error = error
+
+
+class _RollBack(Exception):
+    """Ends a diagnosing transaction that must leave nothing behind."""
+
+
+def _apply_failed_code(exc: psycopg.Error) -> str:
+    return f"APPLY_FAILED_{exc.sqlstate}" if exc.sqlstate else "APPLY_FAILED"
+
+
 class Applier:
     """Applies batches of raw messages; owns one product-database connection."""
 
@@ -68,6 +94,10 @@ class Applier:
         self._epochs = epochs
         self._codec = codec
         self._conn: psycopg.Connection | None = None
+
+    @property
+    def product_dsn(self) -> str:
+        return self._dsn
 
     def connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
@@ -85,7 +115,8 @@ class Applier:
         The caller may acknowledge the messages only after this returns. If it raises,
         nothing of the batch is committed and the messages must be delivered again.
         A message that cannot be decoded, or whose event fails to apply on its own,
-        is quarantined (committed) instead of raising.
+        is quarantined (committed) instead of raising; so is a parked event whose
+        release fails, and an event that would park on a skipped one.
         """
         result = BatchResult(received=len(messages))
         decoded: list[_Decoded] = []
@@ -105,9 +136,7 @@ class Applier:
             with conn.transaction():
                 self._apply_in_transaction(conn, decoded, current, result)
                 for message, error in undecodable:
-                    result.quarantined += quarantine(
-                        conn, self.consumer, message, error.code, str(error)
-                    )
+                    result.quarantined += self._undecodable(conn, message, error)
                 offsets.record(conn, self.consumer, messages)
                 for d in unknown_epoch:
                     epoch = current.get((d.event.tenant_id, d.event.catalog_id))
@@ -126,7 +155,7 @@ class Applier:
         except psycopg.Error as exc:
             # One event's data broke the transaction. Apply one by one to find it.
             if len(messages) == 1 and decoded:
-                return self._quarantine_one(conn, decoded[0], exc, result)
+                return self._isolate(conn, decoded[0], current, exc, result)
             log.warning("batch of %d failed (%s); applying one by one", len(messages), exc)
             return self._apply_singly(messages)
         return result
@@ -175,12 +204,124 @@ class Applier:
             total.progress.update(one.progress)
         return total
 
+    def release_parked(self, event_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Look at stored parked events again, as if they had just arrived; returns the
+        outcome of each one released (absent: still parked, or not parked at all).
+
+        One transaction, the applier's own (``_apply_in_transaction``): a released event
+        is applied with everything it releases in turn, and progress advances. If
+        applying fails, the event whose write fails is moved to quarantine (its own
+        transaction) and the rest is tried again without it.
+        """
+        conn = self.connection()
+        while True:
+            try:
+                with conn.transaction():
+                    stored = parking.load(conn, event_ids, self._codec)
+                    return self._apply_in_transaction(conn, [], {}, BatchResult(), stored)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except psycopg.Error as exc:
+                failed = self._first_failure(conn, [], {}, event_ids)
+                event, error = failed if failed is not None else (None, exc)
+                with conn.transaction():
+                    moved = set_aside(
+                        conn,
+                        self.consumer,
+                        [
+                            SetAside(
+                                e, _apply_failed_code(error), f"{error}; on an operator's retry"
+                            )
+                            for e in ([event.event_id] if event else event_ids)
+                        ],
+                    )
+                log.error("parked events set aside on retry: %s", sorted(map(str, moved)))
+                if event is None or not moved:
+                    return {}
+
+    def _undecodable(self, conn: psycopg.Connection, message: RawMessage, error: CodecError) -> int:
+        """Quarantine a message that does not decode, unless an operator skipped these
+        very bytes already: then this copy is kept as skipped too (audited), and where
+        its position is known (a retained copy) progress may pass it. Returns 1 for a
+        new open entry."""
+        skipped = skipped_copy(conn, self.consumer, message.value)
+        if skipped is None:
+            return int(quarantine(conn, self.consumer, message, error.code, str(error)))
+        kept = keep_skipped(conn, self.consumer, message, error.code, str(error), skipped)
+        if kept and message.stream is not None and message.position is not None:
+            skips.skip_position(conn, self.consumer, message.stream, message.position)
+        return 0
+
+    def _isolate(
+        self,
+        conn: psycopg.Connection,
+        item: _Decoded,
+        current: dict[tuple[str, str], int],
+        exc: psycopg.Error,
+        result: BatchResult,
+    ) -> BatchResult:
+        """Find which event of a failing one-message batch fails, and quarantine that one.
+
+        One message can apply several events: the parked ones its event releases.
+        1. run the batch again with each projection write in a savepoint of its own,
+           and roll all of it back: the first write that fails names the event;
+        2. if that is the message's own event (or none is named), quarantine it with
+           the message and the message's offset, in one transaction;
+        3. otherwise it is a released parked event: move it from parking to
+           quarantine (one transaction), then apply the message again, which now
+           releases the rest without it.
+        A crash after 3's move and before the message applies leaves the parked event
+        quarantined and the message unacknowledged: delivered again, it applies.
+        """
+        failed = self._first_failure(conn, [item], current, ())
+        if failed is None or failed[0].event_id == item.event.event_id:
+            return self._quarantine_one(conn, item, failed[1] if failed else exc, result)
+        event, error = failed
+        with conn.transaction():
+            moved = set_aside(
+                conn,
+                self.consumer,
+                [
+                    SetAside(
+                        event.event_id,
+                        _apply_failed_code(error),
+                        f"{error}; released by event {item.event.event_id}"
+                        f" (position {item.event.position})",
+                    )
+                ],
+            )
+        if not moved:  # no longer parked: nothing else to blame
+            return self._quarantine_one(conn, item, error, result)
+        log.error("quarantined released parked event %s: %s", event.event_id, error)
+        again = self.apply([item.message])
+        again.received = result.received
+        again.quarantined += len(moved)
+        return again
+
+    def _first_failure(
+        self,
+        conn: psycopg.Connection,
+        decoded: list[_Decoded],
+        current: dict[tuple[str, str], int],
+        recheck_ids: Sequence[uuid.UUID],
+    ) -> tuple[Envelope, psycopg.Error] | None:
+        """The event whose projection write fails, found in a transaction rolled back."""
+        try:
+            with conn.transaction():
+                stored = parking.load(conn, recheck_ids, self._codec)
+                self._apply_in_transaction(
+                    conn, decoded, current, BatchResult(), stored, isolate=True
+                )
+                raise _RollBack
+        except _Failure as failure:
+            return failure.event, failure.error
+        except (_RollBack, psycopg.Error):
+            return None
+
     def _quarantine_one(
         self, conn: psycopg.Connection, item: _Decoded, exc: psycopg.Error, result: BatchResult
     ) -> BatchResult:
-        code = "APPLY_FAILED"
-        if exc.sqlstate:
-            code = f"APPLY_FAILED_{exc.sqlstate}"
+        code = _apply_failed_code(exc)
         with conn.transaction():
             result.quarantined += quarantine(
                 conn, self.consumer, item.message, code, str(exc), item.event
@@ -195,24 +336,33 @@ class Applier:
         decoded: list[_Decoded],
         current_epochs: dict[tuple[str, str], int],
         result: BatchResult,
-    ) -> None:
+        recheck: list[Parked] | None = None,
+        isolate: bool = False,
+    ) -> dict[uuid.UUID, str]:
         """The applier's transaction, in the order the code runs it:
 
         1. lock the progress rows of every stream in the batch;
         2. drop events the inbox already has (and repeats within the batch);
         3. old-epoch events get the audited terminal outcome ``ignored_old_epoch``;
         4. load applied revisions and the parked events the batch may release;
-        5. plan: applied / ignored_stale / parked, releasing parked dependants;
+        5. plan: applied / ignored_stale / parked, releasing parked dependants; an
+           event that would park on a revision an operator skipped is quarantined
+           instead (``DEPENDENCY_SKIPPED``);
         6. write inbox outcomes (closing open quarantine entries of events that now
            have one: another copy of them got through), parking, and every projection
            (``projections.registry``);
         7. advance each stream's contiguous progress (never backwards).
+        ``recheck``: stored parked events to consider first (an operator's retry).
+        ``isolate``: write each event's projection rows in a savepoint of its own and
+        raise ``_Failure`` naming the first that fails (diagnosis only).
+        Returns the outcomes of the stored parked events released.
         COMMIT (by the caller's ``transaction()``) makes all of it durable together;
         a crash before it leaves nothing, and redelivery starts over. A crash after
         COMMIT and before the offsets are acknowledged redelivers events the inbox
         now knows, so they count as duplicates and change nothing.
         """
-        streams = {d.event.stream for d in decoded}
+        recheck = recheck or []
+        streams = {d.event.stream for d in decoded} | {p.event.stream for p in recheck}
         locked = progress.lock(conn, self.consumer, streams)
         counts: dict[progress.Stream, progress.Counts] = defaultdict(progress.Counts)
 
@@ -240,7 +390,9 @@ class Applier:
         # nothing is parked, no aggregate has anything waiting and the lookups are
         # skipped; the progress locks keep this batch's streams from parking meanwhile.
         catalogs = {(e.tenant_id, e.catalog_id) for e in events}
-        nothing_parked = catalogs - parking.catalogs_with_parked(conn, catalogs)
+        catalogs |= {(p.event.tenant_id, p.event.catalog_id) for p in recheck}
+        flags = parking.catalogs_waiting(conn, self.consumer, catalogs)
+        nothing_parked = catalogs - flags.parked
 
         def waiting_on(keys: Iterable[AggregateKey]) -> list[Parked]:
             return parking.waiting_on(
@@ -248,11 +400,13 @@ class Applier:
             )
 
         parked = waiting_on({aggregate_key(e) for e in events})
-        keys = {k for e in events for k in named_keys(e)} | parking.keys_named(parked)
+        keys = {k for e in events for k in named_keys(e)}
+        keys |= parking.keys_named(parked) | parking.keys_named(recheck)
         revisions = self._revisions(conn, keys, generation)
 
         # Every parked event the plan may release, including those a cascade loads.
         by_id = {p.event.event_id: p for p in parked}
+        by_id.update((p.event.event_id, p) for p in recheck)
 
         def load_more(
             more: list[AggregateKey],
@@ -261,7 +415,8 @@ class Applier:
             by_id.update((p.event.event_id, p) for p in found)
             return found, self._revisions(conn, parking.keys_named(found), generation)
 
-        plan = plan_batch(events, revisions, parked, load_more)
+        plan = plan_batch(events, revisions, parked, load_more, recheck)
+        self._set_aside_waiting_on_skipped(conn, plan, fresh, flags.skipped, result)
 
         inbox.record(
             conn,
@@ -269,9 +424,7 @@ class Applier:
             consumer=self.consumer,
         )
         inbox.set_outcomes(conn, plan.released)
-        parking.park(
-            conn, [(e, fresh[e.event_id].message.value or b"", m) for e, m in plan.to_park]
-        )
+        parking.park(conn, [(e, fresh[e.event_id].message, m) for e, m in plan.to_park])
         parking.unpark(conn, plan.released)
         for event_id, outcome in plan.outcomes.items():
             c = counts[fresh[event_id].event.stream]
@@ -294,7 +447,15 @@ class Applier:
             else:
                 c.ignored += 1
         for gen, events_of_gen in _by_generation(plan.to_apply, generation).items():
-            registry.apply(conn, gen, events_of_gen)
+            if not isolate:
+                registry.apply(conn, gen, events_of_gen)
+                continue
+            for event in events_of_gen:
+                try:
+                    with conn.transaction():
+                        registry.apply(conn, gen, [event])
+                except psycopg.Error as exc:
+                    raise _Failure(event, exc) from exc
 
         extra = {e.stream for e in released_events} - locked.keys()
         if extra:
@@ -309,6 +470,45 @@ class Applier:
             result.progress[stream] = progress.advance(
                 conn, self.consumer, stream, state.position, c
             )
+        return plan.released
+
+    def _set_aside_waiting_on_skipped(
+        self,
+        conn: psycopg.Connection,
+        plan: Plan,
+        fresh: dict[uuid.UUID, _Decoded],
+        skipped_catalogs: set[tuple[str, str]],
+        result: BatchResult,
+    ) -> None:
+        """Quarantine, instead of parking, each new event that misses a revision an
+        operator skipped (it would wait for ever); its inbox outcome is
+        ``quarantined``. Looks only where the catalog has skipped revisions."""
+        candidates = [
+            (e, missing)
+            for e, missing in plan.to_park
+            if (e.tenant_id, e.catalog_id) in skipped_catalogs
+        ]
+        if not candidates:
+            return
+        skipped = skips.skipped_revisions(
+            conn, self.consumer, (aggregate_key(e, d) for e, missing in candidates for d in missing)
+        )
+        dead: set[uuid.UUID] = set()
+        for event, missing in candidates:
+            for dep in missing:
+                found = skipped.get(aggregate_key(event, dep))
+                if found is not None and found[0] >= dep.revision:
+                    detail = skips.waits_on_skipped(dep.type, dep.id, dep.revision, found[1])
+                    message = fresh[event.event_id].message
+                    result.quarantined += quarantine(
+                        conn, self.consumer, message, DEPENDENCY_SKIPPED, detail, event
+                    )
+                    dead.add(event.event_id)
+                    break
+        if dead:
+            plan.to_park = [(e, m) for e, m in plan.to_park if e.event_id not in dead]
+            for event_id in dead:
+                plan.outcomes[event_id] = QUARANTINED
 
     def _revisions(
         self,

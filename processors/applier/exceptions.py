@@ -41,3 +41,15 @@ class SkipReasonRequired(QuarantineRepairError):
     """A skip is audited: it needs a reason."""
 
     code = "SKIP_REASON_REQUIRED"
+
+
+class ParkedRepairError(ApplierError):
+    """A retry or skip of a parked event that does not apply."""
+
+    code = "PARKED_REPAIR_REFUSED"
+
+
+class ParkedEventNotFound(ParkedRepairError):
+    """No parked event has that id (it may have been released or set aside)."""
+
+    code = "PARKED_EVENT_NOT_FOUND"

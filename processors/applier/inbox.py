@@ -39,8 +39,9 @@ def record(
     With ``consumer``, the same statement also closes that consumer's open quarantine
     entries of the events it just gave a terminal outcome: another copy of them (the
     resolver's retained one, fetched by the gap closer) got through, so they end
-    ``superseded``. A quarantined event never has an inbox row, so only events new to
-    the inbox can have one; doing it here costs no extra round trip per batch.
+    ``superseded``. An event quarantined because it failed has no inbox row (one the
+    applier set aside itself has the non-terminal outcome ``quarantined``), so only
+    events new to the inbox can have one; doing it here costs no extra round trip.
     """
     rows = [
         (
@@ -72,7 +73,8 @@ def record(
         " UPDATE quarantine SET status = 'superseded', resolved_at = now(),"
         " resolution = 'superseded: the event was applied from another copy'"
         " WHERE consumer = %b AND status = 'open'"
-        " AND event_id IN (SELECT event_id FROM new WHERE outcome <> 'parked')",
+        " AND event_id IN (SELECT event_id FROM new"
+        "  WHERE outcome NOT IN ('parked', 'quarantined'))",
         [*columns, consumer],
     )
 

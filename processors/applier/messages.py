@@ -7,8 +7,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class RawMessage:
+    """``stream`` and ``position`` are set only where the sender vouches for them
+    outside the bytes (the resolver's retained copies, fetched for one stream); an
+    undecodable copy is then quarantined with them, and a skip can let progress pass
+    its position."""
+
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    stream: tuple[str, str, int] | None = None
+    position: int | None = None

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import psycopg
 
+from processors.applier.messages import RawMessage
 from processors.applier.plan import Parked
 from schemas.codec import EventCodec
 from schemas.events import AggregateRef, Envelope, aggregate_key
@@ -19,20 +21,31 @@ from schemas.ids import AggregateKey
 
 def park(
     conn: psycopg.Connection,
-    parked: Sequence[tuple[Envelope, bytes, tuple[AggregateRef, ...]]],
+    parked: Sequence[tuple[Envelope, RawMessage, tuple[AggregateRef, ...]]],
 ) -> None:
-    """Store each event's message and the dependencies it still waits for."""
+    """Store each event's message, where it came from, and the dependencies it still
+    waits for."""
     if not parked:
         return
     events = [
-        (e.event_id, e.tenant_id, e.catalog_id, e.history_epoch, e.position, value)
-        for e, value, _ in parked
+        (
+            e.event_id,
+            e.tenant_id,
+            e.catalog_id,
+            e.history_epoch,
+            e.position,
+            m.value or b"",
+            m.topic,
+            m.partition,
+            m.offset,
+        )
+        for e, m, _ in parked
     ]
     conn.execute(
         "INSERT INTO parked_event (event_id, tenant_id, catalog_id, history_epoch,"
-        " position, value)"
+        ' position, value, topic, partition, "offset")'
         " SELECT * FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::int8[], %b::int8[],"
-        " %b::bytea[]) ON CONFLICT DO NOTHING",
+        " %b::bytea[], %b::text[], %b::int4[], %b::int8[]) ON CONFLICT DO NOTHING",
         [list(c) for c in zip(*events, strict=True)],
     )
     dependencies = [
@@ -51,24 +64,40 @@ def park(
     )
 
 
-def catalogs_with_parked(
-    conn: psycopg.Connection, catalogs: Iterable[tuple[str, str]]
-) -> set[tuple[str, str]]:
-    """Which of these (tenant, catalog) pairs have any parked event at all.
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Which catalogs have parked events, and which have skipped revisions."""
 
-    One index probe per pair, so a batch with nothing parked can skip ``waiting_on``
-    and its arrays of every aggregate key the batch names.
+    parked: set[tuple[str, str]]
+    skipped: set[tuple[str, str]]
+
+
+def catalogs_waiting(
+    conn: psycopg.Connection, consumer: str, catalogs: Iterable[tuple[str, str]]
+) -> Waiting:
+    """Which of these (tenant, catalog) pairs have any parked event at all, and which
+    have an event an operator skipped (so an event waiting on it must not park).
+
+    Two index probes per pair in one statement, so a batch with nothing parked can
+    skip ``waiting_on`` and its arrays of every aggregate key the batch names, and a
+    batch that parks looks for skipped dependencies only where there are any.
     """
     wanted = sorted(set(catalogs))
     if not wanted:
-        return set()
+        return Waiting(set(), set())
     rows = conn.execute(
-        "SELECT k.t, k.c FROM unnest(%b::text[], %b::text[]) AS k(t, c)"
-        " WHERE EXISTS (SELECT 1 FROM parked_dependency d"
-        "  WHERE d.tenant_id = k.t AND d.catalog_id = k.c)",
-        ([t for t, _ in wanted], [c for _, c in wanted]),
+        "SELECT k.t, k.c,"
+        " EXISTS (SELECT 1 FROM parked_dependency d"
+        "  WHERE d.tenant_id = k.t AND d.catalog_id = k.c),"
+        " EXISTS (SELECT 1 FROM quarantine q WHERE q.consumer = %b AND q.tenant_id = k.t"
+        "  AND q.catalog_id = k.c AND q.status = 'skipped' AND q.aggregate_type IS NOT NULL)"
+        " FROM unnest(%b::text[], %b::text[]) AS k(t, c)",
+        (consumer, [t for t, _ in wanted], [c for _, c in wanted]),
     ).fetchall()
-    return {(t, c) for t, c in rows}
+    return Waiting(
+        {(t, c) for t, c, parked, _ in rows if parked},
+        {(t, c) for t, c, _, skipped in rows if skipped},
+    )
 
 
 def waiting_on(
@@ -88,6 +117,35 @@ def waiting_on(
     ).fetchall()
     # These bytes decoded once already, before they were parked.
     return [Parked(codec.decode_value(bytes(value)), bytes(value)) for _, value in rows]
+
+
+def load(
+    conn: psycopg.Connection, event_ids: Iterable[uuid.UUID], codec: EventCodec
+) -> list[Parked]:
+    """The stored parked events among ``event_ids`` (absent ones are not parked)."""
+    ids = list(event_ids)
+    if not ids:
+        return []
+    rows = conn.execute(
+        "SELECT value FROM parked_event WHERE event_id = ANY(%b::uuid[]) ORDER BY position",
+        (ids,),
+    ).fetchall()
+    return [Parked(codec.decode_value(bytes(r[0])), bytes(r[0])) for r in rows]
+
+
+def dependants(
+    conn: psycopg.Connection, key: AggregateKey, revision: int
+) -> list[tuple[uuid.UUID, int]]:
+    """Parked events that wait on aggregate ``key`` at ``revision`` or lower: those
+    an event of that revision would have released. Each with the revision it needs."""
+    tenant, catalog, aggregate_type, aggregate_id = key
+    rows = conn.execute(
+        "SELECT event_id, revision FROM parked_dependency WHERE tenant_id = %s"
+        " AND catalog_id = %s AND aggregate_type = %s AND aggregate_id = %s"
+        " AND revision <= %s ORDER BY event_id",
+        (tenant, catalog, aggregate_type, aggregate_id, revision),
+    ).fetchall()
+    return [(r[0], int(r[1])) for r in rows]
 
 
 def unpark(conn: psycopg.Connection, event_ids: Iterable[uuid.UUID]) -> None:

@@ -21,6 +21,9 @@ APPLIED = "applied"
 IGNORED_STALE = "ignored_stale"
 IGNORED_OLD_EPOCH = "ignored_old_epoch"
 PARKED = "parked"
+# Set aside in quarantine by the applier itself (it waits on a skipped revision, or its
+# release failed): not terminal, and a redelivered copy is a duplicate.
+QUARANTINED = "quarantined"
 
 
 def named_keys(event: Envelope) -> list[AggregateKey]:
@@ -62,6 +65,7 @@ def plan_batch(
     revisions: dict[AggregateKey, int],
     parked: Iterable[Parked],
     load_parked: ParkedLoader,
+    recheck: Iterable[Parked] = (),
 ) -> Plan:
     """Decide outcomes for ``new_events`` (already deduplicated against the inbox).
 
@@ -70,7 +74,9 @@ def plan_batch(
     ``parked`` are the stored parked events waiting on any aggregate the new events
     change; ``load_parked`` fetches more when a release cascades further. New events
     are considered in stream position order; applying an aggregate re-examines
-    everything that waits on it.
+    everything that waits on it. ``recheck`` are stored parked events an operator asked
+    to look at again: each is considered first, as if it had just arrived, and stays
+    parked (absent from the plan) if it still misses a dependency.
     """
     events = sorted(new_events, key=lambda e: (e.stream, e.position))
     plan = Plan()
@@ -129,6 +135,9 @@ def plan_batch(
     for p in parked:
         for dep in unmet(p.event) or p.event.dependencies:
             waiting[aggregate_key(p.event, dep)].append((p.event, True))
+    for p in recheck:
+        consider(p.event, from_store=True)
+        release()
     for event in events:
         consider(event, from_store=False)
         release()

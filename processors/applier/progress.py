@@ -1,8 +1,8 @@
 """Durable contiguous progress per consumer and stream, in the product database.
 
 Progress P means every position <= P of the stream has a terminal outcome in the
-inbox (applied or ignored). Kafka offsets play no part: after any crash, restart or
-rebalance, P says exactly what is done.
+inbox (applied, ignored or skipped; not parked or quarantined). Kafka offsets play
+no part: after any crash, restart or rebalance, P says exactly what is done.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ _CONTIGUOUS_END = (
     "  SELECT DISTINCT position AS p FROM inbox"
     "  WHERE tenant_id = %(tenant)s AND catalog_id = %(catalog)s"
     "  AND history_epoch = %(epoch)s AND position > %(current)s"
-    "  AND outcome <> 'parked') terminal"
+    "  AND outcome NOT IN ('parked', 'quarantined')) terminal"
     ") numbered WHERE shift = %(current)s"
 )
 

@@ -25,6 +25,8 @@ SIGNALS = {
     "RunAborted": "a product's outcome could not be written: stop, replay later",
     "ClaimLost": "the worker no longer holds its job's claim: stop without writing",
     "_Abandon": "the demo workload gives a planned step up",
+    "_Failure": "the applier's diagnosis names the event whose projection write failed",
+    "_RollBack": "the applier's diagnosing transaction must leave nothing behind",
 }
 CODE = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*$")
 

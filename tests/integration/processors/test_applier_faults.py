@@ -411,15 +411,17 @@ def test_an_event_that_cannot_be_applied_is_quarantined_once_with_its_identity(
     assert read_state(clean_db.product_dsn) == state
 
 
-def test_a_parked_event_holds_progress_even_when_what_it_waits_for_was_skipped(
+def test_skipping_an_event_sets_aside_what_was_parked_on_it_until_that_is_resolved_too(
     clean_db: DatabaseSettings, applier: Applier
 ) -> None:
-    # The parent can never be applied; the operator skips it. Its child stays parked,
-    # and a parked event never lets progress pass, whatever is terminal around it.
+    # The parent can never be applied; the operator skips it. Its child, parked on it,
+    # would wait for ever: it becomes a quarantine entry of its own instead, and a
+    # non-terminal one, so progress passes the child only once that is resolved too.
     partition = Partition()
+    child = upsert(2, "child", 1, parent=on("parent", 1))
     batch = [
         partition.event(upsert(1, "parent", 1, title="bad\x00title")),
-        partition.event(upsert(2, "child", 1, parent=on("parent", 1))),
+        partition.event(child),
         partition.event(upsert(3, "other", 1)),
     ]
     result = applier.apply(batch)
@@ -431,7 +433,18 @@ def test_a_parked_event_holds_progress_even_when_what_it_waits_for_was_skipped(
 
     state = read_state(clean_db.product_dsn)
     assert state.progress == {1: 1}
-    assert len(state.parked) == 1
+    assert state.parked == set()
+    assert state.inbox[child.event_id] == "quarantined"  # not terminal
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        [dependant] = list_entries(conn)
+    assert dependant.error_code == "DEPENDENCY_SKIPPED"
+    assert (dependant.event_id, dependant.position, dependant.offset) == (child.event_id, 2, 1)
+    assert f"#{entry.id}" in dependant.error_detail
+
+    assert skip(clean_db.product_dsn, dependant.id, "its parent is gone", "tester") == 3
+    state = read_state(clean_db.product_dsn)
+    assert state.progress == {1: 3}
+    assert state.inbox[child.event_id] == "skipped"
 
 
 # (c) History epochs.
