@@ -35,10 +35,14 @@ from producers.retention.routes import router as retention_router
 
 DESCRIPTION = """\
 The resolver's HTTP API. Every request carries `Authorization: Bearer <token>`; a
-token may act on the tenants it is scoped to (`GAPLESS_API_TOKENS`). Collectors post
+token may act on the tenants it is scoped to, with a role on each
+(`GAPLESS_API_TOKENS`): `viewer` reads (and reads receipts), `operator` also
+decides (review cases, splits, identity generations), `admin` also registers
+consumers, reports their progress and takes rebuild leases. Collectors post
 captures with a signed JWT of a registered credential instead. Every error answers
 `{"code": "...", "message": "..."}` with a stable code: `UNAUTHENTICATED` (401),
-`TENANT_SCOPE_DENIED`, `INSTANCE_SCOPE_DENIED` (403), `NOT_FOUND`, `*_NOT_FOUND`
+`TENANT_SCOPE_DENIED`, `ROLE_DENIED` (naming the role needed),
+`INSTANCE_SCOPE_DENIED` (403), `NOT_FOUND`, `*_NOT_FOUND`
 (404), `IDEMPOTENCY_KEY_REUSED`, `STALE_REVISION`, `TARGET_NOT_ACTIVE`,
 `OVERLAPPING_POLICY_WINDOW`, `SOURCE_NOT_ACTIVE`, `ITEM_ALREADY_EXISTS`,
 `ITEM_NOT_ACTIVE`, `CLASS_ALREADY_DEFINED`, `CLASS_REPARENT_REFUSED`,

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from producers.http.auth import Caller
+from producers.http.auth import Admin, Principal, Viewer
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.params import MAX_INT8, Catalog, ConsumerId, HistoryEpoch, LeaseId, Tenant
@@ -40,7 +40,7 @@ STREAM = "/streams/{tenant_id}/{catalog_id}/{history_epoch}"
 CONSUMER = STREAM + "/consumers/{consumer_id}"
 
 
-def _stream(caller: Caller, tenant_id: str, catalog_id: str, history_epoch: int) -> StreamId:
+def _stream(caller: Principal, tenant_id: str, catalog_id: str, history_epoch: int) -> StreamId:
     caller.require_tenant(tenant_id)
     return StreamId(tenant_id, catalog_id, history_epoch)
 
@@ -58,7 +58,7 @@ def _check_ttl(res: Res, ttl_seconds: int | None) -> None:
 
 @router.put(CONSUMER, tags=["consumers"], summary="Register a consumer (idempotent)")
 def register_consumer(
-    caller: Caller,
+    caller: Admin,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -85,7 +85,7 @@ def register_consumer(
     responses=error_responses(404),
 )
 def deregister_consumer(
-    caller: Caller,
+    caller: Admin,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -103,7 +103,7 @@ def deregister_consumer(
     responses=error_responses(409),
 )
 def report_progress(
-    caller: Caller,
+    caller: Admin,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -123,7 +123,7 @@ def report_progress(
     responses=error_responses(410),
 )
 def stream_events(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -142,7 +142,7 @@ def stream_events(
     responses=error_responses(404),
 )
 def stream_state(
-    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, history_epoch: HistoryEpoch
+    caller: Viewer, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, history_epoch: HistoryEpoch
 ) -> StreamState:
     stream = _stream(caller, tenant_id, catalog_id, history_epoch)
     found = stream_report(conn, stream)
@@ -158,14 +158,14 @@ def stream_state(
     status_code=status.HTTP_201_CREATED,
     responses=error_responses(410),
 )
-def create_lease(caller: Caller, conn: Conn, res: Res, body: LeaseRequest) -> Lease:
+def create_lease(caller: Admin, conn: Conn, res: Res, body: LeaseRequest) -> Lease:
     stream = _stream(caller, body.tenant_id, body.catalog_id, body.history_epoch)
     _check_ttl(res, body.ttl_seconds)
     leases.require_current_epoch(stream, _current_epoch(res, stream))
     return Lease.of(leases.create(conn, stream, body.holder, body.ttl_seconds))
 
 
-def _own_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> None:
+def _own_lease(caller: Principal, conn: Conn, lease_id: uuid.UUID) -> None:
     caller.require_tenant(leases.find(conn, lease_id).stream.tenant_id)
 
 
@@ -176,7 +176,7 @@ def _own_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> None:
     responses=error_responses(404, 410),
 )
 def renew_lease(
-    caller: Caller, conn: Conn, res: Res, lease_id: LeaseId, body: LeaseRenewal | None = None
+    caller: Admin, conn: Conn, res: Res, lease_id: LeaseId, body: LeaseRenewal | None = None
 ) -> Lease:
     _own_lease(caller, conn, lease_id)
     ttl = body.ttl_seconds if body else None
@@ -190,7 +190,7 @@ def renew_lease(
     summary="Move the lease's pin forward (never backwards)",
     responses=error_responses(404, 409, 410),
 )
-def advance_lease(caller: Caller, conn: Conn, lease_id: LeaseId, body: LeaseAdvance) -> Lease:
+def advance_lease(caller: Admin, conn: Conn, lease_id: LeaseId, body: LeaseAdvance) -> Lease:
     _own_lease(caller, conn, lease_id)
     return Lease.of(leases.advance(conn, lease_id, body.position))
 
@@ -202,7 +202,7 @@ def advance_lease(caller: Caller, conn: Conn, lease_id: LeaseId, body: LeaseAdva
     status_code=status.HTTP_204_NO_CONTENT,
     responses=error_responses(404),
 )
-def release_lease(caller: Caller, conn: Conn, lease_id: LeaseId) -> Response:
+def release_lease(caller: Admin, conn: Conn, lease_id: LeaseId) -> Response:
     _own_lease(caller, conn, lease_id)
     leases.release(conn, lease_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -215,7 +215,7 @@ def release_lease(caller: Caller, conn: Conn, lease_id: LeaseId) -> Response:
     responses=error_responses(404, 409, 410),
 )
 def export_events(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     res: Res,
     lease_id: Annotated[uuid.UUID, Query()],

@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from db.repositories.identity import GenerationKey
-from producers.http.auth import Caller
+from producers.http.auth import Operator, Viewer
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.params import Catalog, ClassId, GenerationNumber, IdentityHash, Tenant
@@ -74,7 +74,7 @@ def _record(
     responses=error_responses(409),
 )
 def create(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     conn: Conn,
     tenant_id: Tenant,
@@ -99,7 +99,7 @@ def create(
 
 @router.get(GENERATIONS, summary="List identity generations")
 def list_generations(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -118,7 +118,7 @@ def list_generations(
     responses=error_responses(404),
 )
 def read_generation(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -141,7 +141,7 @@ def read_generation(
     responses=error_responses(404, 409),
 )
 def backfill(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     conn: Conn,
     tenant_id: Tenant,
@@ -168,7 +168,7 @@ def backfill(
     responses=error_responses(404, 409),
 )
 def resolve(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -194,7 +194,7 @@ def resolve(
     responses=error_responses(404, 409),
 )
 def approve(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     tenant_id: Tenant,
     catalog_id: Catalog,
