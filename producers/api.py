@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from producers.capture.adapters import CLAIM_FIELDS
 from producers.capture.evidence import EvidenceStore
 from producers.capture.intake.captures import IntakeService
 from producers.capture.intake.collectors import CollectorVerifier
@@ -49,7 +50,8 @@ captures with a signed JWT of a registered credential instead. Every error answe
 `ATTRIBUTE_VERSION_EXISTS`, `ATTRIBUTE_ALREADY_PUBLISHED`, `ATTRIBUTE_NOT_PUBLISHED`,
 `ATTRIBUTE_NOT_APPLICABLE` (409),
 `PAYLOAD_TOO_LARGE` (413), `UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED`,
-`EVIDENCE_REQUIRED`, `INVALID_DECISION`, `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
+`EVIDENCE_REQUIRED`, `INVALID_DECISION`, `INVALID_IDENTITY`, `UNKNOWN_IDENTITY_FIELD`,
+`INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
 `PRIOR_DECISION_NOT_FOUND`, `INVALID_CLASS`, `PARENT_CLASS_NOT_FOUND`,
 `ATTRIBUTE_DEFINITION_INVALID`, `ATTRIBUTE_VALUE_INVALID` (422), `CURSOR_PRUNED`,
 `LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE` (503), …
@@ -96,7 +98,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.grants = settings.grants()
-    app.state.resources = Resources(pool, uow_pool, epochs, settings.lease_max_ttl_seconds)
+    app.state.resources = Resources(
+        pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS
+    )
     install_error_handlers(app, unavailable=(psycopg.OperationalError,))  # PoolTimeout is one
     app.include_router(retention_router)
     app.include_router(resolver_router)

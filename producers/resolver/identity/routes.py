@@ -87,12 +87,15 @@ def create(
     until a human approves the activation. If the backfill fails after the creation
     committed, the generation stays ``backfilling``: run ``…/backfill``.
 
-    422 ``INVALID_IDENTITY`` (blank or repeated field names); 409
-    ``GENERATION_CONFLICT`` (another generation of the class was created at the same
-    moment: retry)."""
+    422 ``INVALID_IDENTITY`` (blank or repeated field names), ``UNKNOWN_IDENTITY_FIELD``
+    (a field no item of the class can have: no capture states it and no active item
+    carries it; nothing is stored); 409 ``GENERATION_CONFLICT`` (another generation
+    of the class was created at the same moment: retry)."""
     caller.require_tenant(tenant_id)
     rule = body.rule()
-    report = create_and_backfill(res.unit_of_work, tenant_id, catalog_id, body.class_id, rule)
+    report = create_and_backfill(
+        res.unit_of_work, tenant_id, catalog_id, body.class_id, rule, res.claim_fields
+    )
     state = queries.generation_state(conn, report.generation.key)
     return Backfill.of(report, state)
 
