@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from producers.capture.adapters import CLAIM_FIELDS
 from producers.capture.evidence import EvidenceStore
 from producers.capture.intake.captures import IntakeService
 from producers.capture.intake.collectors import CollectorVerifier
@@ -38,17 +39,22 @@ from producers.retention.routes import router as retention_router
 
 DESCRIPTION = """\
 The resolver's HTTP API. Every request carries `Authorization: Bearer <token>`; a
-token may act on the tenants it is scoped to (`GAPLESS_API_TOKENS`). Collectors post
+token may act on the tenants it is scoped to, with a role on each
+(`GAPLESS_API_TOKENS`): `viewer` reads (and reads receipts), `operator` also
+decides (review cases, splits, identity generations), `admin` also registers
+consumers, reports their progress and takes rebuild leases. Collectors post
 captures with a signed JWT of a registered credential instead. Every error answers
 `{"code": "...", "message": "..."}` with a stable code: `UNAUTHENTICATED` (401),
-`TENANT_SCOPE_DENIED`, `INSTANCE_SCOPE_DENIED` (403), `NOT_FOUND`, `*_NOT_FOUND`
+`TENANT_SCOPE_DENIED`, `ROLE_DENIED` (naming the role needed),
+`INSTANCE_SCOPE_DENIED` (403), `NOT_FOUND`, `*_NOT_FOUND`
 (404), `IDEMPOTENCY_KEY_REUSED`, `STALE_REVISION`, `TARGET_NOT_ACTIVE`,
 `OVERLAPPING_POLICY_WINDOW`, `SOURCE_NOT_ACTIVE`, `ITEM_ALREADY_EXISTS`,
 `ITEM_NOT_ACTIVE`, `CLASS_ALREADY_DEFINED`, `CLASS_REPARENT_REFUSED`,
 `ATTRIBUTE_VERSION_EXISTS`, `ATTRIBUTE_ALREADY_PUBLISHED`, `ATTRIBUTE_NOT_PUBLISHED`,
 `ATTRIBUTE_NOT_APPLICABLE` (409),
 `PAYLOAD_TOO_LARGE` (413), `UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED`,
-`EVIDENCE_REQUIRED`, `INVALID_DECISION`, `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
+`EVIDENCE_REQUIRED`, `INVALID_DECISION`, `INVALID_IDENTITY`, `UNKNOWN_IDENTITY_FIELD`,
+`INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
 `PRIOR_DECISION_NOT_FOUND`, `INVALID_CLASS`, `PARENT_CLASS_NOT_FOUND`,
 `ATTRIBUTE_DEFINITION_INVALID`, `ATTRIBUTE_VALUE_INVALID` (422), `CURSOR_PRUNED`,
 `LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE` (503), …
@@ -100,7 +106,9 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
         lifespan=lifespan,
     )
     app.state.grants = settings.grants()
-    app.state.resources = Resources(pool, uow_pool, epochs, settings.lease_max_ttl_seconds)
+    app.state.resources = Resources(
+        pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS
+    )
     install_error_handlers(app, unavailable=(psycopg.OperationalError,))  # PoolTimeout is one
     app.include_router(retention_router)
     app.state.exports = exports

@@ -224,6 +224,18 @@ def active_items_of_class(
     return [(r[0], dict(r[1])) for r in rows]
 
 
+def attribute_names_of_class(
+    tx: Transaction, tenant_id: str, catalog_id: str, class_id: str
+) -> frozenset[str]:
+    """The attribute names any active item of the class carries."""
+    rows = tx.execute(
+        "SELECT DISTINCT jsonb_object_keys(attributes) FROM catalog_item"
+        " WHERE tenant_id = %s AND catalog_id = %s AND class_id = %s AND status = 'active'",
+        (tenant_id, catalog_id, class_id),
+    ).fetchall()
+    return frozenset(r[0] for r in rows)
+
+
 def clear_backfill(tx: Transaction, key: GenerationKey) -> None:
     """Delete a never-activated generation's keys, candidates and collisions.
 

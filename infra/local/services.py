@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from infra.local import collector_keys, kafka, postgres, s3
-from infra.local.api_token import dev_token, token_hash
+from infra.local.api_token import dev_token, dev_token_grant
 from infra.local.errors import ServiceError
 from infra.local.layout import Layout, current_layout
 from infra.local.status import ServiceStatus
@@ -91,8 +91,8 @@ def local_environment() -> dict[str, str]:
     return {
         "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{api_port}",
         "GAPLESS_RESOLVER_TOKEN": token,
-        # The local dev token may read every tenant; deployments scope theirs.
-        "GAPLESS_API_TOKENS": f"{token_hash(token)}:*",
+        # The local dev token is admin on every tenant; deployments scope theirs.
+        "GAPLESS_API_TOKENS": dev_token_grant(token),
         "GAPLESS_RESOLVER_DSN": postgres.dsn(layout, "resolver", postgres.APP_LOGIN),
         "GAPLESS_RESOLVER_MIGRATION_DSN": postgres.dsn(layout, "resolver"),
         "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),

@@ -11,7 +11,7 @@ from db.exports import ExportRow
 from producers.exports import export
 from producers.exports.http_models import Export, ExportRequest
 from producers.exports.runner import ExportRunner
-from producers.http.auth import Caller
+from producers.http.auth import Admin, Viewer
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.params import ExportId
@@ -50,7 +50,7 @@ def _body(row: ExportRow) -> Export:
     responses=error_responses(404, 410),
 )
 def start_export(
-    caller: Caller, conn: Conn, res: Res, request: Request, body: ExportRequest
+    caller: Admin, conn: Conn, res: Res, request: Request, body: ExportRequest
 ) -> Export:
     lease = leases.find(conn, body.lease_id)
     caller.require_tenant(lease.stream.tenant_id)
@@ -67,7 +67,7 @@ def start_export(
     summary="An export's state; once ready, its position W and manifest checksum",
     responses=error_responses(404),
 )
-def get_export(caller: Caller, conn: Conn, export_id: ExportId) -> Export:
+def get_export(caller: Viewer, conn: Conn, export_id: ExportId) -> Export:
     row = export.find(conn, export_id)
     caller.require_tenant(row.stream.tenant_id)
     return _body(row)

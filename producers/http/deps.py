@@ -22,12 +22,15 @@ class Resources:
     ``pool`` is in autocommit mode (each operation runs its own short transactions);
     ``uow_pool`` is not: a Unit of Work owns one transaction on one of its
     connections from the first statement to ``commit()`` or rollback.
+    ``claim_fields`` are the names captured products can state, which an identity
+    rule may name (from the capture adapters' inventories).
     """
 
     pool: ConnectionPool
     uow_pool: ConnectionPool
     epochs: EpochSource
     lease_max_ttl_seconds: int
+    claim_fields: frozenset[str]
 
     def unit_of_work(self) -> UnitOfWork:
         return UnitOfWork(self.uow_pool, self.epochs, CODEC)

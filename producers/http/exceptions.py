@@ -1,4 +1,4 @@
-"""Errors the HTTP layer raises itself (authentication, tenant scope), each with its
+"""Errors the HTTP layer raises itself (authentication, tenant scope, roles), each with its
 stable code and status."""
 
 from __future__ import annotations
@@ -23,4 +23,12 @@ class Unauthenticated(ApiError):
 
 class TenantScopeDenied(ApiError):
     code = "TENANT_SCOPE_DENIED"
+    http_status = 403
+
+
+class RoleDenied(ApiError):
+    """The token may act on the tenant, but not with the role the route needs; the
+    message names that role."""
+
+    code = "ROLE_DENIED"
     http_status = 403

@@ -16,7 +16,9 @@ class ApiSettings(DatabaseSettings, IntakeSettings):
 
     api_tokens: SecretStr = Field(
         description="GAPLESS_API_TOKENS: accepted bearer tokens by SHA-256 hash, each with"
-        " its tenants: '<sha256hex>:tenant1|tenant2' or '<sha256hex>:*', comma-separated.",
+        " its role per tenant: '<sha256hex>:tenant1=operator|tenant2=viewer' or"
+        " '<sha256hex>:*=admin', comma-separated; roles viewer < operator < admin, and an"
+        " entry without one ('<sha256hex>:tenant1|tenant2', ':*') is admin.",
     )
     resolver_api_port: int = Field(
         default=58080, ge=1, le=65535, description="GAPLESS_RESOLVER_API_PORT (on 127.0.0.1)."

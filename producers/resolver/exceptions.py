@@ -121,6 +121,15 @@ class InvalidIdentity(DomainError):
     http_status = 422
 
 
+class UnknownIdentityField(DomainError):
+    """An identity rule names a field no item of the class can carry: no registered
+    adapter stores it on a captured product and no active item of the class has it,
+    so the rule could never match. Nothing is stored."""
+
+    code = "UNKNOWN_IDENTITY_FIELD"
+    http_status = 422
+
+
 class GenerationNotFound(DomainError):
     code = "GENERATION_NOT_FOUND"
     http_status = 404

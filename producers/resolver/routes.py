@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, status
 
-from producers.http.auth import Caller
+from producers.http.auth import Operator, Viewer
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.params import CaseId, Catalog, ItemId, Tenant
@@ -77,7 +77,7 @@ def _record(
 
 @router.get(CASES, tags=["review"], summary="List review cases (keyset pagination)")
 def list_cases(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -108,7 +108,7 @@ def list_cases(
     responses=error_responses(404),
 )
 def read_case(
-    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, case_id: CaseId
+    caller: Viewer, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, case_id: CaseId
 ) -> CaseDetail:
     """404 ``CASE_NOT_FOUND`` for an unknown case."""
     caller.require_tenant(tenant_id)
@@ -127,7 +127,7 @@ def read_case(
     responses=_WRITE_ERRORS,
 )
 def decide_case(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -164,7 +164,7 @@ def decide_case(
     responses=error_responses(404),
 )
 def item_decisions(
-    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, item_id: ItemId
+    caller: Viewer, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, item_id: ItemId
 ) -> DecisionHistory:
     """Every decision that changed the item (created, updated, retired or split it,
     or created it as a successor) or accepted a fact resting on one of its revisions
@@ -187,7 +187,7 @@ def item_decisions(
     responses=_WRITE_ERRORS,
 )
 def split(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     tenant_id: Tenant,
     catalog_id: Catalog,

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from producers.http.auth import Caller
+from producers.http.auth import Admin, Principal, Viewer
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.params import (
@@ -51,7 +51,7 @@ MAX_STREAM_PAGE = 1000
 CONSUMER = STREAM + "/consumers/{consumer_id}"
 
 
-def _stream(caller: Caller, tenant_id: str, catalog_id: str, history_epoch: int) -> StreamId:
+def _stream(caller: Principal, tenant_id: str, catalog_id: str, history_epoch: int) -> StreamId:
     caller.require_tenant(tenant_id)
     return StreamId(tenant_id, catalog_id, history_epoch)
 
@@ -69,7 +69,7 @@ def _check_ttl(res: Res, ttl_seconds: int | None) -> None:
 
 @router.put(CONSUMER, tags=["consumers"], summary="Register a consumer (idempotent)")
 def register_consumer(
-    caller: Caller,
+    caller: Admin,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -96,7 +96,7 @@ def register_consumer(
     responses=error_responses(404),
 )
 def deregister_consumer(
-    caller: Caller,
+    caller: Admin,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -114,7 +114,7 @@ def deregister_consumer(
     responses=error_responses(409),
 )
 def report_progress(
-    caller: Caller,
+    caller: Admin,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -134,7 +134,7 @@ def report_progress(
     responses=error_responses(410),
 )
 def stream_events(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -152,7 +152,7 @@ StreamLimit = Annotated[int, Query(ge=1, le=MAX_STREAM_PAGE, description="At mos
 
 @router.get("/streams", tags=["streams"], summary="The streams the caller may read, in pages")
 def list_streams(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     after_tenant: AfterText = None,
     after_catalog: AfterText = None,
@@ -179,7 +179,7 @@ def list_streams(
     responses=error_responses(404),
 )
 def stream_state(
-    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, history_epoch: HistoryEpoch
+    caller: Viewer, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, history_epoch: HistoryEpoch
 ) -> StreamState:
     stream = _stream(caller, tenant_id, catalog_id, history_epoch)
     found = stream_report(conn, stream)
@@ -195,14 +195,14 @@ def stream_state(
     status_code=status.HTTP_201_CREATED,
     responses=error_responses(410),
 )
-def create_lease(caller: Caller, conn: Conn, res: Res, body: LeaseRequest) -> Lease:
+def create_lease(caller: Admin, conn: Conn, res: Res, body: LeaseRequest) -> Lease:
     stream = _stream(caller, body.tenant_id, body.catalog_id, body.history_epoch)
     _check_ttl(res, body.ttl_seconds)
     leases.require_current_epoch(stream, _current_epoch(res, stream))
     return Lease.of(leases.create(conn, stream, body.holder, body.ttl_seconds))
 
 
-def _own_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> None:
+def _own_lease(caller: Principal, conn: Conn, lease_id: uuid.UUID) -> None:
     caller.require_tenant(leases.find(conn, lease_id).stream.tenant_id)
 
 
@@ -213,7 +213,7 @@ def _own_lease(caller: Caller, conn: Conn, lease_id: uuid.UUID) -> None:
     responses=error_responses(404, 410),
 )
 def renew_lease(
-    caller: Caller, conn: Conn, res: Res, lease_id: LeaseId, body: LeaseRenewal | None = None
+    caller: Admin, conn: Conn, res: Res, lease_id: LeaseId, body: LeaseRenewal | None = None
 ) -> Lease:
     _own_lease(caller, conn, lease_id)
     ttl = body.ttl_seconds if body else None
@@ -227,7 +227,7 @@ def renew_lease(
     summary="Move the lease's pin forward (never backwards)",
     responses=error_responses(404, 409, 410),
 )
-def advance_lease(caller: Caller, conn: Conn, lease_id: LeaseId, body: LeaseAdvance) -> Lease:
+def advance_lease(caller: Admin, conn: Conn, lease_id: LeaseId, body: LeaseAdvance) -> Lease:
     _own_lease(caller, conn, lease_id)
     return Lease.of(leases.advance(conn, lease_id, body.position))
 
@@ -239,7 +239,7 @@ def advance_lease(caller: Caller, conn: Conn, lease_id: LeaseId, body: LeaseAdva
     status_code=status.HTTP_204_NO_CONTENT,
     responses=error_responses(404),
 )
-def release_lease(caller: Caller, conn: Conn, lease_id: LeaseId) -> Response:
+def release_lease(caller: Admin, conn: Conn, lease_id: LeaseId) -> Response:
     _own_lease(caller, conn, lease_id)
     leases.release(conn, lease_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -252,7 +252,7 @@ def release_lease(caller: Caller, conn: Conn, lease_id: LeaseId) -> Response:
     responses=error_responses(404, 409, 410),
 )
 def export_events(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     res: Res,
     lease_id: Annotated[uuid.UUID, Query()],

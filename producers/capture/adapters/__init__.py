@@ -17,11 +17,17 @@ from producers.capture.adapters.inventory import (
     Stored,
     excluded,
 )
-from producers.capture.adapters.registry import ADAPTERS, adapter_named, reparse_stored_raw
+from producers.capture.adapters.registry import (
+    ADAPTERS,
+    CLAIM_FIELDS,
+    adapter_named,
+    reparse_stored_raw,
+)
 from producers.capture.adapters.versions import PARSER_VERSIONS
 
 __all__ = [
     "ADAPTERS",
+    "CLAIM_FIELDS",
     "PARSER_VERSIONS",
     "PENDING_SOURCE_FIELD_INVENTORY",
     "Excluded",

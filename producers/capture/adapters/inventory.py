@@ -142,6 +142,18 @@ class SourceFieldInventory(Generic[F]):
     def stored(self) -> dict[str, Stored]:
         return {n: d for n, d in self.dispositions.items() if isinstance(d, Stored)}
 
+    def claim_fields(self) -> frozenset[str]:
+        """The names the source's products can state for an identity rule: ``title``
+        and every ``identity.<key>`` / ``attributes.<key>`` key it stores."""
+        found = set()
+        for disposition in self.stored().values():
+            where, key = disposition.locate()
+            if where == "title":
+                found.add("title")
+            elif where in ("identifiers", "attributes") and key is not None:
+                found.add(key)
+        return frozenset(found)
+
     def unaccounted(self, stated: frozenset[str]) -> list[str]:
         """The names in ``stated`` this inventory has no disposition for, sorted."""
         return sorted(stated - self.names)

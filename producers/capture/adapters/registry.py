@@ -8,6 +8,7 @@ from typing import Final
 
 from producers.capture.adapters.base import Extraction, SourceAdapter
 from producers.capture.adapters.html_jsonld import HtmlJsonLdAdapter
+from producers.capture.adapters.inventory import SourceFieldInventory
 from producers.capture.adapters.json_feed import JsonFeedAdapter
 from producers.capture.adapters.versions import PARSER_VERSIONS
 from producers.capture.exceptions import UnknownAdapter
@@ -19,6 +20,17 @@ ADAPTERS: Final[Mapping[str, SourceAdapter]] = MappingProxyType(
     {adapter.name: adapter for adapter in _REGISTERED}
 )
 assert set(ADAPTERS) == set(PARSER_VERSIONS), "every adapter has exactly one parser version"
+
+CLAIM_FIELDS: Final[frozenset[str]] = frozenset(
+    name
+    for adapter in _REGISTERED
+    if isinstance(adapter.source_fields, SourceFieldInventory)
+    for name in adapter.source_fields.claim_fields()
+)
+"""Every name a captured product can carry for an identity rule to match (the title,
+its identifiers and attributes), by the registered adapters' inventories. An adapter
+without an inventory would add none; none may be without one
+(``source-field-inventory-baseline.json`` is empty and may only shrink)."""
 
 
 def adapter_named(name: str) -> SourceAdapter:

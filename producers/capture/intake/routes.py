@@ -27,7 +27,7 @@ from producers.capture.intake.exceptions import (
 from producers.capture.intake.http_models import CaptureRequest, Receipt
 from producers.capture.raw import RAW_ENVELOPE_CONTENT_TYPE, decode_raw_envelope
 from producers.capture.rules import MediaType
-from producers.http.auth import Grant, Principal, token_hash
+from producers.http.auth import Principal, ViewerIfApiToken
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.exceptions import TenantScopeDenied, Unauthenticated
@@ -82,15 +82,13 @@ def authenticate_collector(credentials: Bearer, res: Res, resources: Intake) -> 
 
 
 def authenticate_reader(
-    request: Request, credentials: Bearer, conn: Conn, resources: Intake
+    operator: ViewerIfApiToken, credentials: Bearer, conn: Conn, resources: Intake
 ) -> Collector | Principal:
-    """A receipt reader: an operator token (looked up by hash first) or a collector."""
-    token = _token(credentials)
-    digest = token_hash(token)
-    grant = cast(dict[str, Grant], request.app.state.grants).get(digest)
-    if grant is not None:
-        return Principal(digest[:8], grant)
-    client_id, claims = resources.verifier.client_id(token)
+    """A receipt reader: an API token with the viewer role (looked up by hash first)
+    or a collector."""
+    if operator is not None:
+        return operator
+    client_id, claims = resources.verifier.client_id(_token(credentials))
     return collectors.resolve(conn, client_id, claims)
 
 

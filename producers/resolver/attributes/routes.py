@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from producers.http.auth import Caller
+from producers.http.auth import Viewer
 from producers.http.deps import Conn
 from producers.http.errors import error_responses
 from producers.http.params import AttributeKey, AttributeVersion, Catalog, ItemId, Tenant
@@ -31,7 +31,7 @@ CATALOG = "/tenants/{tenant_id}/catalogs/{catalog_id}"
 
 
 @router.get(CATALOG + "/classes", summary="The catalog's registered classes")
-def list_classes(caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog) -> ClassList:
+def list_classes(caller: Viewer, conn: Conn, tenant_id: Tenant, catalog_id: Catalog) -> ClassList:
     caller.require_tenant(tenant_id)
     return ClassList(
         classes=[
@@ -43,7 +43,7 @@ def list_classes(caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Cata
 
 @router.get(CATALOG + "/attributes", summary="Attribute definitions, every version")
 def list_definitions(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -63,7 +63,7 @@ def list_definitions(
     responses=error_responses(404),
 )
 def read_definition(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -83,7 +83,7 @@ def read_definition(
     responses=error_responses(404),
 )
 def item_attributes(
-    caller: Caller, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, item_id: ItemId
+    caller: Viewer, conn: Conn, tenant_id: Tenant, catalog_id: Catalog, item_id: ItemId
 ) -> ItemAttributes:
     """404 ``ITEM_NOT_FOUND`` for an unknown item."""
     caller.require_tenant(tenant_id)

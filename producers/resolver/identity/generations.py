@@ -28,8 +28,14 @@ from producers.resolver.exceptions import (
     GenerationConflict,
     GenerationNotFound,
     InvalidIdentity,
+    UnknownIdentityField,
 )
-from producers.resolver.identity.rules import IdentityRule, identity_hash, strong_ids_of
+from producers.resolver.identity.rules import (
+    IdentityRule,
+    fields_no_item_has,
+    identity_hash,
+    strong_ids_of,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +77,34 @@ def pinned_generation(
 
 
 def create_generation(
-    uow: UnitOfWork, tenant_id: str, catalog_id: str, class_id: str, rule: IdentityRule
+    uow: UnitOfWork,
+    tenant_id: str,
+    catalog_id: str,
+    class_id: str,
+    rule: IdentityRule,
+    claim_fields: frozenset[str],
 ) -> GenerationRow:
     """Create the class's next generation, status ``backfilling``; commits.
 
-    One statement, so a crash leaves either nothing or the new generation with no
-    keys, which ``backfill_generation`` then fills.
+    ``claim_fields`` are the names a captured product can state (the composition
+    root has them from the capture adapters' inventories).
+
+    1. read the attribute names the class's active items carry;
+    2. refuse a rule naming a field that is neither a claim field nor carried by one
+       of them (``UnknownIdentityField``): nothing is written;
+    3. insert the generation and COMMIT.
+    A crash before the COMMIT leaves nothing; after it, the new generation with no
+    keys, which ``backfill_generation`` then fills. Step 1 takes no lock: an item
+    gaining the field while this runs may be missed, and a retry then succeeds.
     """
+    carried = repo.attribute_names_of_class(uow.tx, tenant_id, catalog_id, class_id)
+    unknown = fields_no_item_has(rule, claim_fields, carried)
+    if unknown:
+        raise UnknownIdentityField(
+            f"the identity rule names {list(unknown)}, which no item of class {class_id!r}"
+            " can have (no capture states it and no active item carries it), so it could"
+            f" never match; fields a capture can state: {sorted(claim_fields)}"
+        )
     try:
         row = repo.insert_next_generation(uow.tx, tenant_id, catalog_id, class_id, rule.fields)
     except psycopg.errors.UniqueViolation as exc:
@@ -165,16 +192,18 @@ def create_and_backfill(
     catalog_id: str,
     class_id: str,
     rule: IdentityRule,
+    claim_fields: frozenset[str],
 ) -> BackfillReport:
     """Create a generation, then backfill it: two transactions.
 
-    1. ``create_generation`` commits the generation (``backfilling``);
+    1. ``create_generation`` checks the rule's fields against ``claim_fields`` and
+       the class's items, and commits the generation (``backfilling``);
     2. ``backfill_generation`` computes its keys and commits (``ready``).
     A crash between them leaves a ``backfilling`` generation without keys: it can
     never be activated (``BackfillIncomplete``) until its backfill is run again.
     """
     with new_uow() as uow:
-        created = create_generation(uow, tenant_id, catalog_id, class_id, rule)
+        created = create_generation(uow, tenant_id, catalog_id, class_id, rule, claim_fields)
     with new_uow() as uow:
         return backfill_generation(uow, tenant_id, catalog_id, class_id, created.key.generation)
 

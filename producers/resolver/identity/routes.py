@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from db.repositories.identity import GenerationKey
-from producers.http.auth import Caller
+from producers.http.auth import Operator, Viewer
 from producers.http.deps import Conn, Res
 from producers.http.errors import error_responses
 from producers.http.params import Catalog, ClassId, GenerationNumber, IdentityHash, Tenant
@@ -74,7 +74,7 @@ def _record(
     responses=error_responses(409),
 )
 def create(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     conn: Conn,
     tenant_id: Tenant,
@@ -87,19 +87,22 @@ def create(
     until a human approves the activation. If the backfill fails after the creation
     committed, the generation stays ``backfilling``: run ``…/backfill``.
 
-    422 ``INVALID_IDENTITY`` (blank or repeated field names); 409
-    ``GENERATION_CONFLICT`` (another generation of the class was created at the same
-    moment: retry)."""
+    422 ``INVALID_IDENTITY`` (blank or repeated field names), ``UNKNOWN_IDENTITY_FIELD``
+    (a field no item of the class can have: no capture states it and no active item
+    carries it; nothing is stored); 409 ``GENERATION_CONFLICT`` (another generation
+    of the class was created at the same moment: retry)."""
     caller.require_tenant(tenant_id)
     rule = body.rule()
-    report = create_and_backfill(res.unit_of_work, tenant_id, catalog_id, body.class_id, rule)
+    report = create_and_backfill(
+        res.unit_of_work, tenant_id, catalog_id, body.class_id, rule, res.claim_fields
+    )
     state = queries.generation_state(conn, report.generation.key)
     return Backfill.of(report, state)
 
 
 @router.get(GENERATIONS, summary="List identity generations")
 def list_generations(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -118,7 +121,7 @@ def list_generations(
     responses=error_responses(404),
 )
 def read_generation(
-    caller: Caller,
+    caller: Viewer,
     conn: Conn,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -141,7 +144,7 @@ def read_generation(
     responses=error_responses(404, 409),
 )
 def backfill(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     conn: Conn,
     tenant_id: Tenant,
@@ -168,7 +171,7 @@ def backfill(
     responses=error_responses(404, 409),
 )
 def resolve(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     tenant_id: Tenant,
     catalog_id: Catalog,
@@ -194,7 +197,7 @@ def resolve(
     responses=error_responses(404, 409),
 )
 def approve(
-    caller: Caller,
+    caller: Operator,
     res: Res,
     tenant_id: Tenant,
     catalog_id: Catalog,

@@ -48,6 +48,16 @@ class IdentityRule:
             raise InvalidIdentity(f"identity rule names a field twice: {self.fields}")
 
 
+def fields_no_item_has(
+    rule: IdentityRule, claim_fields: frozenset[str], carried: frozenset[str]
+) -> tuple[str, ...]:
+    """The rule's fields, in rule order, that are neither among ``claim_fields`` (what
+    a captured product can state: its title, identifiers and attributes) nor among
+    ``carried`` (what the class's active items hold now). A rule naming one can never
+    match: captures never state it, and no item has it to backfill."""
+    return tuple(f for f in rule.fields if f not in claim_fields and f not in carried)
+
+
 def normalize_text(value: str) -> str | None:
     """NFKC, whitespace collapsed and trimmed, casefolded; None if nothing is left."""
     text = _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", value)).strip().casefold()

@@ -22,7 +22,7 @@ from db.repositories.identity import GenerationKey
 from db.settings import DatabaseSettings
 from db.tables.domain import APP_ROLE
 from db.unit_of_work import Transaction, UnitOfWork
-from producers.capture.adapters import ADAPTERS, Extraction
+from producers.capture.adapters import ADAPTERS, CLAIM_FIELDS, Extraction
 from producers.capture.evidence import EvidenceStore
 from producers.capture.intake.captures import CaptureSubmission, IntakeService
 from producers.capture.intake.collectors import Collector, register
@@ -197,7 +197,7 @@ class Harness:
         rule: IdentityRule = SKU,
     ) -> int:
         """Create, backfill and (by a human decision) activate an identity generation."""
-        report = create_and_backfill(self.uow, tenant, catalog, class_id, rule)
+        report = create_and_backfill(self.uow, tenant, catalog, class_id, rule, CLAIM_FIELDS)
         key = report.generation.key
         with self.uow() as u:
             row = identity_rows.get_generation(

@@ -8,6 +8,7 @@ import psycopg.errors
 
 from db.repositories import identity as repo
 from db.repositories.identity import GenerationKey
+from producers.capture.adapters import CLAIM_FIELDS
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, Recorded, record_decision
 from producers.resolver.identity.facts import ActivateGeneration
@@ -65,7 +66,7 @@ def gen_row(uow: UowFactory, generation: int, class_id: str = SHOE) -> repo.Gene
 
 
 def new_generation(uow: UowFactory, rule: IdentityRule = BRAND_MPN, class_id: str = SHOE) -> int:
-    report = create_and_backfill(uow, T, C, class_id, rule)
+    report = create_and_backfill(uow, T, C, class_id, rule, CLAIM_FIELDS)
     return report.generation.key.generation
 
 

@@ -14,6 +14,7 @@ import pytest
 from db.repositories import identity as repo
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
+from producers.capture.adapters import CLAIM_FIELDS
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.exceptions import (
     BackfillIncomplete,
@@ -68,7 +69,7 @@ def test_backfill_keys_unique_hashes_and_keeps_shared_ones_as_candidates(
     uow: UowFactory, clean_db: DatabaseSettings
 ) -> None:
     shoes(uow)
-    report = create_and_backfill(uow, T, C, SHOE, BRAND_MPN)
+    report = create_and_backfill(uow, T, C, SHOE, BRAND_MPN, CLAIM_FIELDS)
     assert (report.item_count, report.key_count, report.collision_count) == (4, 1, 1)
     assert report.unkeyed_item_count == 1
     row = report.generation
@@ -90,7 +91,7 @@ def test_backfill_keys_unique_hashes_and_keeps_shared_ones_as_candidates(
 def test_activation_refused_while_backfilling(uow: UowFactory, clean_db: DatabaseSettings) -> None:
     add(uow, "c", brand="ACME", mpn="X-2")
     with uow() as u:
-        create_generation(u, T, C, SHOE, BRAND_MPN)
+        create_generation(u, T, C, SHOE, BRAND_MPN, CLAIM_FIELDS)
     before = counts(clean_db.resolver_dsn)
     with pytest.raises(BackfillIncomplete) as raised:
         decide(uow, ActivateGeneration(SHOE, 1, 1))
@@ -292,7 +293,7 @@ def test_a_crash_between_create_and_backfill_leaves_a_generation_to_backfill(
         return made[0]
 
     with pytest.raises(ConnectionError):
-        create_and_backfill(factory, T, C, SHOE, BRAND_MPN)
+        create_and_backfill(factory, T, C, SHOE, BRAND_MPN, CLAIM_FIELDS)
     row = gen_row(uow, 1)
     assert (row.status, row.backfilled_at, row.item_count) == ("backfilling", None, None)
     with pytest.raises(BackfillIncomplete):
@@ -332,7 +333,7 @@ def test_concurrent_creations_of_one_class_get_distinct_numbers_or_a_conflict(
 ) -> None:
     def create() -> int:
         with uow() as u:
-            return create_generation(u, T, C, SHOE, BRAND_MPN).key.generation
+            return create_generation(u, T, C, SHOE, BRAND_MPN, CLAIM_FIELDS).key.generation
 
     numbers: list[int] = []
     for _ in range(ROUNDS):
@@ -372,7 +373,7 @@ def test_a_backfill_partitions_every_class_into_keys_candidates_and_unkeyed(
                 decide(uow, RetireItem(item_id, "gone"))
             elif digest is not None:
                 expected[item_id] = digest
-        report = create_and_backfill(uow, T, C, class_id, BRAND_MPN)
+        report = create_and_backfill(uow, T, C, class_id, BRAND_MPN, CLAIM_FIELDS)
         with uow() as u:
             key = report.generation.key
             keys = repo.keys_by_item(u.tx, key)

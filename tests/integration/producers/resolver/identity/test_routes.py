@@ -10,6 +10,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from db.settings import DatabaseSettings
+from producers.capture.adapters import CLAIM_FIELDS
 from producers.resolver.identity.generations import create_generation
 from tests.integration.producers.resolver.conftest import UowFactory
 from tests.integration.producers.resolver.identity.conftest import BRAND_MPN, add, counts, h
@@ -140,7 +141,7 @@ def test_approval_while_backfilling_then_after_the_backfill(
 ) -> None:
     add(uow, "c", brand="ACME", mpn="X-2")
     with uow() as u:
-        create_generation(u, "t1", "c1", "shoe", BRAND_MPN)
+        create_generation(u, "t1", "c1", "shoe", BRAND_MPN, CLAIM_FIELDS)
     path = f"{GENERATIONS}/shoe/1"
     error(client.post(f"{path}/approval", json=approval(1)), 409, "BACKFILL_INCOMPLETE")
     filled = ok(client.post(f"{path}/backfill"))
@@ -242,3 +243,34 @@ def test_a_nested_class_id_with_slashes_is_addressable(
     ok(client.post(f"{path}/approval", json=approval(filled["generation"]["revision"])), 201)
     assert ok(client.get(path))["status"] == "active"
     error(client.get(f"{GENERATIONS}/{tents}/9"), 404, "GENERATION_NOT_FOUND")
+
+
+def generation_rows(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM identity_generation").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_rule_naming_a_field_no_item_can_have_is_refused_and_nothing_stored(
+    client: TestClient, uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    """A field counts when a capture can state it (an adapter stores it on products:
+    the title, identifiers, attributes) or an active item of the class carries it."""
+    add(uow, "a", brand="ACME", mpn="X-1")
+    add(uow, "novel", class_id="book", isbn="978-0-00-000000-2")
+    before = (counts(clean_db.resolver_dsn), generation_rows(clean_db.resolver_dsn))
+    for rule in (["brand", "mpn_typo"], ["isbn"], ["price"]):  # an offer's price is no claim
+        body = error(
+            client.post(GENERATIONS, json={"class_id": "shoe", "rule_fields": rule}),
+            422,
+            "UNKNOWN_IDENTITY_FIELD",
+        )
+        assert repr([f for f in rule if f not in ("brand",)]) in body["message"]
+    assert (counts(clean_db.resolver_dsn), generation_rows(clean_db.resolver_dsn)) == before
+    # Carried by an item of the class (written by a decision, not by a capture):
+    ok(client.post(GENERATIONS, json={"class_id": "book", "rule_fields": ["isbn"]}), 201)
+    # Stated by captures, though no item of the class exists yet (a rule set up
+    # before the first capture arrives):
+    ok(client.post(GENERATIONS, json={"class_id": "tent", "rule_fields": ["colour"]}), 201)
+    ok(client.post(GENERATIONS, json={"class_id": "shoe", "rule_fields": ["title"]}), 201)

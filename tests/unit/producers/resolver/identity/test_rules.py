@@ -1,5 +1,5 @@
 """The pure identity rules: normalization, GTIN canonical form, the identity hash,
-strong identifiers, rule validation."""
+strong identifiers, rule validation, fields no item can have."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from producers.resolver.exceptions import InvalidIdentity
 from producers.resolver.identity.facts import AssignIdentity, ResolveCollision
 from producers.resolver.identity.rules import (
     IdentityRule,
+    fields_no_item_has,
     gtin_check_digit_valid,
     identity_hash,
     normalize_claim,
@@ -148,3 +149,11 @@ def test_facts_refuse_a_malformed_hash() -> None:
             AssignIdentity("i1", "shoe", 1, bad)
         with pytest.raises(InvalidIdentity):
             ResolveCollision("shoe", 1, bad, None)
+
+
+def test_a_rule_field_counts_when_captures_state_it_or_an_item_carries_it() -> None:
+    rule = IdentityRule(("isbn", "brand", "edition", "mpn"))
+    claims = frozenset({"title", "brand", "mpn"})
+    assert fields_no_item_has(rule, claims, frozenset()) == ("isbn", "edition")
+    assert fields_no_item_has(rule, claims, frozenset({"isbn"})) == ("edition",)
+    assert fields_no_item_has(BRAND_MPN, claims, frozenset()) == ()
