@@ -342,7 +342,10 @@ class Applier:
         """The applier's transaction, in the order the code runs it:
 
         1. lock the progress rows of every stream in the batch;
-        2. drop events the inbox already has (and repeats within the batch);
+        2. drop events the inbox already has, repeats within the batch, and events at
+           or below the stream's durable progress (every such position already has
+           its terminal outcome: a late copy is a duplicate whatever its event id,
+           also once the inbox row it had was pruned or its event was skipped);
         3. old-epoch events get the audited terminal outcome ``ignored_old_epoch``;
         4. load applied revisions and the parked events the batch may release;
         5. plan: applied / ignored_stale / parked, releasing parked dependants; an
@@ -369,7 +372,12 @@ class Applier:
         seen = inbox.known(conn, (d.event.event_id for d in decoded))
         fresh: dict[uuid.UUID, _Decoded] = {}
         for d in decoded:
-            if d.event.event_id in seen or d.event.event_id in fresh:
+            behind = locked.get(d.event.stream)
+            if (
+                d.event.event_id in seen
+                or d.event.event_id in fresh
+                or (behind is not None and d.event.position <= behind.position)
+            ):
                 counts[d.event.stream].duplicates += 1
             else:
                 fresh[d.event.event_id] = d

@@ -282,9 +282,12 @@ def test_policy_versions_are_all_projected_whatever_the_order(
     assert rows[0][4] is None  # an open end stays open
     assert progress(clean_db.product_dsn) == 3
 
-    # Once 1..2 are stored, a re-emitted version 1 (another event id) is stale.
-    again = policy(1, "std", 1)
+    # Once 1..2 are stored, version 1 again at a new position is stale; a copy under
+    # another event id at a position progress has passed is a duplicate.
+    again = policy(4, "std", 1)
     assert applier.apply([message(again)]).ignored == 1
+    behind = applier.apply([message(policy(1, "std", 1))])
+    assert (behind.duplicates, behind.ignored, behind.applied) == (1, 0, 0)
     assert len(policies(clean_db.product_dsn)) == 3
 
 
@@ -351,8 +354,9 @@ def test_a_split_waits_for_its_items_and_is_projected_once(
     assert splits(clean_db.product_dsn) == [
         (split_id, "i1", 2, ["i1-a", "i1-b"], {"L1": "i1-b"}, DECISION, 1, 5)
     ]
-    # The same split re-emitted under another event id is stale, not a second row.
-    again = applier.apply([message(split_event(5, split_id))])
+    # The same split re-emitted under another event id at a new position is stale,
+    # not a second row.
+    again = applier.apply([message(split_event(6, split_id))])
     assert (again.applied, again.ignored) == (0, 1)
     assert len(splits(clean_db.product_dsn)) == 1
-    assert progress(clean_db.product_dsn) == 5
+    assert progress(clean_db.product_dsn) == 6
