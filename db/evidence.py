@@ -118,6 +118,28 @@ def kept_counts(tx: Transaction, window_seconds: float) -> dict[str, int]:
     return {str(r): int(n) for r, n in rows}
 
 
+def hold_cited(tx: Transaction, tenant_id: str, capture_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Share-lock (``FOR KEY SHARE``) the cited captures of a decision being recorded,
+    so a sweep's ``lock_capture`` waits for the decision's transaction and then sees
+    the decision among the references. Returns the cited captures that existed when
+    this began but were deleted before the lock was granted (a sweep that committed
+    first): the decision must not be recorded on them."""
+    if not capture_ids:
+        return []
+    where = "WHERE tenant_id = %s AND capture_id = ANY(%s)"
+    present = {
+        r[0]
+        for r in tx.execute(f"SELECT capture_id FROM capture {where}", (tenant_id, capture_ids))
+    }
+    held = {
+        r[0]
+        for r in tx.execute(
+            f"SELECT capture_id FROM capture {where} FOR KEY SHARE", (tenant_id, capture_ids)
+        )
+    }
+    return sorted(present - held)
+
+
 def lock_capture(tx: Transaction, tenant_id: str, capture_id: uuid.UUID) -> str | None:
     """Lock the capture row FOR UPDATE; its artifact key, or None if it is gone. Every
     row that references a capture checks its key with a KEY SHARE lock, so a new job,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import psycopg.errors
 
+from db import evidence as evidence_rows
 from db.repositories import decisions as decision_rows
 from db.repositories import review_cases as cases
 from db.repositories.decisions import Effect
@@ -20,6 +21,7 @@ from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
 from producers.resolver.exceptions import (
     CaseNotFound,
+    EvidenceExpired,
     EvidenceRequired,
     InvalidDecision,
     PriorDecisionNotFound,
@@ -99,13 +101,28 @@ def effects(events: Sequence[PendingEvent]) -> list[Effect]:
     return [*changed, *relied.values()]
 
 
+def _capture_ids(evidence: Sequence[EvidenceRef]) -> list[uuid.UUID]:
+    """The cited capture ids that can name a stored capture (intake's are uuids; a
+    reference may name evidence held elsewhere)."""
+    ids = set()
+    for ref in evidence:
+        try:
+            ids.add(uuid.UUID(ref.capture_id))
+        except ValueError:
+            continue
+    return sorted(ids)
+
+
 def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     """Record ``decision`` and accept its facts, all or nothing; then commit.
 
     1. lock the stream's cursor (before reading or changing any exported state);
     2. move the review case from the expected revision to the next, or fail with
        ``StaleRevision`` (INV-04) — the zero-row UPDATE changes nothing;
-    3. check the prior decisions exist and insert the immutable decision row (INV-05);
+    3. share-lock the cited captures (evidence retention waits for this transaction,
+       then sees the decision; one it deleted meanwhile refuses the decision,
+       ``EVIDENCE_EXPIRED``), check the prior decisions exist and insert the
+       immutable decision row (INV-05);
     4. apply each fact with ``revision + 1`` and its invariant checks (INV-01, INV-03,
        INV-07, INV-08), each naming the decision;
     5. queue one event per affected aggregate revision with its dependencies: the
@@ -136,6 +153,13 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
                 f"the decision was made against {d.case.expected_revision}"
             )
 
+    # The captures cited stay until this commits: evidence retention waits for it.
+    gone = evidence_rows.hold_cited(tx, d.tenant_id, _capture_ids(d.evidence))
+    if gone:
+        raise EvidenceExpired(
+            f"captures {sorted(map(str, gone))} were deleted by evidence retention just now;"
+            " cite captures that are kept"
+        )
     unknown = decision_rows.missing(tx, d.tenant_id, d.catalog_id, d.prior_decision_ids)
     if unknown:
         raise PriorDecisionNotFound(f"no prior decisions {sorted(map(str, unknown))}")

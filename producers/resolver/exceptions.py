@@ -52,6 +52,14 @@ class EvidenceRequired(DomainError):
     http_status = 422
 
 
+class EvidenceExpired(DomainError):
+    """A capture the decision cites was deleted by evidence retention while the
+    decision was being recorded; nothing was stored. Cite a capture that is kept."""
+
+    code = "EVIDENCE_EXPIRED"
+    http_status = 409
+
+
 class InvalidDecision(DomainError):
     """The decision itself is malformed (empty action or actor, unknown actor kind)."""
 
