@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import psycopg
 
@@ -35,6 +36,13 @@ from processors.resolver_client import ResolverClient
 log = logging.getLogger(__name__)
 
 RETAINED_TOPIC = "resolver.retained-events"
+
+
+def retained_topic(stream: Stream) -> str:
+    """The origin a retained copy is recorded under (quarantine, outcomes): one per
+    stream, so copies of two streams at one position never collide."""
+    t, c, e = stream
+    return f"{RETAINED_TOPIC}/{quote(t, safe='')}/{quote(c, safe='')}/{e}"
 
 
 @dataclass
@@ -135,7 +143,7 @@ class GapCloser:
         # decode is still known by them: skipped once, it is never put back in front of
         # the operator, and progress may pass it.
         messages = [
-            RawMessage(RETAINED_TOPIC, -1, e.position, e.key, e.value, stream, e.position)
+            RawMessage(retained_topic(stream), -1, e.position, e.key, e.value, stream, e.position)
             for e in page.events
         ]
         return self.applier.apply(messages)

@@ -23,7 +23,7 @@ from processors.applier.parked_repair import list_parked
 from processors.applier.parked_repair import retry as retry_parked
 from processors.applier.parked_repair import skip as skip_parked
 from processors.applier.repair import list_entries, retry, skip, skip_entry
-from processors.gaps import RETAINED_TOPIC, GapCloser
+from processors.gaps import GapCloser, retained_topic
 from processors.resolver_client import ResolverClient
 from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC, MAGIC
@@ -192,30 +192,33 @@ def test_parked_events_are_listed_with_what_they_wait_on_and_retried_or_skipped(
 STREAM = ("t1", "c1", 1)
 
 
-def write_items(settings: DatabaseSettings) -> list[RawMessage]:
+def write_items(settings: DatabaseSettings, tenant: str = "t1") -> list[RawMessage]:
     """Three decisions, each a decision event, a product and a variant that depends on
     the product: positions 1 … 9 (products at 2, 5, 8)."""
     pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=1, open=True)
     epochs = EpochSource(settings.control_dsn)
     for i in range(3):
-        product = ItemChange("t1", "c1", f"p{i}", "lamp", f"lamp {i}")
-        variant = ItemChange("t1", "c1", f"p{i}-v", "lamp", "v", parent_item_id=f"p{i}")
+        product = ItemChange(tenant, "c1", f"p{i}", "lamp", f"lamp {i}")
+        variant = ItemChange(tenant, "c1", f"p{i}-v", "lamp", "v", parent_item_id=f"p{i}")
         with UnitOfWork(pool, epochs, CODEC) as uow:
-            accept(uow, "t1", "c1", product, variant)
+            accept(uow, tenant, "c1", product, variant)
     pool.close()
     epochs.close()
     with psycopg.connect(settings.resolver_dsn) as conn:
-        rows = conn.execute("SELECT position, key, value FROM outbox ORDER BY position").fetchall()
+        rows = conn.execute(
+            "SELECT position, key, value FROM outbox WHERE tenant_id = %s ORDER BY position",
+            (tenant,),
+        ).fetchall()
     return [RawMessage("events", 0, p - 1, bytes(k), bytes(v)) for p, k, v in rows]
 
 
 def corrupt(settings: DatabaseSettings, position: int) -> bytes:
     """Make the resolver's stored message at ``position`` name an unknown writer schema."""
     with psycopg.connect(settings.resolver_owner_dsn, autocommit=True) as conn:
-        [(value,)] = conn.execute(
-            "SELECT value FROM outbox WHERE position = %s", (position,)
+        rows = conn.execute(
+            "SELECT value FROM outbox WHERE position = %s ORDER BY tenant_id", (position,)
         ).fetchall()
-        bad = MAGIC + bytes(8) + bytes(value)[10:]
+        bad = MAGIC + bytes(8) + bytes(rows[0][0])[10:]  # every stream's, alike
         conn.execute("UPDATE outbox SET value = %s WHERE position = %s", (bad, position))
     return bad
 
@@ -254,7 +257,10 @@ def test_a_skipped_undecodable_message_is_never_quarantined_again_and_progress_p
     with psycopg.connect(clean_db.product_dsn) as conn:
         skipped = list_entries(conn, status="skipped")
         assert list_parked(conn, DEFAULT_CONSUMER) == []
-    assert [(e.topic, e.position) for e in skipped] == [("events", None), (RETAINED_TOPIC, 8)]
+    assert [(e.topic, e.position) for e in skipped] == [
+        ("events", None),
+        (retained_topic(STREAM), 8),
+    ]
     assert skipped[1].resolution == (
         f"skipped: the same message as entry {entry.id}, "
         "skipped by op: a writer schema we will never read"
@@ -280,7 +286,7 @@ def test_an_undecodable_retained_copy_is_quarantined_with_its_position_and_skipp
     closer.close_once()
     with psycopg.connect(clean_db.product_dsn) as conn:
         [entry] = list_entries(conn)
-    assert (entry.topic, entry.stream, entry.position) == (RETAINED_TOPIC, STREAM, 5)
+    assert (entry.topic, entry.stream, entry.position) == (retained_topic(STREAM), STREAM, 5)
 
     done = skip_entry(clean_db.product_dsn, entry.id, "unreadable at the source", "op")
 
@@ -290,3 +296,20 @@ def test_an_undecodable_retained_copy_is_quarantined_with_its_position_and_skipp
     closer.close_once()  # after 5: p1-v's copy is a duplicate, the rest applied
     assert len(open_entries(clean_db.product_dsn)) == 1
     assert stream_progress(clean_db) == 5
+
+
+def test_undecodable_retained_copies_of_two_streams_at_one_position_are_both_quarantined(
+    clean_db: DatabaseSettings, closer: GapCloser
+) -> None:
+    """Retained copies were recorded under one origin for every stream, so the second
+    stream's copy at the same position collided with the first's and was dropped."""
+    first, second = write_items(clean_db, "t1"), write_items(clean_db, "t2")
+    corrupt(clean_db, 5)  # position 5 of both streams
+    closer.applier.apply([m for m in first + second if m.offset != 4])
+    closer.close_once()
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        entries = list_entries(conn)
+    assert sorted((e.stream, e.position, e.topic) for e in entries) == [
+        (("t1", "c1", 1), 5, retained_topic(("t1", "c1", 1))),
+        (("t2", "c1", 1), 5, retained_topic(("t2", "c1", 1))),
+    ]

@@ -26,6 +26,7 @@ from db.retention import pruned_through
 from db.settings import DatabaseSettings
 from db.tables import table_names
 from producers.retention import consumers, leases
+from producers.retention.exceptions import ConsumerNeedsRebuild
 from producers.retention.pruner import RetentionPolicy, prune_stream
 from schemas.ids import StreamId
 from tests.integration.producers.retention.streams import ready_stream, retained_positions
@@ -161,6 +162,8 @@ class Worker:
     registered: dict[str, int] = field(default_factory=dict)  # consumer -> pruned_through told
     leased: dict[uuid.UUID, int] = field(default_factory=dict)  # lease -> pin at creation
     deleted: int = 0
+    # First reports refused because they fell below pruned-through (consumer, position).
+    refused: list[tuple[str, int]] = field(default_factory=list)
 
     def run(self, schedule: list[Op]) -> None:
         with connect(self.settings) as conn:
@@ -175,7 +178,10 @@ class Worker:
             self.registered[name] = consumers.register(conn, self.stream, name).pruned_through
         elif op == "report":
             name = mine[arg % len(mine)] if mine and arg else "base"
-            consumers.report(conn, self.stream, name, position)
+            try:
+                consumers.report(conn, self.stream, name, position)
+            except ConsumerNeedsRebuild:
+                self.refused.append((name, position))
         elif op == "lease":
             lease = leases.create(conn, self.stream, f"w{self.number}", 600)
             self.leased[lease.lease_id] = lease.pinned_position
@@ -279,3 +285,14 @@ def test_no_schedule_deletes_anything_at_or_above_a_floor(
             assert pruned <= max(pin, pins[lease_id]), (lease_id, pin, pins[lease_id], pruned)
     assert retained_positions(clean_db, stream) == list(range(pruned + 1, N + 1))
     assert sum(w.deleted for w in workers) == pruned
+    # A refused first report was below what was pruned when it came, so the consumer
+    # was told an earlier pruned-through at registration: it holds the floor there.
+    with connect(clean_db) as conn:
+        for w in workers:
+            for name, position in w.refused:
+                rows = [c for c in sql.consumers(conn, stream) if c.consumer_id == name]
+                assert all(
+                    r.reported_position is not None or r.refused_position is not None
+                    for r in rows  # absent: deregistered since
+                )
+                assert position < pruned
