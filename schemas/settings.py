@@ -14,7 +14,7 @@ This module sits in ``schemas``, the lowest layer, so ``db``, ``producers``,
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import EVENTS_TOPIC
@@ -52,4 +52,37 @@ class KafkaSettings(GaplessSettings):
     events_topic: str = Field(default=EVENTS_TOPIC, description="GAPLESS_EVENTS_TOPIC")
     events_partitions: int = Field(
         default=6, ge=1, description="GAPLESS_EVENTS_PARTITIONS: used when creating the topic."
+    )
+
+
+class ObjectStoreSettings(GaplessSettings):
+    """The S3-compatible object store and the bounds of every call to it; shared by
+    the API (evidence puts, export writes), the capture worker (evidence reads), the
+    evidence sweeper and the agents (export reads during a rebuild)."""
+
+    # The keys must not end up in an error message (every class including this one
+    # inherits it).
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
+
+    s3_endpoint: str | None = Field(
+        default=None, description="GAPLESS_S3_ENDPOINT: S3 endpoint URL (unset: AWS)."
+    )
+    s3_access_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_ACCESS_KEY")
+    s3_secret_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_SECRET_KEY")
+    s3_region: str = Field(default="us-east-1", description="GAPLESS_S3_REGION")
+    evidence_bucket: str = Field(default="gapless-evidence", description="GAPLESS_EVIDENCE_BUCKET")
+    s3_connect_timeout_seconds: float = Field(
+        default=3.0, gt=0, description="GAPLESS_S3_CONNECT_TIMEOUT_SECONDS"
+    )
+    s3_read_timeout_seconds: float = Field(
+        default=20.0, gt=0, description="GAPLESS_S3_READ_TIMEOUT_SECONDS"
+    )
+    s3_max_attempts: int = Field(
+        default=4, ge=1, le=10, description="GAPLESS_S3_MAX_ATTEMPTS: per object call."
+    )
+    s3_max_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="GAPLESS_S3_MAX_CONCURRENCY: object calls in flight per process.",
     )

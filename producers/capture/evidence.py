@@ -26,13 +26,12 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from db.objects import s3_client
 from producers.capture.exceptions import EvidenceRejected, EvidenceUnavailable
 from producers.capture.rules import backoff_seconds, evidence_key
-from producers.capture.settings import IntakeSettings, ObjectStoreSettings
+from producers.capture.settings import IntakeSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -46,27 +45,6 @@ _RETRYABLE_CODES = frozenset(
 _MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 
 T = TypeVar("T")
-
-
-def s3_client(settings: ObjectStoreSettings) -> S3Client:
-    return boto3.client(
-        "s3",
-        endpoint_url=settings.s3_endpoint,
-        aws_access_key_id=(
-            settings.s3_access_key.get_secret_value() if settings.s3_access_key else None
-        ),
-        aws_secret_access_key=(
-            settings.s3_secret_key.get_secret_value() if settings.s3_secret_key else None
-        ),
-        region_name=settings.s3_region,
-        config=Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 0, "mode": "standard"},  # our loop retries
-            connect_timeout=settings.s3_connect_timeout_seconds,
-            read_timeout=settings.s3_read_timeout_seconds,
-            max_pool_connections=settings.s3_max_concurrency,
-        ),
-    )
 
 
 class EvidenceStore:

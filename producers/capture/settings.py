@@ -1,20 +1,19 @@
 """Intake settings from ``GAPLESS_*`` environment variables.
 
 ``JobQueueSettings`` is shared by the API (its enqueue after commit) and the pending-job
-sweeper, ``ObjectStoreSettings`` by the API and the capture worker; ``IntakeSettings``
+sweeper; ``IntakeSettings`` (with ``schemas.settings.ObjectStoreSettings``)
 adds what only the API needs (collector tokens, limits).
 ``producers.http.settings.ApiSettings`` includes ``IntakeSettings``.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field, model_validator
 
 from db.settings import DatabaseSettings
 from producers.capture.raw import RAW_ENVELOPE_CONTENT_TYPE
 from producers.capture.rules import MediaType
-from schemas.settings import GaplessSettings, KafkaSettings
+from schemas.settings import KafkaSettings, ObjectStoreSettings
 from schemas.topics import JOBS_TOPIC
 
 # The raw envelope lets a collector that fetched several responses post them together.
@@ -45,38 +44,6 @@ class JobQueueSettings(KafkaSettings):
     )
     enqueue_backoff_cap_seconds: float = Field(
         default=600.0, gt=0, description="GAPLESS_ENQUEUE_BACKOFF_CAP_SECONDS"
-    )
-
-
-class ObjectStoreSettings(GaplessSettings):
-    """The S3-compatible object store and the bounds of every call to it; shared by
-    the API (evidence puts) and the capture worker (evidence reads)."""
-
-    # The keys must not end up in an error message (every class including this one
-    # inherits it).
-    model_config = SettingsConfigDict(hide_input_in_errors=True)
-
-    s3_endpoint: str | None = Field(
-        default=None, description="GAPLESS_S3_ENDPOINT: S3 endpoint URL (unset: AWS)."
-    )
-    s3_access_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_ACCESS_KEY")
-    s3_secret_key: SecretStr | None = Field(default=None, description="GAPLESS_S3_SECRET_KEY")
-    s3_region: str = Field(default="us-east-1", description="GAPLESS_S3_REGION")
-    evidence_bucket: str = Field(default="gapless-evidence", description="GAPLESS_EVIDENCE_BUCKET")
-    s3_connect_timeout_seconds: float = Field(
-        default=3.0, gt=0, description="GAPLESS_S3_CONNECT_TIMEOUT_SECONDS"
-    )
-    s3_read_timeout_seconds: float = Field(
-        default=20.0, gt=0, description="GAPLESS_S3_READ_TIMEOUT_SECONDS"
-    )
-    s3_max_attempts: int = Field(
-        default=4, ge=1, le=10, description="GAPLESS_S3_MAX_ATTEMPTS: per object call."
-    )
-    s3_max_concurrency: int = Field(
-        default=8,
-        ge=1,
-        le=256,
-        description="GAPLESS_S3_MAX_CONCURRENCY: object calls in flight per process.",
     )
 
 

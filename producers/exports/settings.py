@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from producers.capture.settings import ObjectStoreSettings
+from schemas.settings import ObjectStoreSettings
 
 
 class ExportSettings(ObjectStoreSettings):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from producers.capture.evidence import s3_client
+from db.objects import s3_client
 from producers.capture.rules import backoff_seconds
 from producers.exports.exceptions import ExportStoreUnavailable
 from producers.exports.settings import ExportSettings

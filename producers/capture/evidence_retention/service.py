@@ -14,7 +14,8 @@ from types import FrameType
 import psycopg
 from prometheus_client import REGISTRY, Counter
 
-from producers.capture.evidence import EvidenceStore, s3_client
+from db.objects import s3_client
+from producers.capture.evidence import EvidenceStore
 from producers.capture.evidence_retention.metrics import EvidenceCollector
 from producers.capture.evidence_retention.settings import EvidenceSweepSettings
 from producers.capture.evidence_retention.sweep import SweepPolicy, SweepReport, sweep

@@ -8,7 +8,7 @@ import socket
 from pydantic import Field
 
 from db.settings import DatabaseSettings
-from producers.capture.settings import ObjectStoreSettings
+from schemas.settings import ObjectStoreSettings
 
 
 def _default_sweeper_id() -> str:

@@ -23,11 +23,11 @@ import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
 from psycopg_pool import ConnectionPool
 
-from producers.capture.evidence import s3_client
+from db.objects import s3_client
 from producers.capture.exceptions import EvidenceCorrupt, EvidenceMissing, EvidenceUnavailable
 from producers.capture.rules import backoff_seconds
-from producers.capture.settings import ObjectStoreSettings
 from producers.capture.worker import metrics
+from schemas.settings import ObjectStoreSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -8,8 +8,7 @@ import socket
 from pydantic import AliasChoices, Field
 
 from db.settings import DatabaseSettings
-from producers.capture.settings import ObjectStoreSettings
-from schemas.settings import KafkaSettings
+from schemas.settings import KafkaSettings, ObjectStoreSettings
 from schemas.topics import JOBS_TOPIC
 
 

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from db.objects import s3_client
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.capture.evidence import s3_client
 from producers.capture.intake import collectors
 from producers.http.auth import token_hash
 from producers.http.settings import ApiSettings

@@ -13,8 +13,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from db.objects import s3_client
 from producers.capture.adapters import Extraction
-from producers.capture.evidence import s3_client
 from producers.capture.worker.objects import ClusterSlots, EvidenceReader
 from producers.capture.worker.resolution import RESOLVE, ItemWork, Plan
 
