@@ -138,6 +138,27 @@ def update(
     return _row(row)
 
 
+def claim(conn: psycopg.Connection, rebuild_id: uuid.UUID, worker: str, seconds: float) -> bool:
+    """Take or renew the claim on an unfinished rebuild; False if another worker's
+    claim is still in force (or the rebuild is finished)."""
+    cur = conn.execute(
+        "UPDATE rebuild SET claimed_by = %s,"
+        " claim_expires_at = clock_timestamp() + make_interval(secs => %s)"
+        " WHERE rebuild_id = %s AND phase NOT IN ('done', 'failed', 'cancelled')"
+        " AND (claimed_by IS NULL OR claimed_by = %s OR claim_expires_at < clock_timestamp())",
+        (worker, seconds, rebuild_id, worker),
+    )
+    return cur.rowcount > 0
+
+
+def unfinished(conn: psycopg.Connection) -> list[RebuildRow]:
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM rebuild WHERE phase NOT IN ('done', 'failed', 'cancelled')"
+        " ORDER BY created_at"
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
 def next_generation(conn: psycopg.Connection, tenant_id: str, catalog_id: str) -> int:
     """A projection generation no consumer serves and no rebuild of the catalog has
     used: one above every generation named for it so far."""
@@ -154,10 +175,12 @@ def next_generation(conn: psycopg.Connection, tenant_id: str, catalog_id: str) -
 def start_shadow(
     conn: psycopg.Connection, consumer: str, stream: StreamId, position: int, generation: int
 ) -> None:
-    """The shadow's own progress row, at the export's position W in its generation
-    (idempotent: a second call changes nothing)."""
+    """The shadow's own progress row, at the export's position W in its generation. A
+    row left by an earlier attempt of the same rebuild is reset to this one's."""
     conn.execute(
         "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch, position,"
-        " generation) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        " generation) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (consumer, tenant_id,"
+        " catalog_id, history_epoch) DO UPDATE SET position = excluded.position,"
+        " generation = excluded.generation, updated_at = now()",
         (consumer, *stream, position, generation),
     )

@@ -150,6 +150,45 @@ class ResolverClient:
             tenant, catalog, epoch = found[-1].stream
             params.update(after_tenant=tenant, after_catalog=catalog, after_epoch=epoch)
 
+    def _json(self, response: httpx.Response) -> dict[str, Any]:
+        if response.status_code == 410:
+            raise RetainedEventsGone(response.json().get("message", "gone"))
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    def create_lease(self, stream: Stream, holder: str, ttl_seconds: int) -> dict[str, Any]:
+        """A rebuild lease pinned at the stream's pruned-through position."""
+        tenant, catalog, epoch = stream
+        return self._json(
+            self._call(
+                "POST",
+                "/v1/leases",
+                json={
+                    "tenant_id": tenant,
+                    "catalog_id": catalog,
+                    "history_epoch": epoch,
+                    "holder": holder,
+                    "ttl_seconds": ttl_seconds,
+                },
+            )
+        )
+
+    def renew_lease(self, lease_id: str, ttl_seconds: int) -> dict[str, Any]:
+        """410 (``RetainedEventsGone``) once it expired or was released."""
+        return self._json(
+            self._call("POST", f"/v1/leases/{lease_id}/renew", json={"ttl_seconds": ttl_seconds})
+        )
+
+    def release_lease(self, lease_id: str) -> None:
+        self._call("DELETE", f"/v1/leases/{lease_id}").raise_for_status()
+
+    def start_export(self, lease_id: str) -> dict[str, Any]:
+        return self._json(self._call("POST", "/v1/exports", json={"lease_id": lease_id}))
+
+    def export(self, export_id: str) -> dict[str, Any]:
+        return self._json(self._call("GET", f"/v1/exports/{export_id}"))
+
     def retained_events(self, stream: Stream, after: int, limit: int = 500) -> RetainedPage:
         response = self._call(
             "GET", f"{_path(stream)}/events", params={"after": after, "limit": limit}

@@ -59,6 +59,10 @@ rebuild = Table(
     Column("reason", Text, nullable=False, server_default=text("''")),
     Column("error_code", Text),
     Column("error_message", Text),
+    # The worker carrying the rebuild out now: others leave it alone until the claim
+    # expires (its worker died), then one of them takes it over.
+    Column("claimed_by", Text),
+    Column("claim_expires_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),

@@ -57,6 +57,8 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), server_default=sa.text("''"), nullable=False),
         sa.Column("error_code", sa.Text(), nullable=True),
         sa.Column("error_message", sa.Text(), nullable=True),
+        sa.Column("claimed_by", sa.Text(), nullable=True),
+        sa.Column("claim_expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column(
             "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
         ),
