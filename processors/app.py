@@ -17,7 +17,7 @@ def create_app(settings: AgentSettings) -> Any:
     there. Faust's own tables and stores are not used.
     """
     from processors.agents import events as events_agent
-    from processors.agents import health, housekeeping, recovery
+    from processors.agents import health, housekeeping, rebuilds, recovery
 
     app = faust.App(
         settings.agents_app_id,
@@ -37,7 +37,9 @@ def create_app(settings: AgentSettings) -> Any:
         broker_heartbeat_interval=settings.agents_session_timeout_seconds / 4,
     )
     events_agent.register(app, settings)
-    recovery.register(app, settings)
+    client = recovery.resolver_client(settings)
+    recovery.register(app, settings, client)
+    rebuilds.register(app, settings, client)
     housekeeping.register(app, settings)
     health.register(app, settings.product_dsn)
     return app

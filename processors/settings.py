@@ -6,10 +6,10 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from db.settings import DatabaseSettings
-from schemas.settings import KafkaSettings
+from schemas.settings import KafkaSettings, ObjectStoreSettings
 
 
-class AgentSettings(DatabaseSettings, KafkaSettings):
+class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
     # The resolver token must not end up in an error message.
     model_config = SettingsConfigDict(hide_input_in_errors=True)
 
@@ -19,6 +19,16 @@ class AgentSettings(DatabaseSettings, KafkaSettings):
     agents_consumer: str = Field(
         default="product-applier",
         description="GAPLESS_AGENTS_CONSUMER: the name durable progress is recorded under.",
+    )
+    exports_bucket: str = Field(
+        default="gapless-exports",
+        description="GAPLESS_EXPORTS_BUCKET: where a rebuild reads its snapshot export.",
+    )
+    agents_rebuild_interval_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS: how often each unfinished"
+        " rebuild is moved on by a step.",
     )
     agents_batch_size: int = Field(
         default=500, ge=1, le=10_000, description="GAPLESS_AGENTS_BATCH_SIZE: events per batch."

@@ -106,7 +106,7 @@ def schema_fingerprint(schema: AvroSchema) -> bytes:
     return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
 
 
-class _SingleObjectFormat:
+class SingleObjectFormat:
     """Single-object framing for one record type and every released version of it."""
 
     def __init__(self, fullname: str, avro_dir: Path) -> None:
@@ -401,8 +401,8 @@ class EventCodec:
     """
 
     def __init__(self, avro_dir: Path = AVRO_DIR) -> None:
-        self._value = _SingleObjectFormat(ENVELOPE, avro_dir)
-        self._key = _SingleObjectFormat(STREAM_KEY, avro_dir)
+        self._value = SingleObjectFormat(ENVELOPE, avro_dir)
+        self._key = SingleObjectFormat(STREAM_KEY, avro_dir)
 
     @property
     def value_schema(self) -> AvroSchema:

@@ -22,9 +22,10 @@ from schemas.codec import CODEC
 log = logging.getLogger(__name__)
 
 
-def register(app: Any, settings: AgentSettings) -> None:
+def resolver_client(settings: AgentSettings) -> ResolverClient:
+    """The one resolver client of an agents process (its calls bounded as configured)."""
     token = settings.resolver_token.get_secret_value() if settings.resolver_token else None
-    client = ResolverClient(
+    return ResolverClient(
         settings.resolver_url,
         token,
         retry=RetryPolicy(
@@ -34,6 +35,9 @@ def register(app: Any, settings: AgentSettings) -> None:
         ),
         max_concurrency=settings.agents_resolver_concurrency,
     )
+
+
+def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
     reporter = ProgressReporter(settings.product_dsn, client, settings.agents_consumer)
     # Its own applier (own connection): it runs while the agent's batch may be open.
     closer = GapCloser(

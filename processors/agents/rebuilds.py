@@ -1,0 +1,85 @@
+"""The control agent and the rebuild timer (thin: the work is in ``processors.rebuild``).
+
+The agent reads ``catalog.control.v1`` and records each command once; the timer
+moves every unfinished rebuild on by one step, under the rebuild's claim, so with
+several workers each rebuild has one orchestrator at a time. A command that does not
+decode is logged and skipped with its code (it names no rebuild to fail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from typing import Any
+
+import psycopg
+
+from db import rebuilds as sql
+from db.epochs import EpochSource
+from db.objects import s3_client
+from processors.rebuild.orchestrator import Orchestrator
+from processors.rebuild.requests import accept
+from processors.resolver_client import ResolverClient
+from processors.settings import AgentSettings
+from schemas import control
+from schemas.exceptions import CodecError
+from schemas.topics import CONTROL_TOPIC
+
+log = logging.getLogger(__name__)
+
+
+def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
+    topic = app.topic(
+        CONTROL_TOPIC,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    epochs = EpochSource(settings.control_dsn)
+    s3 = s3_client(settings)
+
+    def fetch(key: str) -> bytes:
+        body: bytes = s3.get_object(Bucket=settings.exports_bucket, Key=key)["Body"].read()
+        return body
+
+    orchestrator = Orchestrator(
+        settings.product_dsn,
+        client,
+        fetch,
+        worker=f"{socket.gethostname()}-{os.getpid()}",
+    )
+
+    def current_epoch(tenant: str, catalog: str) -> int | None:
+        return epochs.epochs([(tenant, catalog)], refresh=True).get((tenant, catalog))
+
+    def record(value: bytes) -> None:
+        try:
+            command = control.decode(value)
+        except CodecError as exc:
+            log.error("control message skipped: %s %s", exc.code, exc)
+            return
+        answer = accept(settings.product_dsn, command, settings.agents_consumer, current_epoch)
+        log.info(
+            "control %s %s: %s %s", command.kind, command.command_id, answer.status, answer.message
+        )
+
+    @app.agent(topic)  # type: ignore[untyped-decorator]
+    async def commands(stream: Any) -> None:
+        async for value in stream:
+            await asyncio.to_thread(record, value)
+
+    def step_all() -> None:
+        with psycopg.connect(settings.product_dsn) as conn:
+            unfinished = sql.unfinished(conn)
+        for row in unfinished:
+            orchestrator.advance(row.rebuild_id)
+
+    @app.timer(interval=settings.agents_rebuild_interval_seconds)  # type: ignore[untyped-decorator]
+    async def rebuild_steps() -> None:
+        try:
+            await asyncio.to_thread(step_all)
+        except Exception:
+            log.exception("rebuild step failed; will try again")

@@ -1,0 +1,93 @@
+"""Control commands, carried out once each: a REBUILD becomes a rebuild row (its id is
+the command's), a CANCEL stops one.
+
+One transaction per command. A command delivered twice finds its row and changes
+nothing; a REBUILD for a catalog that already has an unfinished rebuild of the same
+consumer is answered with that rebuild, not started twice (the unique index on
+unfinished rebuilds decides, also between two workers). A cancelled rebuild's lease
+is left to expire (its TTL); its shadow generation is never served.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+import psycopg.errors
+
+from db import rebuilds as sql
+from db.rebuilds import RebuildRow
+from schemas.control import ControlCommand
+from schemas.ids import StreamId
+
+CurrentEpoch = Callable[[str, str], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What became of a command: ``started``, ``already_recorded`` (a redelivery),
+    ``already_rebuilding`` (``row`` is the unfinished one), ``cancelled``,
+    ``finished`` (nothing left to cancel), ``not_found``, or ``refused``."""
+
+    status: str
+    row: RebuildRow | None
+    message: str = ""
+
+
+def shadow_consumer(consumer: str, rebuild_id: uuid.UUID) -> str:
+    return f"{consumer}~rebuild-{rebuild_id.hex[:12]}"
+
+
+def accept(
+    product_dsn: str, command: ControlCommand, default_consumer: str, current_epoch: CurrentEpoch
+) -> Answer:
+    consumer = command.consumer or default_consumer
+    with psycopg.connect(product_dsn) as conn:
+        if command.kind == "cancel":
+            return _cancel(conn, command)
+        existing = sql.get(conn, command.command_id)
+        if existing is not None:
+            return Answer("already_recorded", existing)
+        epoch = current_epoch(command.tenant_id, command.catalog_id)
+        if epoch is None:
+            return Answer(
+                "refused", None, f"{command.tenant_id}/{command.catalog_id} has no history epoch"
+            )
+        stream = StreamId(command.tenant_id, command.catalog_id, epoch)
+        try:
+            with conn.transaction():
+                row = sql.insert(
+                    conn,
+                    command.command_id,
+                    consumer,
+                    stream,
+                    shadow_consumer(consumer, command.command_id),
+                    command.requested_by,
+                    command.reason,
+                )
+        except psycopg.errors.UniqueViolation:
+            active = sql.active_for(conn, consumer, command.tenant_id, command.catalog_id)
+            return Answer("already_rebuilding", active, "a rebuild of this catalog is running")
+        if row is None:  # recorded by another worker meanwhile
+            return Answer("already_recorded", sql.get(conn, command.command_id))
+        return Answer("started", row)
+
+
+def _cancel(conn: psycopg.Connection, command: ControlCommand) -> Answer:
+    if command.rebuild_id is None:
+        return Answer("refused", None, "a CANCEL names the rebuild to stop")
+    with conn.transaction():
+        row = sql.get(conn, command.rebuild_id, lock=True)
+        if row is None:
+            return Answer("not_found", None)
+        if row.phase in ("done", "failed", "cancelled"):
+            return Answer("finished", row)
+        cancelled = sql.update(
+            conn,
+            row.rebuild_id,
+            "cancelled",
+            error_message=f"cancelled by {command.requested_by}: {command.reason}"[:2000],
+        )
+    return Answer("cancelled", cancelled)
