@@ -4,7 +4,7 @@ and how far each product consumer has durably applied it."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
@@ -27,11 +27,41 @@ class ConsumerState:
     quarantined: int
 
 
+@dataclass(frozen=True, slots=True)
+class RebuildState:
+    rebuild_id: str
+    consumer: str
+    phase: str
+    attempt: int
+    chunks_loaded: int
+    chunks_total: int
+    rows_loaded: int
+    export_position: int | None
+    error_code: str | None
+
+
 @dataclass(slots=True)
 class StreamStatus:
     retention: StreamRetention | None
     stream: Stream
     consumers: list[ConsumerState] = field(default_factory=list)
+    # Unfinished rebuilds, and ones that failed in the last day.
+    rebuilds: list[RebuildState] = field(default_factory=list)
+
+
+def _rebuilds(conn: psycopg.Connection) -> dict[Stream, list[RebuildState]]:
+    found: dict[Stream, list[RebuildState]] = defaultdict(list)
+    for row in conn.execute(
+        "SELECT tenant_id, catalog_id, history_epoch, rebuild_id, consumer, phase, attempt,"
+        " chunks_loaded, chunks_total, rows_loaded, export_position, error_code FROM rebuild"
+        " WHERE phase NOT IN ('done', 'failed', 'cancelled')"
+        " OR (phase = 'failed' AND updated_at > now() - interval '1 day')"
+        " ORDER BY created_at"
+    ).fetchall():
+        t, c, e, *rest = row
+        rebuild_id, *more = rest
+        found[(t, c, int(e))].append(RebuildState(str(rebuild_id), *more))
+    return found
 
 
 def _product_side(conn: psycopg.Connection) -> dict[Stream, list[ConsumerState]]:
@@ -73,12 +103,16 @@ def collect(settings: DatabaseSettings) -> tuple[list[StreamStatus], int]:
         retention = {(r.tenant_id, r.catalog_id, r.history_epoch): r for r in stream_report(conn)}
     with psycopg.connect(settings.product_dsn) as conn:
         product = _product_side(conn)
+        rebuilds = _rebuilds(conn)
         row = conn.execute(
             "SELECT count(*) FROM quarantine WHERE status = 'open' AND tenant_id IS NULL"
         ).fetchone()
-    streams = sorted(retention.keys() | product.keys())
+    streams = sorted(retention.keys() | product.keys() | rebuilds.keys())
     return (
-        [StreamStatus(retention.get(s), s, product.get(s, [])) for s in streams],
+        [
+            StreamStatus(retention.get(s), s, product.get(s, []), rebuilds.get(s, []))
+            for s in streams
+        ],
         int(row[0]) if row else 0,
     )
 
@@ -107,6 +141,7 @@ def to_json(status: StreamStatus) -> dict[str, Any]:
             }
             for s in status.consumers
         ],
+        "rebuilds": [asdict(r) for r in status.rebuilds],
     }
 
 
@@ -149,5 +184,11 @@ def lines(status: StreamStatus) -> list[str]:
         out.append(
             f"    applied by {s.consumer}: {s.progress}{lag}  parked {s.parked}"
             f"  quarantined {s.quarantined}"
+        )
+    for b in status.rebuilds:
+        error = f"  {b.error_code}" if b.error_code else ""
+        out.append(
+            f"    rebuild {b.rebuild_id} of {b.consumer}: {b.phase}  attempt {b.attempt}"
+            f"  loaded {b.chunks_loaded}/{b.chunks_total} chunks ({b.rows_loaded} rows){error}"
         )
     return out

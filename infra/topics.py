@@ -8,7 +8,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from schemas.settings import KafkaSettings
-from schemas.topics import CONTROL_TOPIC, JOBS_TOPIC
+from schemas.topics import CONTROL_TOPIC, JOBS_TOPIC, REBUILD_STATUS_TOPIC
 
 
 def ensure_topics(settings: KafkaSettings, echo: Callable[[str], None] = lambda _: None) -> None:
@@ -18,6 +18,7 @@ def ensure_topics(settings: KafkaSettings, echo: Callable[[str], None] = lambda 
     wanted = {
         settings.events_topic: settings.events_partitions,
         CONTROL_TOPIC: 1,
+        REBUILD_STATUS_TOPIC: 1,
         JOBS_TOPIC: settings.events_partitions,
     }
     new = [

@@ -1,5 +1,6 @@
 """Commands of the control topic (``catalog.control.v1``): what operators ask the
-agents to do, Avro in the same single-object framing as the events.
+agents to do, and the rebuild status events the agents publish in return
+(``catalog.rebuild-status.v1``); Avro in the same single-object framing as the events.
 
 The Kafka key is ``<tenant>/<catalog>``, so the commands of one catalog stay in
 order on one partition. ``command_id`` is the dedupe id: a command delivered twice
@@ -16,6 +17,7 @@ from typing import Literal
 from schemas.codec import AVRO_DIR, SingleObjectFormat
 
 COMMAND = "gapless.control.ControlCommand"
+STATUS = "gapless.control.RebuildStatus"
 Kind = Literal["rebuild", "cancel"]
 
 
@@ -36,6 +38,7 @@ class ControlCommand:
 
 
 _FORMAT = SingleObjectFormat(COMMAND, AVRO_DIR)
+_STATUS_FORMAT = SingleObjectFormat(STATUS, AVRO_DIR)
 
 
 def _format() -> SingleObjectFormat:
@@ -74,3 +77,39 @@ def decode(data: bytes) -> ControlCommand:
         reason=record["reason"],
         requested_at=at if at.tzinfo else at.replace(tzinfo=UTC),
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RebuildStatus:
+    rebuild_id: uuid.UUID
+    tenant_id: str
+    catalog_id: str
+    history_epoch: int
+    consumer: str
+    phase: str
+    attempt: int
+    generation: int | None = None
+    export_position: int | None = None
+    chunks_loaded: int
+    chunks_total: int
+    rows_loaded: int
+    error_code: str | None = None
+    error_message: str | None = None
+    at: datetime
+
+    def key(self) -> bytes:
+        return f"{self.tenant_id}/{self.catalog_id}".encode()
+
+
+def encode_status(status: RebuildStatus) -> bytes:
+    record = {f: getattr(status, f) for f in RebuildStatus.__dataclass_fields__}
+    record["rebuild_id"] = str(status.rebuild_id)
+    return _STATUS_FORMAT.encode(record)
+
+
+def decode_status(data: bytes) -> RebuildStatus:
+    record = dict(_STATUS_FORMAT.decode(data))
+    record["rebuild_id"] = uuid.UUID(str(record["rebuild_id"]))
+    at = record["at"]
+    record["at"] = at if at.tzinfo else at.replace(tzinfo=UTC)
+    return RebuildStatus(**record)

@@ -21,6 +21,7 @@ from db.epochs import EpochSource
 from db.objects import s3_client
 from processors.rebuild.orchestrator import Orchestrator
 from processors.rebuild.requests import accept
+from processors.rebuild.status import StatusPublisher, refusal
 from processors.resolver_client import ResolverClient
 from processors.settings import AgentSettings
 from schemas import control
@@ -45,11 +46,13 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         body: bytes = s3.get_object(Bucket=settings.exports_bucket, Key=key)["Body"].read()
         return body
 
+    status = StatusPublisher(settings.kafka_bootstrap)
     orchestrator = Orchestrator(
         settings.product_dsn,
         client,
         fetch,
         worker=f"{socket.gethostname()}-{os.getpid()}",
+        on_change=status.row_changed,
     )
 
     def current_epoch(tenant: str, catalog: str) -> int | None:
@@ -62,6 +65,18 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
             log.error("control message skipped: %s %s", exc.code, exc)
             return
         answer = accept(settings.product_dsn, command, settings.agents_consumer, current_epoch)
+        if answer.status in ("started", "cancelled") and answer.row is not None:
+            status.row_changed(answer.row)
+        elif answer.status in ("already_rebuilding", "refused") and command.kind == "rebuild":
+            running = f": {answer.row.rebuild_id}" if answer.row is not None else ""
+            status.publish(
+                refusal(
+                    command,
+                    command.consumer or settings.agents_consumer,
+                    answer.status.upper(),
+                    f"{answer.message}{running}",
+                )
+            )
         log.info(
             "control %s %s: %s %s", command.kind, command.command_id, answer.status, answer.message
         )

@@ -8,7 +8,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.control import ControlCommand, decode, encode
+from schemas.control import (
+    ControlCommand,
+    RebuildStatus,
+    decode,
+    decode_status,
+    encode,
+    encode_status,
+)
 from schemas.exceptions import CodecError
 
 AT = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -48,3 +55,24 @@ def test_commands_round_trip(command: ControlCommand) -> None:
 def test_other_bytes_are_refused_with_a_typed_error(data: bytes) -> None:
     with pytest.raises(CodecError):
         decode(data)
+
+
+def test_status_events_round_trip() -> None:
+    status = RebuildStatus(
+        rebuild_id=uuid.uuid4(),
+        tenant_id="t1",
+        catalog_id="c1",
+        history_epoch=1,
+        consumer="product-applier",
+        phase="loading",
+        attempt=2,
+        generation=3,
+        export_position=120,
+        chunks_loaded=4,
+        chunks_total=9,
+        rows_loaded=80_000,
+        error_code="LEASE_GONE",
+        error_message="expired",
+        at=AT,
+    )
+    assert decode_status(encode_status(status)) == status

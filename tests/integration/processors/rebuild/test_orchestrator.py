@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from psycopg_pool import ConnectionPool
 
 from db import rebuilds as sql
@@ -18,10 +19,14 @@ from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.demo.workload import run_workload
 from processors.rebuild.orchestrator import Orchestrator
+from processors.rebuild.status import StatusPublisher
 from processors.resolver_client import ResolverClient
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
+from schemas.control import RebuildStatus, decode_status
 from schemas.ids import StreamId
+from schemas.settings import KafkaSettings
+from schemas.topics import REBUILD_STATUS_TOPIC
 from tests.fixtures.resolver_api import RunningApi
 
 TENANT, CATALOG = "x", "catalog1"
@@ -125,3 +130,28 @@ def test_a_lease_that_expires_starts_over_and_attempts_run_out(
     failed = orchestrator.advance(rebuild_id)
     assert failed is not None and (failed.phase, failed.error_code) == ("failed", "LEASE_GONE")
     assert failed.error_message and "attempt 2 of 2" in failed.error_message
+
+
+def test_each_committed_phase_is_published_as_a_status_event(
+    clean_db: DatabaseSettings, orchestrator: Orchestrator, kafka_settings: KafkaSettings
+) -> None:
+    publisher = StatusPublisher(kafka_settings.kafka_bootstrap)
+    orchestrator.on_change = publisher.row_changed
+    rebuild_id = _request(clean_db)
+    _until(orchestrator, rebuild_id, "catching_up")
+    assert publisher.flush(10) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_settings.kafka_bootstrap, "group.id": f"t-{uuid.uuid4()}"}
+    )
+    consumer.assign([TopicPartition(REBUILD_STATUS_TOPIC, 0, 0)])
+    seen: list[RebuildStatus] = []
+    deadline = time.monotonic() + 30
+    while not seen or seen[-1].phase != "catching_up":
+        assert time.monotonic() < deadline, [s.phase for s in seen]
+        for message in consumer.consume(100, timeout=1):
+            status = decode_status(message.value())
+            if status.rebuild_id == rebuild_id:
+                seen.append(status)
+    consumer.close()
+    assert [s.phase for s in seen] == ["leased", "exporting", "loading", "catching_up"]
+    assert seen[-1].rows_loaded > 0 and seen[-1].chunks_loaded == seen[-1].chunks_total

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import psycopg
 from click.testing import CliRunner
 
+from db import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.cli.main import main
 from producers.retention import consumers
@@ -43,3 +45,22 @@ def test_status_names_the_lagging_consumer_and_the_product_progress(
     assert table.exit_code == 0, table.output
     assert "retention held: consumer 'laggard'" in table.output
     assert "applied by laggard: 4  lag 8" in table.output
+
+
+def test_status_shows_a_rebuild_in_progress_and_a_failed_one(clean_db: DatabaseSettings) -> None:
+    stream = ready_stream(clean_db, n=3, published=3, old=0)
+    running, failed = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        sql.insert(conn, running, "product-applier", stream, "shadow-a", "op", "drill")
+        sql.update(conn, running, "loading", chunks_total=4, chunks_loaded=1, rows_loaded=100)
+        sql.insert(conn, failed, "analytics", stream, "shadow-b", "op", "")
+        sql.update(conn, failed, "failed", error_code="EXPORT_CORRUPT", error_message="bad")
+    body = json.loads(CliRunner().invoke(main, ["status", "--json"]).output)
+    [mine] = [s for s in body["streams"] if s["tenant_id"] == stream.tenant_id]
+    assert [(r["rebuild_id"], r["phase"], r["error_code"]) for r in mine["rebuilds"]] == [
+        (str(running), "loading", None),
+        (str(failed), "failed", "EXPORT_CORRUPT"),
+    ]
+    table = CliRunner().invoke(main, ["status"]).output
+    assert f"rebuild {running} of product-applier: loading  attempt 1  loaded 1/4" in table
+    assert f"rebuild {failed} of analytics: failed" in table and "EXPORT_CORRUPT" in table
