@@ -1,13 +1,11 @@
 """The SQL of inbox pruning (product database): which streams may be pruned how far,
 and one bounded batch of deletions.
 
-An inbox row is the applier's duplicate filter for one event id. At or below a
-stream's durable contiguous progress every position is decided, so a later copy of
-such an event changes nothing even without its row: the projections never move a row
-to a lower revision (it is recorded ``ignored_stale``) and progress never moves
-backwards. The rows are kept for a retention window anyway, so the duplicates of that
-window are still recognised by their ids and counted as duplicates, and pruned after
-it so the table does not grow without bound.
+An inbox row is one consumer's duplicate filter for one event id. At or below that
+consumer's durable contiguous progress in the stream every position is decided, so a
+later copy of such an event is a duplicate by its position alone (the applier drops
+it without a row). The rows are kept for a retention window anyway and pruned after
+it, so the table does not grow without bound.
 """
 
 from __future__ import annotations
@@ -25,21 +23,24 @@ class PruneBatch:
     deleted: int
 
 
-def progress_floors(conn: psycopg.Connection) -> dict[Stream, int]:
-    """Per stream, the lowest durable progress of every consumer recorded for it.
-
-    The inbox is keyed by event id alone, so a row may be pruned only when every
-    consumer has passed its position. Streams nobody has progressed in are left out.
-    """
+def progress_floors(conn: psycopg.Connection) -> dict[tuple[str, Stream], int]:
+    """Per consumer and stream, its durable progress (the inbox is kept per consumer:
+    a row may go once its own consumer has passed its position). Streams a consumer
+    has not progressed in are left out."""
     rows = conn.execute(
-        "SELECT tenant_id, catalog_id, history_epoch, min(position) FROM stream_progress"
-        " GROUP BY tenant_id, catalog_id, history_epoch HAVING min(position) > 0"
+        "SELECT consumer, tenant_id, catalog_id, history_epoch, position FROM stream_progress"
+        " WHERE position > 0"
     ).fetchall()
-    return {(t, c, int(e)): int(p) for t, c, e, p in rows}
+    return {(q, (t, c, int(e))): int(p) for q, t, c, e, p in rows}
 
 
 def prune_batch(
-    conn: psycopg.Connection, stream: Stream, floor: int, older_than_seconds: float, limit: int
+    conn: psycopg.Connection,
+    consumer: str,
+    stream: Stream,
+    floor: int,
+    older_than_seconds: float,
+    limit: int,
 ) -> PruneBatch:
     """Delete, in one statement, what may go of the ``limit`` lowest inbox rows of
     ``stream`` at or below ``floor``: those decided more than ``older_than_seconds``
@@ -56,16 +57,18 @@ def prune_batch(
     row = conn.execute(
         "WITH candidate AS ("
         " SELECT event_id, outcome, decided_at FROM inbox"
-        " WHERE tenant_id = %(tenant)s AND catalog_id = %(catalog)s"
+        " WHERE consumer = %(consumer)s AND tenant_id = %(tenant)s AND catalog_id = %(catalog)s"
         " AND history_epoch = %(epoch)s AND position <= %(floor)s"
         " ORDER BY position LIMIT %(limit)s),"
         " gone AS ("
-        " DELETE FROM inbox USING candidate WHERE inbox.event_id = candidate.event_id"
+        " DELETE FROM inbox USING candidate WHERE inbox.consumer = %(consumer)s"
+        " AND inbox.event_id = candidate.event_id"
         " AND candidate.outcome <> 'parked'"
         " AND candidate.decided_at < now() - make_interval(secs => %(age)s)"
         " RETURNING 1)"
         " SELECT (SELECT count(*) FROM candidate), (SELECT count(*) FROM gone)",
         {
+            "consumer": consumer,
             "tenant": tenant,
             "catalog": catalog,
             "epoch": epoch,

@@ -66,10 +66,10 @@ def _rebuilds(conn: psycopg.Connection) -> dict[Stream, list[RebuildState]]:
 
 def _product_side(conn: psycopg.Connection) -> dict[Stream, list[ConsumerState]]:
     parked = {
-        (t, c, int(e)): int(n)
-        for t, c, e, n in conn.execute(
-            "SELECT tenant_id, catalog_id, history_epoch, count(*) FROM parked_event"
-            " GROUP BY 1, 2, 3"
+        (q, t, c, int(e)): int(n)
+        for q, t, c, e, n in conn.execute(
+            "SELECT consumer, tenant_id, catalog_id, history_epoch, count(*) FROM parked_event"
+            " GROUP BY 1, 2, 3, 4"
         ).fetchall()
     }
     quarantined = {
@@ -89,7 +89,7 @@ def _product_side(conn: psycopg.Connection) -> dict[Stream, list[ConsumerState]]
             ConsumerState(
                 consumer,
                 int(position),
-                parked.get(stream, 0),
+                parked.get((consumer, *stream), 0),
                 quarantined.get((consumer, *stream), 0),
             )
         )

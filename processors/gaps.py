@@ -87,7 +87,8 @@ class GapCloser:
                 (t, c, int(e))
                 for t, c, e in conn.execute(
                     "SELECT DISTINCT p.tenant_id, p.catalog_id, p.history_epoch"
-                    " FROM stream_progress p JOIN inbox i ON i.tenant_id = p.tenant_id"
+                    " FROM stream_progress p JOIN inbox i ON i.consumer = p.consumer"
+                    " AND i.tenant_id = p.tenant_id"
                     " AND i.catalog_id = p.catalog_id AND i.history_epoch = p.history_epoch"
                     " AND i.position > p.position"
                     " WHERE p.consumer = %s AND i.received_at < now() - make_interval(secs => %s)",

@@ -53,10 +53,13 @@ OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped", "parked"
 # skipped revision, or its release failed); like ``parked``, not terminal.
 TERMINAL_OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped")
 
-# One row per event id ever received: the dedupe key and the event's outcome.
+# One row per consumer and event id it received: its dedupe key and the event's
+# outcome for it. Keyed per consumer, so a shadow rebuild's consumer never takes the
+# live consumer's events for duplicates, nor the other way round.
 inbox = Table(
     "inbox",
     metadata,
+    Column("consumer", Text, nullable=False, primary_key=True),
     Column("event_id", Uuid, nullable=False, primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("catalog_id", Text, nullable=False),
@@ -74,6 +77,7 @@ inbox = Table(
 )
 Index(
     "inbox_stream_position_idx",
+    inbox.c.consumer,
     inbox.c.tenant_id,
     inbox.c.catalog_id,
     inbox.c.history_epoch,
@@ -85,6 +89,7 @@ Index(
 parked_event = Table(
     "parked_event",
     metadata,
+    Column("consumer", Text, nullable=False, primary_key=True),
     Column("event_id", Uuid, nullable=False, primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("catalog_id", Text, nullable=False),
@@ -104,16 +109,18 @@ parked_event = Table(
 parked_dependency = Table(
     "parked_dependency",
     metadata,
+    Column("consumer", Text, nullable=False),
     Column("event_id", Uuid, nullable=False),
     Column("tenant_id", Text, nullable=False),
     Column("catalog_id", Text, nullable=False),
     Column("aggregate_type", Text, nullable=False),
     Column("aggregate_id", Text, nullable=False),
     Column("revision", BigInteger, nullable=False),
-    PrimaryKeyConstraint("event_id", "aggregate_type", "aggregate_id"),
+    PrimaryKeyConstraint("consumer", "event_id", "aggregate_type", "aggregate_id"),
 )
 Index(
     "parked_dependency_target_idx",
+    parked_dependency.c.consumer,
     parked_dependency.c.tenant_id,
     parked_dependency.c.catalog_id,
     parked_dependency.c.aggregate_type,

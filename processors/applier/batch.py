@@ -217,7 +217,7 @@ class Applier:
         while True:
             try:
                 with conn.transaction():
-                    stored = parking.load(conn, event_ids, self._codec)
+                    stored = parking.load(conn, self.consumer, event_ids, self._codec)
                     return self._apply_in_transaction(conn, [], {}, BatchResult(), stored)
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 raise
@@ -308,7 +308,7 @@ class Applier:
         """The event whose projection write fails, found in a transaction rolled back."""
         try:
             with conn.transaction():
-                stored = parking.load(conn, recheck_ids, self._codec)
+                stored = parking.load(conn, self.consumer, recheck_ids, self._codec)
                 self._apply_in_transaction(
                     conn, decoded, current, BatchResult(), stored, isolate=True
                 )
@@ -369,7 +369,7 @@ class Applier:
         locked = progress.lock(conn, self.consumer, streams)
         counts: dict[progress.Stream, progress.Counts] = defaultdict(progress.Counts)
 
-        seen = inbox.known(conn, (d.event.event_id for d in decoded))
+        seen = inbox.known(conn, self.consumer, (d.event.event_id for d in decoded))
         fresh: dict[uuid.UUID, _Decoded] = {}
         for d in decoded:
             behind = locked.get(d.event.stream)
@@ -390,7 +390,7 @@ class Applier:
         for d in old:
             del fresh[d.event.event_id]
             counts[d.event.stream].ignored += 1
-        inbox.record(conn, ((d.event, IGNORED_OLD_EPOCH) for d in old))
+        inbox.record(conn, ((d.event, IGNORED_OLD_EPOCH) for d in old), self.consumer)
 
         generation = {s: p.generation for s, p in locked.items()}
         events = [d.event for d in fresh.values()]
@@ -404,7 +404,10 @@ class Applier:
 
         def waiting_on(keys: Iterable[AggregateKey]) -> list[Parked]:
             return parking.waiting_on(
-                conn, (k for k in keys if (k[0], k[1]) not in nothing_parked), self._codec
+                conn,
+                self.consumer,
+                (k for k in keys if (k[0], k[1]) not in nothing_parked),
+                self._codec,
             )
 
         parked = waiting_on({aggregate_key(e) for e in events})
@@ -429,11 +432,14 @@ class Applier:
         inbox.record(
             conn,
             ((fresh[i].event, outcome) for i, outcome in plan.outcomes.items()),
-            consumer=self.consumer,
+            self.consumer,
+            supersede=True,
         )
-        inbox.set_outcomes(conn, plan.released)
-        parking.park(conn, [(e, fresh[e.event_id].message, m) for e, m in plan.to_park])
-        parking.unpark(conn, plan.released)
+        inbox.set_outcomes(conn, self.consumer, plan.released)
+        parking.park(
+            conn, self.consumer, [(e, fresh[e.event_id].message, m) for e, m in plan.to_park]
+        )
+        parking.unpark(conn, self.consumer, plan.released)
         for event_id, outcome in plan.outcomes.items():
             c = counts[fresh[event_id].event.stream]
             if outcome == APPLIED:

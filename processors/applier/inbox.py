@@ -1,4 +1,5 @@
-"""The inbox: one row per event id ever received, with the event's outcome.
+"""The inbox: one row per consumer and event id it received, with the event's outcome
+for that consumer (a shadow rebuild's consumer has its own).
 
 Each function here is one statement however many events it handles: the rows go to
 the server as binary arrays (``%b``) and ``unnest`` turns them back into rows.
@@ -15,13 +16,16 @@ import psycopg
 from schemas.events import Envelope
 
 
-def known(conn: psycopg.Connection, event_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
-    """The ids already in the inbox: redeliveries, which are absorbed as duplicates."""
+def known(
+    conn: psycopg.Connection, consumer: str, event_ids: Iterable[uuid.UUID]
+) -> set[uuid.UUID]:
+    """The ids already in this consumer's inbox: redeliveries, absorbed as duplicates."""
     ids = list(event_ids)
     if not ids:
         return set()
     rows = conn.execute(
-        "SELECT event_id FROM inbox WHERE event_id = ANY(%b::uuid[])", (ids,)
+        "SELECT event_id FROM inbox WHERE consumer = %b AND event_id = ANY(%b::uuid[])",
+        (consumer, ids),
     ).fetchall()
     return {r[0] for r in rows}
 
@@ -29,14 +33,15 @@ def known(conn: psycopg.Connection, event_ids: Iterable[uuid.UUID]) -> set[uuid.
 def record(
     conn: psycopg.Connection,
     decided: Iterable[tuple[Envelope, str]],
-    consumer: str | None = None,
+    consumer: str,
+    supersede: bool = False,
 ) -> None:
     """Insert new events with their outcome.
 
     ON CONFLICT DO NOTHING is the dedupe of last resort; callers hold the stream's
     progress lock, so no other applier inserts the same stream's events meanwhile.
 
-    With ``consumer``, the same statement also closes that consumer's open quarantine
+    With ``supersede``, the same statement also closes this consumer's open quarantine
     entries of the events it just gave a terminal outcome: another copy of them (the
     resolver's retained one, fetched by the gap closer) got through, so they end
     ``superseded``. An event quarantined because it failed has no inbox row (one the
@@ -45,6 +50,7 @@ def record(
     """
     rows = [
         (
+            consumer,
             e.event_id,
             e.tenant_id,
             e.catalog_id,
@@ -58,14 +64,14 @@ def record(
     if not rows:
         return
     insert = (
-        "INSERT INTO inbox (event_id, tenant_id, catalog_id, history_epoch, position,"
-        " event_type, outcome)"
-        " SELECT * FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::int8[], %b::int8[],"
-        " %b::text[], %b::text[])"
-        " ON CONFLICT (event_id) DO NOTHING"
+        "INSERT INTO inbox (consumer, event_id, tenant_id, catalog_id, history_epoch,"
+        " position, event_type, outcome)"
+        " SELECT * FROM unnest(%b::text[], %b::uuid[], %b::text[], %b::text[], %b::int8[],"
+        " %b::int8[], %b::text[], %b::text[])"
+        " ON CONFLICT (consumer, event_id) DO NOTHING"
     )
     columns: list[object] = [list(column) for column in zip(*rows, strict=True)]
-    if consumer is None:
+    if not supersede:
         conn.execute(insert, columns)
         return
     conn.execute(
@@ -79,13 +85,15 @@ def record(
     )
 
 
-def set_outcomes(conn: psycopg.Connection, outcomes: Mapping[uuid.UUID, str]) -> None:
+def set_outcomes(
+    conn: psycopg.Connection, consumer: str, outcomes: Mapping[uuid.UUID, str]
+) -> None:
     """Record the final outcome of parked events released in this batch."""
     if not outcomes:
         return
     conn.execute(
         "UPDATE inbox SET outcome = k.outcome, decided_at = now()"
         " FROM unnest(%b::uuid[], %b::text[]) AS k(event_id, outcome)"
-        " WHERE inbox.event_id = k.event_id",
-        (list(outcomes.keys()), list(outcomes.values())),
+        " WHERE inbox.consumer = %b AND inbox.event_id = k.event_id",
+        (list(outcomes.keys()), list(outcomes.values()), consumer),
     )

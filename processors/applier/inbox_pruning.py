@@ -43,9 +43,9 @@ class InboxPruner:
         p = self._policy
         deleted: dict[Stream, int] = {}
         with psycopg.connect(self._dsn, autocommit=True) as conn:
-            for stream, floor in sorted(progress_floors(conn).items()):
+            for (consumer, stream), floor in sorted(progress_floors(conn).items()):
                 for _ in range(p.max_batches_per_stream):
-                    batch = prune_batch(conn, stream, floor, p.age_seconds, p.batch_size)
+                    batch = prune_batch(conn, consumer, stream, floor, p.age_seconds, p.batch_size)
                     if batch.deleted:
                         deleted[stream] = deleted.get(stream, 0) + batch.deleted
                     if batch.deleted < p.batch_size:

@@ -62,8 +62,8 @@ def list_parked(
     """Parked events (of one stream, parked longer than ``older_than``), oldest
     position first, each with the revisions it waits for and what ``consumer``'s
     serving generation has applied of them."""
-    where = ["true"]
-    params: list[object] = []
+    where = ["pe.consumer = %s"]
+    params: list[object] = [consumer]
     if stream is not None:
         where.append("pe.tenant_id = %s AND pe.catalog_id = %s AND pe.history_epoch = %s")
         params.extend(stream)
@@ -84,12 +84,12 @@ def list_parked(
         " coalesce(array_agg(d.revision ORDER BY d.aggregate_type, d.aggregate_id)"
         "  FILTER (WHERE d.event_id IS NOT NULL), '{}')"
         " FROM parked_event pe"
-        " LEFT JOIN inbox i ON i.event_id = pe.event_id"
-        " LEFT JOIN parked_dependency d ON d.event_id = pe.event_id"
+        " LEFT JOIN inbox i ON i.consumer = pe.consumer AND i.event_id = pe.event_id"
+        " LEFT JOIN parked_dependency d ON d.consumer = pe.consumer AND d.event_id = pe.event_id"
         " LEFT JOIN stream_progress sp ON sp.consumer = %s AND sp.tenant_id = pe.tenant_id"
         " AND sp.catalog_id = pe.catalog_id AND sp.history_epoch = pe.history_epoch"
         f" WHERE {' AND '.join(where)}"
-        " GROUP BY pe.event_id, i.event_type, sp.generation"
+        " GROUP BY pe.consumer, pe.event_id, i.event_type, sp.generation"
         " ORDER BY pe.tenant_id, pe.catalog_id, pe.history_epoch, pe.position",
         [consumer, *params],
     ).fetchall()

@@ -81,19 +81,26 @@ _CONTIGUOUS_END = (
     "SELECT coalesce(max(p), %(current)s) AS p FROM ("
     " SELECT p, p - row_number() OVER (ORDER BY p) AS shift FROM ("
     "  SELECT DISTINCT position AS p FROM inbox"
-    "  WHERE tenant_id = %(tenant)s AND catalog_id = %(catalog)s"
+    "  WHERE consumer = %(consumer)s AND tenant_id = %(tenant)s AND catalog_id = %(catalog)s"
     "  AND history_epoch = %(epoch)s AND position > %(current)s"
     "  AND outcome NOT IN ('parked', 'quarantined')) terminal"
     ") numbered WHERE shift = %(current)s"
 )
 
 
-def contiguous_end(conn: psycopg.Connection, stream: Stream, position: int) -> int:
-    """The greatest P >= ``position`` such that every position in (position, P] is terminal."""
+def contiguous_end(conn: psycopg.Connection, consumer: str, stream: Stream, position: int) -> int:
+    """The greatest P >= ``position`` such that every position in (position, P] is
+    terminal for ``consumer``."""
     tenant, catalog, epoch = stream
     row = conn.execute(
         _CONTIGUOUS_END,
-        {"tenant": tenant, "catalog": catalog, "epoch": epoch, "current": position},
+        {
+            "consumer": consumer,
+            "tenant": tenant,
+            "catalog": catalog,
+            "epoch": epoch,
+            "current": position,
+        },
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -132,4 +139,4 @@ def advance(
             "ignored": counts.ignored,
         },
     ).fetchone()
-    return int(row[0]) if row is not None else contiguous_end(conn, stream, current)
+    return int(row[0]) if row is not None else contiguous_end(conn, consumer, stream, current)

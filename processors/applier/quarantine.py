@@ -143,15 +143,15 @@ def set_aside(
     rows = conn.execute(
         "WITH moved AS ("
         " DELETE FROM parked_event pe USING unnest(%b::uuid[], %b::text[], %b::text[])"
-        "  AS k(event_id, code, detail) WHERE pe.event_id = k.event_id"
+        "  AS k(event_id, code, detail) WHERE pe.consumer = %b AND pe.event_id = k.event_id"
         "  RETURNING pe.*, k.code, k.detail),"
-        " dependencies AS (DELETE FROM parked_dependency"
-        "  WHERE event_id IN (SELECT event_id FROM moved)),"
-        " held AS (UPDATE inbox SET outcome = 'quarantined', decided_at = now()"
-        "  WHERE event_id IN (SELECT event_id FROM moved) AND outcome = 'parked')"
+        " dependencies AS (DELETE FROM parked_dependency d USING moved m"
+        "  WHERE d.consumer = m.consumer AND d.event_id = m.event_id),"
+        " held AS (UPDATE inbox i SET outcome = 'quarantined', decided_at = now() FROM moved m"
+        "  WHERE i.consumer = m.consumer AND i.event_id = m.event_id AND i.outcome = 'parked')"
         ' INSERT INTO quarantine (consumer, topic, partition, "offset", value, event_id,'
         " tenant_id, catalog_id, history_epoch, position, error_code, error_detail)"
-        " SELECT %b, coalesce(m.topic, 'parked/' || m.tenant_id || '/' || m.catalog_id"
+        " SELECT m.consumer, coalesce(m.topic, 'parked/' || m.tenant_id || '/' || m.catalog_id"
         " || '/' || m.history_epoch), coalesce(m.partition, -1),"
         ' coalesce(m."offset", m.position), m.value, m.event_id, m.tenant_id,'
         " m.catalog_id, m.history_epoch, m.position, m.code, m.detail FROM moved m"

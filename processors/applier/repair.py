@@ -122,14 +122,16 @@ def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool
         entry, message = _load(conn, entry_id)
         if entry.event_id is not None:
             conn.execute(
-                "DELETE FROM inbox WHERE event_id = %s AND outcome = 'quarantined'",
-                (entry.event_id,),
+                "DELETE FROM inbox WHERE consumer = %s AND event_id = %s"
+                " AND outcome = 'quarantined'",
+                (entry.consumer, entry.event_id),
             )
     applier.apply([message])
     with psycopg.connect(product_dsn) as conn:
         row = (
             conn.execute(
-                "SELECT outcome FROM inbox WHERE event_id = %s", (entry.event_id,)
+                "SELECT outcome FROM inbox WHERE consumer = %s AND event_id = %s",
+                (entry.consumer, entry.event_id),
             ).fetchone()
             if entry.event_id is not None
             else None
@@ -220,7 +222,7 @@ def skip_in(
         return Skipped(None)
     locked = progress.lock(conn, entry.consumer, [entry.stream])
     event_id = entry.event_id or skips.position_event_id(entry.stream, entry.position)
-    skips.mark_position(conn, entry.stream, entry.position, event_id)
+    skips.mark_position(conn, entry.consumer, entry.stream, entry.position, event_id)
     moved: dict[uuid.UUID, int] = {}
     if event is not None:
         moved = skips.set_aside_dependants(

@@ -36,20 +36,24 @@ def position_event_id(stream: progress.Stream, position: int) -> uuid.UUID:
 
 
 def mark_position(
-    conn: psycopg.Connection, stream: progress.Stream, position: int, event_id: uuid.UUID
+    conn: psycopg.Connection,
+    consumer: str,
+    stream: progress.Stream,
+    position: int,
+    event_id: uuid.UUID,
 ) -> None:
     """Record ``position`` as ``skipped`` in the inbox (a terminal outcome), also over
     a non-terminal outcome the event has (``quarantined``, or ``parked`` when another
     copy of it parked meanwhile: that parked row goes). The caller holds the stream's
     progress lock and advances progress afterwards."""
     conn.execute(
-        "INSERT INTO inbox (event_id, tenant_id, catalog_id, history_epoch, position,"
-        " event_type, outcome) VALUES (%s, %s, %s, %s, %s, 'unknown', 'skipped')"
-        " ON CONFLICT (event_id) DO UPDATE SET outcome = 'skipped', decided_at = now()"
+        "INSERT INTO inbox (consumer, event_id, tenant_id, catalog_id, history_epoch,"
+        " position, event_type, outcome) VALUES (%s, %s, %s, %s, %s, %s, 'unknown', 'skipped')"
+        " ON CONFLICT (consumer, event_id) DO UPDATE SET outcome = 'skipped', decided_at = now()"
         " WHERE inbox.outcome IN ('parked', 'quarantined')",
-        (event_id, *stream, position),
+        (consumer, event_id, *stream, position),
     )
-    parking.unpark(conn, [event_id])
+    parking.unpark(conn, consumer, [event_id])
 
 
 def skip_position(
@@ -61,7 +65,7 @@ def skip_position(
     position ``skipped``; 3. advance progress. Nothing is visible before COMMIT.
     """
     locked = progress.lock(conn, consumer, [stream])
-    mark_position(conn, stream, position, position_event_id(stream, position))
+    mark_position(conn, consumer, stream, position, position_event_id(stream, position))
     now = progress.advance(
         conn, consumer, stream, locked[stream].position, progress.Counts(ignored=1)
     )
@@ -84,10 +88,11 @@ def set_aside_blocker(
     rows = conn.execute(
         "SELECT pe.event_id, coalesce(string_agg(d.aggregate_type || ' ' || d.aggregate_id"
         " || '@' || d.revision, ', ' ORDER BY d.aggregate_type, d.aggregate_id), 'nothing')"
-        " FROM parked_event pe LEFT JOIN parked_dependency d ON d.event_id = pe.event_id"
-        " WHERE pe.tenant_id = %s AND pe.catalog_id = %s AND pe.history_epoch = %s"
-        " AND pe.position = %s GROUP BY pe.event_id",
-        (tenant, catalog, epoch, position + 1),
+        " FROM parked_event pe LEFT JOIN parked_dependency d"
+        " ON d.consumer = pe.consumer AND d.event_id = pe.event_id"
+        " WHERE pe.consumer = %s AND pe.tenant_id = %s AND pe.catalog_id = %s"
+        " AND pe.history_epoch = %s AND pe.position = %s GROUP BY pe.consumer, pe.event_id",
+        (consumer, tenant, catalog, epoch, position + 1),
     ).fetchall()
     return set_aside(
         conn,
@@ -119,7 +124,7 @@ def set_aside_dependants(
     Only dependencies still unmet count: one already met by an applied revision is
     not what the event waits on. The caller holds the stream's progress lock.
     """
-    waiting = parking.dependants(conn, key, revision)
+    waiting = parking.dependants(conn, consumer, key, revision)
     if not waiting:
         return {}
     applied = registry.load_revisions(conn, generation, [key]).get(key, 0)

@@ -79,7 +79,8 @@ def test_only_decided_rows_older_than_the_window_go_in_batches(
     assert inbox_positions(clean_db.product_dsn) == [8, 9]
     assert read_state(clean_db.product_dsn).parked == {waiting.event_id}
 
-    # A second consumer of the same stream that has applied less holds the floor.
+    # A second consumer of the same stream that has applied less keeps an inbox of its
+    # own (a shadow rebuild's, say): it holds none of this consumer's rows.
     with psycopg.connect(clean_db.product_dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch,"
@@ -90,9 +91,6 @@ def test_only_decided_rows_older_than_the_window_go_in_batches(
     applier.apply([partition.event(upsert(7, "i7", 1))])
     assert read_state(clean_db.product_dsn).progress == {1: 7}
     age_inbox(clean_db.product_dsn, window + 60)
-    assert pruner.prune_once() == {}
-    with psycopg.connect(clean_db.product_dsn, autocommit=True) as conn:
-        conn.execute("UPDATE stream_progress SET position = 7 WHERE consumer = 'slower'")
     assert pruner.prune_once() == {STREAM: 1}
     assert inbox_positions(clean_db.product_dsn) == [8, 9]
 
