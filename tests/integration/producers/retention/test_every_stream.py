@@ -96,6 +96,7 @@ def test_a_declaration_waits_for_a_prune_batch_in_flight(clean_db: DatabaseSetti
         deadline = time.monotonic() + 30
         while not watcher.execute(
             "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         ).fetchone()[0]:  # type: ignore[index]
             assert thread.is_alive() and time.monotonic() < deadline
         assert not declared.is_set()

@@ -57,6 +57,7 @@ def _waiting(conn: psycopg.Connection, count: int) -> None:
     while True:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database()"
         ).fetchone()
         if row and row[0] >= count:
             return
