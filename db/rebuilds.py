@@ -39,13 +39,19 @@ class RebuildRow:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    caught_up_position: int | None
+    previous_generation: int | None
+    cutover_pause_ms: float | None
+    timings: dict[str, float]
+    cleaned_at: datetime | None
 
 
 _COLUMNS = (
     "rebuild_id, consumer, tenant_id, catalog_id, history_epoch, phase, attempt,"
     " shadow_consumer, generation, lease_id, export_id, export_position, target_position,"
     " chunks_total, chunks_loaded, rows_loaded, requested_by, reason, error_code,"
-    " error_message, created_at, updated_at, finished_at"
+    " error_message, created_at, updated_at, finished_at, caught_up_position,"
+    " previous_generation, cutover_pause_ms, timings, cleaned_at"
 )
 
 
@@ -115,6 +121,9 @@ _SETTABLE = frozenset(
         "attempt",
         "error_code",
         "error_message",
+        "caught_up_position",
+        "previous_generation",
+        "cutover_pause_ms",
     }
 )
 
@@ -122,20 +131,55 @@ _SETTABLE = frozenset(
 def update(
     conn: psycopg.Connection, rebuild_id: uuid.UUID, phase: str, **changes: object
 ) -> RebuildRow:
-    """Set the phase (and the named columns); ``finished_at`` when it is final."""
+    """Set the phase (and the named columns) whatever the phase is now."""
+    row = _set(conn, rebuild_id, phase, None, changes)
+    if row is None:
+        raise LookupError(f"no rebuild {rebuild_id}")
+    return row
+
+
+def move(
+    conn: psycopg.Connection,
+    rebuild_id: uuid.UUID,
+    expect: str,
+    phase: str,
+    **changes: object,
+) -> RebuildRow | None:
+    """Like ``update``, only for a rebuild still in phase ``expect``; None if it is
+    not (cancelled, or moved on by another worker, meanwhile)."""
+    return _set(conn, rebuild_id, phase, expect, changes)
+
+
+def _set(
+    conn: psycopg.Connection,
+    rebuild_id: uuid.UUID,
+    phase: str,
+    expect: str | None,
+    changes: dict[str, object],
+) -> RebuildRow | None:
+    """One UPDATE: the phase, the named columns, ``finished_at`` when the phase is
+    final. When the phase changes, the seconds spent in the one it leaves are added
+    to ``timings`` (a phase entered again on a restart adds up)."""
     unknown = set(changes) - _SETTABLE
     if unknown:
         raise ValueError(f"not a rebuild column to set: {sorted(unknown)}")
-    sets = "".join(f", {name} = %s" for name in changes)
+    sets = "".join(f", {name} = %({name})s" for name in changes)
     row = conn.execute(
-        f"UPDATE rebuild SET phase = %s, updated_at = clock_timestamp(){sets},"
-        " finished_at = CASE WHEN %s IN ('done', 'failed', 'cancelled')"
+        "UPDATE rebuild SET timings = CASE WHEN phase = %(phase)s THEN timings"
+        " ELSE timings || jsonb_build_object(phase::text,"
+        " coalesce((timings ->> phase)::float8, 0) + extract(epoch FROM"
+        " clock_timestamp() - coalesce(phase_started_at, created_at))::float8) END,"
+        " phase_started_at = CASE WHEN phase = %(phase)s"
+        " THEN coalesce(phase_started_at, created_at) ELSE clock_timestamp() END,"
+        f" phase = %(phase)s, updated_at = clock_timestamp(){sets},"
+        " finished_at = CASE WHEN %(phase)s IN ('done', 'failed', 'cancelled')"
         " THEN clock_timestamp() END"
-        f" WHERE rebuild_id = %s RETURNING {_COLUMNS}",
-        (phase, *changes.values(), phase, rebuild_id),
+        f" WHERE rebuild_id = %(rebuild_id)s"
+        " AND (%(expect)s::text IS NULL OR phase = %(expect)s::text)"
+        f" RETURNING {_COLUMNS}",
+        {"phase": phase, "rebuild_id": rebuild_id, "expect": expect, **changes},
     ).fetchone()
-    assert row is not None
-    return _row(row)
+    return None if row is None else _row(row)
 
 
 def claim(conn: psycopg.Connection, rebuild_id: uuid.UUID, worker: str, seconds: float) -> bool:
@@ -183,4 +227,19 @@ def start_shadow(
         " catalog_id, history_epoch) DO UPDATE SET position = excluded.position,"
         " generation = excluded.generation, updated_at = now()",
         (consumer, *stream, position, generation),
+    )
+
+
+def uncleaned(conn: psycopg.Connection) -> list[RebuildRow]:
+    """Finished rebuilds whose shadow rows and lease are not yet cleaned up."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM rebuild WHERE phase IN ('done', 'failed', 'cancelled')"
+        " AND cleaned_at IS NULL ORDER BY finished_at"
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
+def mark_cleaned(conn: psycopg.Connection, rebuild_id: uuid.UUID) -> None:
+    conn.execute(
+        "UPDATE rebuild SET cleaned_at = clock_timestamp() WHERE rebuild_id = %s", (rebuild_id,)
     )

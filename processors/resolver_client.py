@@ -190,9 +190,30 @@ class ResolverClient:
         return self._json(self._call("GET", f"/v1/exports/{export_id}"))
 
     def retained_events(self, stream: Stream, after: int, limit: int = 500) -> RetainedPage:
-        response = self._call(
-            "GET", f"{_path(stream)}/events", params={"after": after, "limit": limit}
+        return self._page(
+            self._call("GET", f"{_path(stream)}/events", params={"after": after, "limit": limit})
         )
+
+    def export_events(
+        self, lease_id: str, history_epoch: int, after: int, limit: int = 500
+    ) -> RetainedPage:
+        """A rebuild's catch-up: retained events after ``after`` under its lease; 410
+        (``RetainedEventsGone``) once the lease expired, the cursor was pruned or the
+        epoch is no longer current."""
+        return self._page(
+            self._call(
+                "GET",
+                "/v1/exports/events",
+                params={
+                    "lease_id": lease_id,
+                    "history_epoch": history_epoch,
+                    "after": after,
+                    "limit": limit,
+                },
+            )
+        )
+
+    def _page(self, response: httpx.Response) -> RetainedPage:
         if response.status_code == 410:
             raise RetainedEventsGone(response.json().get("message", "pruned"))
         response.raise_for_status()

@@ -30,6 +30,27 @@ class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
         description="GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS: how often each unfinished"
         " rebuild is moved on by a step.",
     )
+    rebuild_lease_ttl_seconds: int = Field(
+        default=300,
+        ge=10,
+        le=86_400,
+        description="GAPLESS_REBUILD_LEASE_TTL_SECONDS: a rebuild lease's time to live;"
+        " renewed at every step, so it expires only when no worker carries the rebuild on.",
+    )
+    rebuild_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="GAPLESS_REBUILD_MAX_ATTEMPTS: new leases and exports a rebuild may"
+        " start over with (its lease gone, its export failed) before it fails.",
+    )
+    rebuild_keep_generations: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="GAPLESS_REBUILD_KEEP_GENERATIONS: retired projection generations kept"
+        " per catalog after a cutover (older ones are deleted in batches).",
+    )
     agents_batch_size: int = Field(
         default=500, ge=1, le=10_000, description="GAPLESS_AGENTS_BATCH_SIZE: events per batch."
     )

@@ -8,6 +8,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     Index,
     Integer,
     PrimaryKeyConstraint,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 from db.tables.product import metadata
 
@@ -59,6 +61,18 @@ rebuild = Table(
     Column("reason", Text, nullable=False, server_default=text("''")),
     Column("error_code", Text),
     Column("error_message", Text),
+    # Catch-up and cutover: where the shadow's contiguous progress stands, the serving
+    # generation the cutover retired (its rows are removed afterwards) and how long the
+    # live applier of the stream was paused by the cutover transaction.
+    Column("caught_up_position", BigInteger),
+    Column("previous_generation", Integer),
+    Column("cutover_pause_ms", Float),
+    # Seconds spent in each phase so far ({"exporting": 1.2, ...}); the phase in
+    # progress started at ``phase_started_at``.
+    Column("timings", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("phase_started_at", DateTime(timezone=True)),
+    # Set once a finished rebuild's shadow rows are removed and its lease released.
+    Column("cleaned_at", DateTime(timezone=True)),
     # The worker carrying the rebuild out now: others leave it alone until the claim
     # expires (its worker died), then one of them takes it over.
     Column("claimed_by", Text),

@@ -2,7 +2,8 @@
 
 The agent reads ``catalog.control.v1`` and records each command once; the timer
 moves every unfinished rebuild on by one step, under the rebuild's claim, so with
-several workers each rebuild has one orchestrator at a time. A command that does not
+several workers each rebuild has one orchestrator at a time, then removes what
+finished rebuilds left (``processors.rebuild.cleanup``, bounded per pass). A command that does not
 decode is logged and skipped with its code (it names no rebuild to fail).
 """
 
@@ -19,6 +20,7 @@ import psycopg
 from db import rebuilds as sql
 from db.epochs import EpochSource
 from db.objects import s3_client
+from processors.rebuild.cleanup import sweep
 from processors.rebuild.orchestrator import Orchestrator
 from processors.rebuild.requests import accept
 from processors.rebuild.status import StatusPublisher, refusal
@@ -52,6 +54,10 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         client,
         fetch,
         worker=f"{socket.gethostname()}-{os.getpid()}",
+        lease_ttl_seconds=settings.rebuild_lease_ttl_seconds,
+        max_attempts=settings.rebuild_max_attempts,
+        # Its own source: the orchestrator runs in another thread than the agent.
+        epochs=EpochSource(settings.control_dsn),
         on_change=status.row_changed,
     )
 
@@ -91,6 +97,16 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
             unfinished = sql.unfinished(conn)
         for row in unfinished:
             orchestrator.advance(row.rebuild_id)
+        swept = sweep(settings.product_dsn, client, keep=settings.rebuild_keep_generations)
+        if swept.rebuilds_cleaned or swept.generation_rows:
+            log.info(
+                "rebuild cleanup: %d rebuild(s) cleaned, %d shadow and %d retired-generation"
+                " rows removed%s",
+                swept.rebuilds_cleaned,
+                swept.shadow_rows,
+                swept.generation_rows,
+                " (more next pass)" if swept.more else "",
+            )
 
     @app.timer(interval=settings.agents_rebuild_interval_seconds)  # type: ignore[untyped-decorator]
     async def rebuild_steps() -> None:

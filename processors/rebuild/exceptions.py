@@ -24,3 +24,10 @@ class ExportMismatch(RebuildError):
     """An export record that is not of the rebuild's stream or not at its position W."""
 
     code = "EXPORT_MISMATCH"
+
+
+class EpochNotCurrentForRebuild(RebuildError):
+    """The stream being rebuilt is no longer its catalog's current history (a restore
+    issued a new epoch): its generation must not serve."""
+
+    code = "REBUILD_EPOCH_NOT_CURRENT"

@@ -1,0 +1,132 @@
+"""Catch-up phase: the shadow applies the retained events after W, under the lease.
+
+The shadow is an ``Applier`` under the rebuild's own consumer name, whose progress
+row (started at W by the load) points at the new generation. It has the live path's
+dedupe, revision checks and dependency parking, all kept per consumer, and it never
+reads or moves the live consumer's rows. Each round:
+
+1. fetch a page after the fetch cursor (the shadow's durable progress at first) from
+   ``GET /v1/exports/events`` under the lease (a 410 reaches the orchestrator, which
+   starts over with a new export);
+2. apply it through the shadow applier: one transaction; the shadow's progress moves
+   contiguously and never past a parked or quarantined position;
+3. the first page that reaches the stream's committed position names the target H
+   (that committed position); the caller records it on the rebuild row once;
+4. the shadow is caught up once its progress is at or past H.
+
+A crash anywhere leaves the shadow's committed batches and progress: the next round
+starts after that progress (a page applied twice is only duplicates). A shadow
+stuck below H, behind a position that stays parked or quarantined, is reported with
+what holds it (``blocker``), and the rebuild waits in this phase for the operator's
+repair of the shadow consumer's entry (``gapless quarantine``/``gapless parked``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from db import cutover as sql
+from processors.applier.batch import Applier
+from processors.applier.messages import RawMessage
+from processors.gaps import retained_topic
+from processors.resolver_client import ResolverClient
+from schemas.ids import StreamId
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    progress: int
+    target: int | None
+    fetched: int
+    blocker: str | None = None
+
+    @property
+    def caught_up(self) -> bool:
+        return self.target is not None and self.progress >= self.target
+
+
+def fetch_and_apply(
+    client: ResolverClient,
+    shadow: Applier,
+    lease_id: str,
+    stream: StreamId,
+    after: int,
+    page_size: int,
+) -> tuple[int, int, int, int]:
+    """Steps 1-2 once: (events fetched, last position fetched, committed position,
+    shadow progress after the batch)."""
+    page = client.export_events(lease_id, stream.history_epoch, after, page_size)
+    progress = after
+    if page.events:
+        origin = retained_topic(stream)
+        result = shadow.apply(
+            [
+                RawMessage(origin, -1, e.position, e.key, e.value, stream, e.position)
+                for e in page.events
+            ]
+        )
+        progress = result.progress.get(stream, after)
+    last = page.events[-1].position if page.events else after
+    return len(page.events), last, page.committed_position, progress
+
+
+def catch_up(
+    client: ResolverClient,
+    shadow: Applier,
+    lease_id: str,
+    stream: StreamId,
+    target: int | None,
+    *,
+    page_size: int = 2000,
+    budget_seconds: float = 10.0,
+    on_page: Callable[[int], None] = lambda _progress: None,
+) -> CatchUp:
+    """Rounds of steps 1-3 until the shadow is caught up, it is stuck, or the time
+    budget is spent (the caller renews its claim and the lease in ``on_page`` and
+    calls again)."""
+    with psycopg.connect(shadow.product_dsn) as conn:
+        start = sql.progress_of(conn, shadow.consumer, stream)
+    assert start is not None, "the load starts the shadow's progress row"
+    progress = cursor = start
+    fetched = 0
+    deadline = time.monotonic() + budget_seconds
+    while True:
+        n, last, committed, after_batch = fetch_and_apply(
+            client, shadow, lease_id, stream, cursor, page_size
+        )
+        fetched += n
+        progress = max(progress, after_batch)
+        cursor = max(cursor, last, progress)
+        if target is None and n < page_size:
+            target = committed
+        on_page(progress)
+        if target is not None and progress >= target:
+            return CatchUp(progress, target, fetched)
+        if n == 0 and cursor >= committed:
+            # Everything committed was fetched, yet progress is short of it: a
+            # position above progress stays parked or quarantined for the shadow.
+            return CatchUp(progress, target, fetched, _blocker(shadow, stream, progress))
+        if time.monotonic() >= deadline:
+            return CatchUp(progress, target, fetched)
+
+
+def _blocker(shadow: Applier, stream: StreamId, progress: int) -> str:
+    with psycopg.connect(shadow.product_dsn) as conn:
+        held = sql.held_above(conn, shadow.consumer, stream, progress)
+    if held.quarantine_id is not None:
+        return (
+            f"position {progress + 1} and later wait on quarantine entry #{held.quarantine_id}"
+            f" ({held.quarantine_code}) of consumer {shadow.consumer}: retry or skip it"
+            " (gapless quarantine)"
+        )
+    if held.parked:
+        return (
+            f"position {progress + 1}: {held.parked} event(s) of consumer {shadow.consumer}"
+            f" parked from position {held.first_parked} on a dependency that never came"
+            " (gapless parked list)"
+        )
+    return f"position {progress + 1} has no terminal outcome for {shadow.consumer} yet"

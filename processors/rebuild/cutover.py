@@ -1,0 +1,140 @@
+"""Cutover: from H on, the live consumer of the stream serves the shadow's generation.
+
+One transaction, on a connection of its own:
+
+1. lock the rebuild row; it must still be ``cutting_over`` with no swap recorded
+   (a cancel or another worker's step wins otherwise);
+2. lock the live consumer's progress row of the stream. The live applier (its
+   batches, the gap closer, an operator's retries) locks this row first in every
+   transaction touching the stream, so from here it waits: the pause begins;
+3. read the live consumer's progress L and R, the highest position it holds any
+   inbox row for (it has taken every event it has a row for, and may have applied
+   those above L into the old generation);
+4. H is the shadow's progress; while H < R, catch the shadow up (its own connection,
+   each page a committed shadow batch) within ``pause_budget_seconds``; still
+   short, roll back: the pause ends with nothing changed and the caller catches up
+   further before it tries again;
+5. the stream's epoch must still be current (control database), else the rebuild
+   fails ``REBUILD_EPOCH_NOT_CURRENT`` (a restore fenced it; the new epoch needs its own);
+6. swap: the live row's generation becomes the shadow's and its position max(L, H);
+   its rows of the catalog's older epochs follow;
+7. settle what the live consumer still held open at or below H (parked events,
+   open quarantine entries): the generation it now serves holds their outcome;
+8. record on the rebuild row the retired generation and H;
+COMMIT: the pause ends, the live applier goes on after H in the new generation. The
+pause (steps 2 to COMMIT) is recorded when the rebuild finishes.
+
+Why H >= R: every event the live consumer took is then at or below H, applied by the
+shadow into the new generation; every event it has not taken yet is either at or
+below H (a duplicate by position when it comes) or above H, and the live applier
+applies it into the new generation when Kafka or the gap closer brings it (the
+resolver retains it: the live consumer's reported progress is at most L until the
+cutover, and the lease pins W). Events the shadow applied above H are in the new
+generation already; their copies are ``ignored_stale`` by revision.
+
+A crash before COMMIT changes nothing but the shadow's committed catch-up batches.
+After COMMIT the rebuild row says the swap happened (``previous_generation``): the
+next step only releases the lease and finishes the rebuild.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from db import cutover as sql
+from db import rebuilds
+from db.rebuilds import RebuildRow
+from processors.applier.batch import Applier
+from processors.rebuild.catchup import fetch_and_apply
+from processors.rebuild.exceptions import EpochNotCurrentForRebuild, WrongPhase
+from processors.resolver_client import ResolverClient
+
+
+@dataclass(frozen=True, slots=True)
+class CutOver:
+    """What the cutover did: the new serving position H, the live progress it
+    replaced, the pause, and what it settled."""
+
+    target: int
+    live_before: int
+    received_through: int
+    pause_ms: float
+    parked_settled: int
+    quarantine_settled: int
+    row: RebuildRow
+
+
+def cut_over(
+    product_dsn: str,
+    client: ResolverClient,
+    shadow: Applier,
+    rebuild_id: uuid.UUID,
+    current_epoch: Callable[[], int | None],
+    *,
+    page_size: int = 2000,
+    pause_budget_seconds: float = 2.0,
+) -> CutOver | None:
+    """Steps 1-8; None when the shadow could not reach R within the pause budget."""
+    with psycopg.connect(product_dsn) as conn:
+        with conn.transaction():
+            row = rebuilds.get(conn, rebuild_id, lock=True)
+            if row is None or row.phase != "cutting_over" or row.previous_generation is not None:
+                raise WrongPhase(f"rebuild {rebuild_id} is not waiting to cut over")
+            assert row.generation is not None and row.lease_id is not None
+            live = sql.lock_live(conn, row.consumer, row.stream)
+            paused = time.monotonic()
+            target = _shadow_progress(conn, shadow, row)
+            while target < live.received_through:
+                if time.monotonic() - paused > pause_budget_seconds:
+                    conn.rollback()
+                    return None
+                n, _last, _committed, after = fetch_and_apply(
+                    client, shadow, str(row.lease_id), row.stream, target, page_size
+                )
+                if n == 0:  # short of R with nothing more to fetch: blocked
+                    conn.rollback()
+                    return None
+                target = max(target, after)
+            epoch = current_epoch()
+            if epoch != row.stream.history_epoch:
+                raise EpochNotCurrentForRebuild(
+                    f"{row.stream} is no longer the current history of its catalog"
+                    f" (current epoch: {epoch})"
+                )
+            sql.swap(conn, row.consumer, row.stream, row.generation, target)
+            settled = sql.retire_through(
+                conn,
+                row.consumer,
+                row.stream,
+                target,
+                f"rebuild {rebuild_id} cut over at position {target}",
+            )
+            done = rebuilds.update(
+                conn,
+                rebuild_id,
+                "cutting_over",
+                previous_generation=live.generation,
+                target_position=target,
+                caught_up_position=target,
+            )
+        pause_ms = (time.monotonic() - paused) * 1000.0  # through the COMMIT
+    return CutOver(
+        target,
+        live.position,
+        live.received_through,
+        pause_ms,
+        settled.parked,
+        settled.quarantined,
+        done,
+    )
+
+
+def _shadow_progress(conn: psycopg.Connection, shadow: Applier, row: RebuildRow) -> int:
+    position = sql.progress_of(conn, shadow.consumer, row.stream)
+    assert position is not None, "the load starts the shadow's progress row"
+    return position

@@ -1,0 +1,299 @@
+"""Catch-up and cutover against the real resolver API, PostgreSQL and S3.
+
+A live applier (fed the resolver's retained copies, the same batch path the Kafka
+agent uses) serves generation 1 while a rebuild loads generation 2 from an export at
+W, catches up with events written after W, and cuts over: the live row then serves
+generation 2 at H, never behind where it was, the projection equals the accepted
+state row by row, the lease is released, and the cleanup removes the shadow's rows
+and generation 1.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from db import rebuilds as sql
+from db.epochs import EpochSource
+from db.settings import DatabaseSettings
+from infra.demo.projection_check import compare
+from infra.demo.workload import run_workload
+from processors.applier.batch import Applier
+from processors.applier.messages import RawMessage
+from processors.gaps import retained_topic
+from processors.rebuild import cutover
+from processors.rebuild.cleanup import sweep
+from processors.rebuild.orchestrator import Orchestrator
+from processors.resolver_client import ResolverClient
+from producers.exports.settings import ExportSettings
+from producers.exports.store import ExportStore
+from schemas.codec import CODEC
+from schemas.ids import StreamId
+from tests.fixtures.resolver_api import RunningApi
+
+TENANT, CATALOG = "x", "catalog1"
+STREAM = StreamId(TENANT, CATALOG, 1)
+LIVE = "product-applier"
+
+
+@dataclass
+class Rig:
+    settings: DatabaseSettings
+    pool: ConnectionPool
+    epochs: EpochSource
+    client: ResolverClient
+    live: Applier
+    orchestrator: Orchestrator
+
+    def write(self, events: int) -> None:
+        run_workload(self.pool, self.epochs, [(TENANT, CATALOG)], events=events, writers=2)
+
+    def feed_live(self, through: int | None = None) -> int:
+        """Apply retained copies to the live consumer until ``through`` (or all)."""
+        progress = self.progress(LIVE) or 0
+        while through is None or progress < through:
+            limit = 500 if through is None else min(500, through - progress)
+            page = self.client.retained_events(STREAM, progress, limit)
+            if not page.events:
+                break
+            result = self.live.apply(
+                [
+                    RawMessage(
+                        retained_topic(STREAM), -1, e.position, e.key, e.value, STREAM, e.position
+                    )
+                    for e in page.events
+                ]
+            )
+            progress = result.progress[STREAM]
+        return progress
+
+    def progress(self, consumer: str) -> int | None:
+        with psycopg.connect(self.settings.product_dsn) as conn:
+            row = conn.execute(
+                "SELECT position FROM stream_progress WHERE consumer = %s AND tenant_id = %s"
+                " AND catalog_id = %s AND history_epoch = %s",
+                (consumer, *STREAM),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def live_row(self) -> tuple[int, int]:
+        with psycopg.connect(self.settings.product_dsn) as conn:
+            row = conn.execute(
+                "SELECT position, generation FROM stream_progress WHERE consumer = %s"
+                " AND tenant_id = %s AND catalog_id = %s AND history_epoch = %s",
+                (LIVE, *STREAM),
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def committed(self) -> int:
+        with psycopg.connect(self.settings.resolver_dsn) as conn:
+            row = conn.execute(
+                "SELECT position FROM stream_cursor WHERE tenant_id = %s AND catalog_id = %s"
+                " AND history_epoch = %s",
+                tuple(STREAM),
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def request(self) -> uuid.UUID:
+        rebuild_id = uuid.uuid4()
+        with psycopg.connect(self.settings.product_dsn) as conn:
+            assert sql.insert(
+                conn, rebuild_id, LIVE, STREAM, f"shadow-{rebuild_id.hex[:6]}", "op", "t"
+            )
+        return rebuild_id
+
+    def until(self, rebuild_id: uuid.UUID, phase: str) -> list[str]:
+        phases: list[str] = []
+        deadline = time.monotonic() + 90
+        while True:
+            row = self.orchestrator.advance(rebuild_id)
+            assert row is not None
+            if not phases or phases[-1] != row.phase:
+                phases.append(row.phase)
+            if row.phase in (phase, "failed", "done"):
+                return phases
+            assert time.monotonic() < deadline, phases
+
+    def row(self, rebuild_id: uuid.UUID) -> sql.RebuildRow:
+        with psycopg.connect(self.settings.product_dsn) as conn:
+            row = sql.get(conn, rebuild_id)
+        assert row is not None
+        return row
+
+
+@pytest.fixture()
+def rig(
+    clean_db: DatabaseSettings, resolver_api: RunningApi, services: dict[str, str]
+) -> Iterator[Rig]:
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=2, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+    client = ResolverClient(resolver_api.url, resolver_api.token)
+    store = ExportStore.from_settings(ExportSettings())
+    live = Applier(clean_db.product_dsn, EpochSource(clean_db.control_dsn), CODEC, LIVE)
+    orchestrator = Orchestrator(
+        clean_db.product_dsn,
+        client,
+        store.get,
+        "worker-a",
+        epochs=EpochSource(clean_db.control_dsn),
+        page_size=100,
+    )
+    rig = Rig(clean_db, pool, epochs, client, live, orchestrator)
+    rig.write(300)
+    yield rig
+    orchestrator.close()
+    live.close()
+    client.close()
+    pool.close()
+    epochs.close()
+
+
+def _accepted_equals(rig: Rig, generation: int) -> None:
+    comparison = compare(rig.settings.resolver_dsn, rig.settings.product_dsn, TENANT, generation)
+    assert comparison.differences == [], comparison.differences[:5]
+    assert sum(comparison.rows.values()) > 0
+
+
+def test_catch_up_and_cutover_serve_the_new_generation_from_h(rig: Rig) -> None:
+    live_before = rig.feed_live()
+    rebuild_id = rig.request()
+    assert rig.until(rebuild_id, "catching_up")[-1] == "catching_up"
+    w = rig.row(rebuild_id).export_position
+    assert w is not None
+    rig.write(200)  # events after W: the shadow must catch up with them
+    rig.feed_live(through=live_before + 50)  # the live consumer moves on meanwhile
+    phases = rig.until(rebuild_id, "done")
+    assert phases[-1] == "done" and "cutting_over" in phases
+    row = rig.row(rebuild_id)
+    position, generation = rig.live_row()
+    assert generation == row.generation == 2 and row.previous_generation == 1
+    assert row.target_position is not None and row.target_position > w
+    assert position == row.target_position >= live_before + 50  # never backwards
+    assert row.cutover_pause_ms is not None and row.cutover_pause_ms >= 0
+    assert set(row.timings) >= {"requested", "leased", "exporting", "loading", "catching_up"}
+    # The live consumer carries on after H, into the generation it now serves.
+    assert rig.feed_live() == rig.committed()
+    _accepted_equals(rig, 2)
+    with psycopg.connect(rig.settings.resolver_dsn) as conn:
+        released = conn.execute("SELECT released_at IS NOT NULL FROM rebuild_lease").fetchall()
+    assert released == [(True,)]
+    # Cleanup: the shadow's rows and the retired generation 1 go, generation 2 stays.
+    swept = sweep(rig.settings.product_dsn, rig.client, batch=50, max_batches=10_000)
+    assert swept.rebuilds_cleaned == 1 and swept.generation_rows > 0 and not swept.more
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM product_item WHERE generation = 1),"
+            " (SELECT count(*) FROM product_item WHERE generation = 2),"
+            " (SELECT count(*) FROM inbox WHERE consumer = %s),"
+            " (SELECT count(*) FROM stream_progress WHERE consumer = %s)",
+            (row.shadow_consumer, row.shadow_consumer),
+        ).fetchone()
+    assert left is not None and left[0] == 0 and left[1] > 0 and left[2:] == (0, 0)
+    assert rig.row(rebuild_id).cleaned_at is not None
+    _accepted_equals(rig, 2)
+
+
+def test_a_live_consumer_ahead_of_the_shadow_is_caught_up_to_while_paused(rig: Rig) -> None:
+    rig.feed_live()
+    rebuild_id = rig.request()
+    rig.until(rebuild_id, "catching_up")
+    rig.until(rebuild_id, "cutting_over")
+    rig.write(150)
+    ahead = rig.feed_live()  # the live consumer took events the shadow has not seen
+    shadow = rig.orchestrator.shadow(rig.row(rebuild_id))
+    assert (rig.progress(shadow.consumer) or 0) < ahead
+    done = cutover.cut_over(
+        rig.settings.product_dsn,
+        rig.client,
+        shadow,
+        rebuild_id,
+        lambda: 1,
+        page_size=40,
+    )
+    assert done is not None and done.target >= ahead == done.received_through
+    assert rig.live_row() == (done.target, 2)
+    # A crash now (before the lease release): the next step only finishes.
+    assert rig.until(rebuild_id, "done") == ["done"]
+    assert rig.live_row() == (done.target, 2)
+    _accepted_equals(rig, 2)
+
+
+def test_what_the_live_consumer_held_open_below_h_is_settled_at_cutover(rig: Rig) -> None:
+    rig.feed_live()
+    # The live consumer parked an event and quarantined another, both below H.
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        conn.execute(
+            "INSERT INTO inbox (consumer, event_id, tenant_id, catalog_id, history_epoch,"
+            " position, event_type, outcome) VALUES"
+            " (%s, %s, %s, %s, 1, 3, 'x', 'parked'), (%s, %s, %s, %s, 1, 4, 'x', 'quarantined')",
+            (
+                LIVE,
+                uuid.uuid4(),
+                TENANT,
+                CATALOG,
+                LIVE,
+                parked_quarantined := uuid.uuid4(),
+                TENANT,
+                CATALOG,
+            ),
+        )
+        parked_id = conn.execute(
+            "SELECT event_id FROM inbox WHERE consumer = %s AND outcome = 'parked'", (LIVE,)
+        ).fetchone()
+        assert parked_id is not None
+        conn.execute(
+            "INSERT INTO parked_event (consumer, event_id, tenant_id, catalog_id, history_epoch,"
+            " position, value) VALUES (%s, %s, %s, %s, 1, 3, '\\x00')",
+            (LIVE, parked_id[0], TENANT, CATALOG),
+        )
+        conn.execute(
+            "INSERT INTO parked_dependency (consumer, event_id, tenant_id, catalog_id,"
+            " aggregate_type, aggregate_id, revision) VALUES (%s, %s, %s, %s, 'catalog_item',"
+            " 'nope', 9)",
+            (LIVE, parked_id[0], TENANT, CATALOG),
+        )
+        conn.execute(
+            'INSERT INTO quarantine (consumer, topic, partition, "offset", event_id, tenant_id,'
+            " catalog_id, history_epoch, position, error_code, error_detail)"
+            " VALUES (%s, 't', 0, 1, %s, %s, %s, 1, 4, 'APPLY_FAILED', 'x')",
+            (LIVE, parked_quarantined, TENANT, CATALOG),
+        )
+    rebuild_id = rig.request()
+    assert rig.until(rebuild_id, "done")[-1] == "done"
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM parked_event WHERE consumer = %s),"
+            " (SELECT count(*) FROM parked_dependency WHERE consumer = %s),"
+            " (SELECT count(*) FROM inbox WHERE consumer = %s"
+            "  AND outcome IN ('parked', 'quarantined')),"
+            " (SELECT status || ': ' || resolution FROM quarantine WHERE consumer = %s)",
+            (LIVE, LIVE, LIVE, LIVE),
+        ).fetchone()
+    assert left is not None and left[:3] == (0, 0, 0)
+    assert str(left[3]).startswith(f"superseded: rebuild {rebuild_id} cut over at position")
+
+
+def test_a_cancelled_rebuild_never_serves_and_is_cleaned_up(rig: Rig) -> None:
+    rig.feed_live()
+    rebuild_id = rig.request()
+    rig.until(rebuild_id, "catching_up")
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        sql.update(conn, rebuild_id, "cancelled", error_message="by test")
+    assert rig.orchestrator.advance(rebuild_id) is None  # finished: nothing to claim
+    assert rig.live_row()[1] == 1
+    swept = sweep(rig.settings.product_dsn, rig.client, batch=100, max_batches=10_000)
+    assert swept.rebuilds_cleaned == 1 and swept.generation_rows > 0
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        gens = conn.execute("SELECT DISTINCT generation FROM product_item").fetchall()
+    with psycopg.connect(rig.settings.resolver_dsn) as conn:
+        released = conn.execute("SELECT released_at IS NOT NULL FROM rebuild_lease").fetchall()
+    assert gens == [(1,)] and released == [(True,)]
+    _accepted_equals(rig, 1)
