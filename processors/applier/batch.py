@@ -392,7 +392,6 @@ class Applier:
             counts[d.event.stream].ignored += 1
         inbox.record(conn, ((d.event, IGNORED_OLD_EPOCH) for d in old), self.consumer)
 
-        generation = {s: p.generation for s, p in locked.items()}
         events = [d.event for d in fresh.values()]
         # Parked events wait only on aggregates of their own tenant and catalog. Where
         # nothing is parked, no aggregate has anything waiting and the lookups are
@@ -401,6 +400,9 @@ class Applier:
         catalogs |= {(p.event.tenant_id, p.event.catalog_id) for p in recheck}
         flags = parking.catalogs_waiting(conn, self.consumer, catalogs)
         nothing_parked = catalogs - flags.parked
+        # The generation each catalog's events go to: the one this consumer's progress
+        # rows of the catalog point at (a cutover moves them all together).
+        generation = progress.generations(conn, self.consumer, locked, catalogs)
 
         def waiting_on(keys: Iterable[AggregateKey]) -> list[Parked]:
             return parking.waiting_on(
@@ -528,19 +530,23 @@ class Applier:
         self,
         conn: psycopg.Connection,
         keys: set[AggregateKey],
-        generation: dict[progress.Stream, int],
+        generation: dict[tuple[str, str], int],
     ) -> dict[AggregateKey, int]:
-        gens = {g for g in generation.values()} or {1}
+        """The applied revision of each key, read in the generation its catalog's
+        events go to for this consumer (never another consumer's generation)."""
+        by_gen: dict[int, list[AggregateKey]] = defaultdict(list)
+        for key in keys:
+            by_gen[generation.get((key[0], key[1]), 1)].append(key)
         found: dict[AggregateKey, int] = {}
-        for gen in gens:
-            found.update(registry.load_revisions(conn, gen, keys))
+        for gen, of_gen in by_gen.items():
+            found.update(registry.load_revisions(conn, gen, of_gen))
         return found
 
 
 def _by_generation(
-    events: list[Envelope], generation: dict[progress.Stream, int]
+    events: list[Envelope], generation: dict[tuple[str, str], int]
 ) -> dict[int, list[Envelope]]:
     grouped: dict[int, list[Envelope]] = defaultdict(list)
     for event in events:
-        grouped[generation.get(event.stream, 1)].append(event)
+        grouped[generation[(event.tenant_id, event.catalog_id)]].append(event)
     return grouped

@@ -33,7 +33,9 @@ class Counts:
 def lock(
     conn: psycopg.Connection, consumer: str, streams: Iterable[Stream]
 ) -> dict[Stream, StreamProgress]:
-    """Lock this consumer's progress rows of ``streams``, creating missing ones.
+    """Lock this consumer's progress rows of ``streams``, creating missing ones (in the
+    generation the consumer's other rows of the catalog serve, a new epoch's stream
+    after a cutover too; else generation 1).
 
     The row lock serializes appliers of one stream: during a rebalance two workers
     can briefly hold the same partition, and without the lock both could judge the
@@ -52,8 +54,10 @@ def lock(
         "epochs": [s[2] for s in wanted],
     }
     conn.execute(
-        "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch)"
-        " SELECT %(consumer)s, k.t, k.c, k.e"
+        "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch, generation)"
+        " SELECT %(consumer)s, k.t, k.c, k.e, coalesce((SELECT max(o.generation)"
+        "  FROM stream_progress o WHERE o.consumer = %(consumer)s AND o.tenant_id = k.t"
+        "  AND o.catalog_id = k.c), 1)"
         " FROM unnest(%(tenants)b::text[], %(catalogs)b::text[], %(epochs)b::int8[])"
         " WITH ORDINALITY AS k(t, c, e, n) ORDER BY k.n ON CONFLICT DO NOTHING",
         params,
@@ -73,6 +77,29 @@ def lock(
         result[(t, c, int(e))] = StreamProgress(int(position), int(generation))
     assert len(result) == len(wanted)
     return result
+
+
+def generations(
+    conn: psycopg.Connection,
+    consumer: str,
+    locked: dict[Stream, StreamProgress],
+    catalogs: Iterable[tuple[str, str]],
+) -> dict[tuple[str, str], int]:
+    """The generation this consumer applies each catalog's events to: its locked rows
+    say so for the batch's streams; a catalog reached only through released parked
+    events of another stream is looked up (1 if the consumer has no row of it)."""
+    found = {(t, c): p.generation for (t, c, _e), p in locked.items()}
+    missing = sorted(set(catalogs) - found.keys())
+    if missing:
+        rows = conn.execute(
+            "SELECT tenant_id, catalog_id, max(generation) FROM stream_progress"
+            " WHERE consumer = %s AND (tenant_id, catalog_id) IN"
+            " (SELECT * FROM unnest(%s::text[], %s::text[])) GROUP BY tenant_id, catalog_id",
+            (consumer, [t for t, _ in missing], [c for _, c in missing]),
+        ).fetchall()
+        found.update({(t, c): int(g) for t, c, g in rows})
+        found.update({k: 1 for k in missing if k not in found})
+    return found
 
 
 # Numbering the terminal positions above ``current`` 1, 2, 3…, a position belongs to

@@ -5,6 +5,8 @@ other's progress (DESIGN §7: per (consumer, generation))."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import psycopg
 
 from db.epochs import EpochSource, ensure_epoch
@@ -77,3 +79,62 @@ def test_a_shadow_consumer_and_the_live_one_keep_their_own_inbox_parking_and_pro
     live.close()
     shadow.close()
     epochs.close()
+
+
+def test_revisions_are_read_in_each_catalogs_own_generation(clean_db: DatabaseSettings) -> None:
+    """One batch of two catalogs, one cut over to generation 2 and one still on 1: the
+    retired generation 1 rows of the first catalog (not cleaned up yet) never make its
+    events look stale, and each catalog's events land in its own generation. A new
+    epoch's stream of the cut-over catalog starts in generation 2 too."""
+    other = "catalog-other"
+    with psycopg.connect(clean_db.control_dsn, autocommit=True) as conn:
+        ensure_epoch(conn, TENANT, CATALOG)
+        ensure_epoch(conn, TENANT, other)
+    with psycopg.connect(clean_db.product_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch,"
+            " position, generation) VALUES ('live', %s, %s, 1, 0, 2)",
+            (TENANT, CATALOG),
+        )
+        conn.execute(  # a retired generation's row, far ahead in revision
+            "INSERT INTO product_item (generation, tenant_id, catalog_id, item_id, class_id,"
+            " status, title, attributes, revision, position)"
+            " VALUES (1, %s, %s, 'a', 'lamp', 'active', 'old', '{}', 9, 9)",
+            (TENANT, CATALOG),
+        )
+    epochs = EpochSource(clean_db.control_dsn)
+    live = Applier(clean_db.product_dsn, epochs, CODEC, consumer="live")
+    partition = Partition()
+    mine = upsert(1, "a", 1)
+    theirs = replace(upsert(1, "b", 1), catalog_id=other)
+    result = live.apply([partition.event(mine), partition.event(theirs)])
+    assert (result.applied, result.ignored) == (2, 0), result
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        rows = conn.execute(
+            "SELECT catalog_id, item_id, generation, revision FROM product_item ORDER BY 1, 3"
+        ).fetchall()
+    assert rows == [(CATALOG, "a", 1, 9), (CATALOG, "a", 2, 1), (other, "b", 1, 1)]
+    assert _progress_of(clean_db.product_dsn, "live") == {
+        (CATALOG, 1): (1, 2),
+        (other, 1): (1, 1),
+    }
+    with psycopg.connect(clean_db.control_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE history_epoch SET epoch = 2 WHERE tenant_id = %s AND catalog_id = %s",
+            (TENANT, CATALOG),
+        )
+    later = upsert(1, "c", 1, epoch=2)
+    assert live.apply([partition.event(later)]).applied == 1
+    assert _progress_of(clean_db.product_dsn, "live")[(CATALOG, 2)] == (1, 2)
+    live.close()
+    epochs.close()
+
+
+def _progress_of(dsn: str, consumer: str) -> dict[tuple[str, int], tuple[int, int]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT catalog_id, history_epoch, position, generation FROM stream_progress"
+            " WHERE consumer = %s",
+            (consumer,),
+        ).fetchall()
+    return {(c, int(e)): (int(p), int(g)) for c, e, p, g in rows}
