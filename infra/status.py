@@ -38,6 +38,9 @@ class RebuildState:
     rows_loaded: int
     export_position: int | None
     error_code: str | None
+    caught_up_position: int | None
+    target_position: int | None
+    cutover_pause_ms: float | None
 
 
 @dataclass(slots=True)
@@ -45,7 +48,7 @@ class StreamStatus:
     retention: StreamRetention | None
     stream: Stream
     consumers: list[ConsumerState] = field(default_factory=list)
-    # Unfinished rebuilds, and ones that failed in the last day.
+    # Unfinished rebuilds, and ones that finished in the last day.
     rebuilds: list[RebuildState] = field(default_factory=list)
 
 
@@ -53,9 +56,10 @@ def _rebuilds(conn: psycopg.Connection) -> dict[Stream, list[RebuildState]]:
     found: dict[Stream, list[RebuildState]] = defaultdict(list)
     for row in conn.execute(
         "SELECT tenant_id, catalog_id, history_epoch, rebuild_id, consumer, phase, attempt,"
-        " chunks_loaded, chunks_total, rows_loaded, export_position, error_code FROM rebuild"
+        " chunks_loaded, chunks_total, rows_loaded, export_position, error_code,"
+        " caught_up_position, target_position, cutover_pause_ms FROM rebuild"
         " WHERE phase NOT IN ('done', 'failed', 'cancelled')"
-        " OR (phase = 'failed' AND updated_at > now() - interval '1 day')"
+        " OR updated_at > now() - interval '1 day'"
         " ORDER BY created_at"
     ).fetchall():
         t, c, e, *rest = row
@@ -187,8 +191,15 @@ def lines(status: StreamStatus) -> list[str]:
         )
     for b in status.rebuilds:
         error = f"  {b.error_code}" if b.error_code else ""
+        caught = (
+            f"  caught up to {b.caught_up_position} (H={b.target_position or '?'})"
+            if b.caught_up_position is not None
+            else ""
+        )
+        pause = f"  cutover paused {b.cutover_pause_ms:.1f} ms" if b.cutover_pause_ms else ""
         out.append(
             f"    rebuild {b.rebuild_id} of {b.consumer}: {b.phase}  attempt {b.attempt}"
-            f"  loaded {b.chunks_loaded}/{b.chunks_total} chunks ({b.rows_loaded} rows){error}"
+            f"  loaded {b.chunks_loaded}/{b.chunks_total} chunks ({b.rows_loaded} rows)"
+            f"{caught}{pause}{error}"
         )
     return out

@@ -96,6 +96,9 @@ class RebuildStatus:
     error_code: str | None = None
     error_message: str | None = None
     at: datetime
+    target_position: int | None = None
+    caught_up_position: int | None = None
+    cutover_pause_ms: float | None = None
 
     def key(self) -> bytes:
         return f"{self.tenant_id}/{self.catalog_id}".encode()

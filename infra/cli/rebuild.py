@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from infra.cli.output import actor, echo, emit, fail, guarded
+from infra.cli.output import actor, echo, emit, fail, guarded, resolver_conn
 from infra.config import load
 
 
@@ -44,7 +46,7 @@ def _publish(command: Any) -> None:
         )
 
 
-def _record(row: Any) -> dict[str, Any]:
+def _record(row: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "rebuild_id": str(row.rebuild_id),
         "stream": str(row.stream),
@@ -56,22 +58,73 @@ def _record(row: Any) -> dict[str, Any]:
         "chunks_loaded": row.chunks_loaded,
         "chunks_total": row.chunks_total,
         "rows_loaded": row.rows_loaded,
+        "target_position": row.target_position,
+        "caught_up_position": row.caught_up_position,
+        "previous_generation": row.previous_generation,
+        "cutover_pause_ms": row.cutover_pause_ms,
+        "timings": row.timings,
         "requested_by": row.requested_by,
         "reason": row.reason,
         "error_code": row.error_code,
         "error_message": row.error_message,
         "created_at": row.created_at.isoformat(),
         "updated_at": row.updated_at.isoformat(),
+        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+        **(extra or {}),
     }
 
 
-def _line(row: Any) -> str:
+def _caught_up(row: Any) -> str:
+    if row.export_position is None or row.caught_up_position is None:
+        return ""
+    target = row.target_position if row.target_position is not None else "?"
+    done = row.caught_up_position - row.export_position
+    return f"  caught up {done} (to {row.caught_up_position} of H={target})"
+
+
+def _line(row: Any, extra: dict[str, Any] | None = None) -> str:
+    extra = extra or {}
     error = f"  {row.error_code}: {row.error_message}" if row.error_code else ""
+    exported = f"  exported {extra['rows_exported']} rows" if "rows_exported" in extra else ""
+    lease = f"  lease until {extra['lease_expires_at']}" if extra.get("lease_expires_at") else ""
+    pause = (
+        f"  paused the live applier {row.cutover_pause_ms:.1f} ms"
+        if row.cutover_pause_ms is not None
+        else ""
+    )
     return (
         f"{row.rebuild_id}  {row.stream!s:<28} {row.phase:<12} attempt {row.attempt}"
+        f"  W={row.export_position if row.export_position is not None else '-'}{exported}"
         f"  loaded {row.chunks_loaded}/{row.chunks_total} chunks ({row.rows_loaded} rows)"
-        f"  W={row.export_position if row.export_position is not None else '-'}{error}"
+        f"{_caught_up(row)}{pause}{lease}{error}"
     )
+
+
+def _resolver_side(row: Any) -> dict[str, Any]:
+    """What the resolver knows of the rebuild: rows its export wrote, when its lease
+    expires (best effort: the resolver database may be elsewhere)."""
+    import psycopg
+
+    from db.exports import get_export
+    from db.retention import get_lease
+
+    extra: dict[str, Any] = {}
+    try:
+        with resolver_conn() as conn:
+            if row.export_id is not None:
+                export = get_export(conn, row.export_id)
+                if export is not None:
+                    extra["rows_exported"] = export.records
+            if row.lease_id is not None:
+                lease = get_lease(conn, row.lease_id)
+                if lease is not None:
+                    released = lease.released_at is not None
+                    extra["lease_expires_at"] = (
+                        None if released else lease.expires_at.isoformat(timespec="seconds")
+                    )
+    except psycopg.Error:
+        pass
+    return extra
 
 
 @click.group(invoke_without_command=True)
@@ -81,6 +134,19 @@ def _line(row: Any) -> str:
     "--consumer", help="Whose projections (default: the agents' GAPLESS_AGENTS_CONSUMER)."
 )
 @click.option("--reason", default="", help="Why, for the audit trail.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the rebuild until it ends, showing its progress; exit 1 if it fails,"
+    " 3 if it was not started.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="With --wait: give up following after this many seconds (exit 4; the rebuild goes on).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the request as one JSON object.")
 @click.pass_context
 def rebuild(
@@ -89,11 +155,14 @@ def rebuild(
     catalog: str | None,
     consumer: str | None,
     reason: str,
+    wait: bool,
+    timeout: float,
     as_json: bool,
 ) -> None:
     """Ask the agents to rebuild a catalog's projections in a shadow generation
-    (published on the control topic; prints the rebuild's id). Then `gapless rebuild
-    status ID` follows it and `gapless rebuild cancel ID` stops it."""
+    (published on the control topic; prints the rebuild's id). `--wait` follows it to
+    the end; `gapless rebuild status ID` shows it and `gapless rebuild cancel ID`
+    stops it."""
     if ctx.invoked_subcommand is not None:
         return
     if not tenant or not catalog:
@@ -110,13 +179,102 @@ def rebuild(
         reason=reason,
         requested_at=datetime.now(UTC),
     )
+    answers = _StatusWatch() if wait else None
     _publish(command)
     emit(
         as_json,
         {"rebuild_id": str(command.command_id), "tenant_id": tenant, "catalog_id": catalog},
         str(command.command_id),
     )
-    echo(f"requested; follow it with `gapless rebuild status {command.command_id}`")
+    if answers is None:
+        echo(f"requested; follow it with `gapless rebuild status {command.command_id}`")
+        return
+    sys.exit(_follow(command.command_id, answers, timeout, as_json))
+
+
+class _StatusWatch:
+    """The status topic from now on, to hear a refusal (a request that makes no
+    rebuild row: the catalog is already rebuilding, or it has no history)."""
+
+    def __init__(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        from schemas.settings import KafkaSettings
+        from schemas.topics import REBUILD_STATUS_TOPIC
+
+        settings = guarded(lambda: load(KafkaSettings))
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.kafka_bootstrap,
+                "group.id": f"gapless-rebuild-wait-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+            }
+        )
+        now_ms = int(time.time() * 1000) - 1000
+        topic = self._consumer.list_topics(REBUILD_STATUS_TOPIC, timeout=10).topics
+        partitions = list(topic[REBUILD_STATUS_TOPIC].partitions) if topic else [0]
+        wanted = [TopicPartition(REBUILD_STATUS_TOPIC, p, now_ms) for p in partitions]
+        self._consumer.assign(self._consumer.offsets_for_times(wanted, timeout=10))
+
+    def refusal(self, rebuild_id: uuid.UUID) -> Any:
+        from schemas.control import decode_status
+        from schemas.exceptions import CodecError
+
+        for message in self._consumer.consume(100, timeout=0.2):
+            value = message.value()
+            if message.error() is not None or value is None:
+                continue
+            try:
+                status = decode_status(value)
+            except CodecError:
+                continue
+            if status.rebuild_id == rebuild_id and status.phase == "rejected":
+                return status
+        return None
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _follow(rebuild_id: uuid.UUID, answers: _StatusWatch, timeout: float, as_json: bool) -> int:
+    """Show each change of the rebuild until it ends; the exit code."""
+    import psycopg
+
+    from db import rebuilds as sql
+    from db.settings import DatabaseSettings
+
+    settings = guarded(lambda: load(DatabaseSettings))
+    deadline = time.monotonic() + timeout
+    last: str | None = None
+    tty = sys.stderr.isatty() and not as_json
+    try:
+        with psycopg.connect(settings.product_dsn, autocommit=True) as conn:
+            while True:
+                row = sql.get(conn, rebuild_id)
+                if row is None:
+                    refused = answers.refusal(rebuild_id)
+                    if refused is not None:
+                        echo(f"not started: {refused.error_code}: {refused.error_message}")
+                        return 3
+                else:
+                    extra = _resolver_side(row)
+                    line = _line(row, extra)
+                    if line != last:
+                        if as_json:
+                            emit(True, _record(row, extra), "")
+                        else:
+                            click.echo(("\r\033[K" if tty else "") + line, err=True, nl=not tty)
+                        last = line
+                    if row.phase in ("done", "failed", "cancelled"):
+                        if tty:
+                            click.echo("", err=True)
+                        return 0 if row.phase == "done" else 1
+                if time.monotonic() >= deadline:
+                    echo(f"stopped following after {timeout:.0f}s; the rebuild goes on")
+                    return 4
+                time.sleep(0.5)
+    finally:
+        answers.close()
 
 
 @rebuild.command("status")
@@ -154,7 +312,8 @@ def rebuild_status(rebuild_id: uuid.UUID | None, as_json: bool) -> None:
 @click.option("--reason", default="", help="Why, for the audit trail.")
 def rebuild_cancel(rebuild_id: uuid.UUID, reason: str) -> None:
     """Stop an unfinished rebuild (through the control topic): its shadow is never
-    served, its lease expires on its own."""
+    served; the agents then release its lease and remove its rows. A rebuild that is
+    cutting over can no longer be cancelled."""
     import psycopg
 
     from db import rebuilds as sql

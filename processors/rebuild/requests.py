@@ -4,8 +4,9 @@ the command's), a CANCEL stops one.
 One transaction per command. A command delivered twice finds its row and changes
 nothing; a REBUILD for a catalog that already has an unfinished rebuild of the same
 consumer is answered with that rebuild, not started twice (the unique index on
-unfinished rebuilds decides, also between two workers). A cancelled rebuild's lease
-is left to expire (its TTL); its shadow generation is never served.
+unfinished rebuilds decides, also between two workers). A cancelled rebuild's
+shadow generation is never served; the cleanup releases its lease and removes its
+rows. A rebuild cutting over can no longer be cancelled (the swap may be committed).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ CurrentEpoch = Callable[[str, str], int | None]
 class Answer:
     """What became of a command: ``started``, ``already_recorded`` (a redelivery),
     ``already_rebuilding`` (``row`` is the unfinished one), ``cancelled``,
-    ``finished`` (nothing left to cancel), ``not_found``, or ``refused``."""
+    ``finished`` (nothing left to cancel), ``not_found``, or ``refused`` (no history
+    epoch to rebuild; a cancel naming no rebuild or one cutting over)."""
 
     status: str
     row: RebuildRow | None
@@ -84,6 +86,8 @@ def _cancel(conn: psycopg.Connection, command: ControlCommand) -> Answer:
             return Answer("not_found", None)
         if row.phase in ("done", "failed", "cancelled"):
             return Answer("finished", row)
+        if row.phase == "cutting_over":
+            return Answer("refused", row, "it is cutting over: too late to cancel")
         cancelled = sql.update(
             conn,
             row.rebuild_id,

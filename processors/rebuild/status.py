@@ -39,6 +39,9 @@ def of_row(row: RebuildRow) -> RebuildStatus:
         error_code=row.error_code,
         error_message=row.error_message,
         at=row.updated_at,
+        target_position=row.target_position,
+        caught_up_position=row.caught_up_position,
+        cutover_pause_ms=row.cutover_pause_ms,
     )
 
 

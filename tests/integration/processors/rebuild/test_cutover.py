@@ -297,3 +297,27 @@ def test_a_cancelled_rebuild_never_serves_and_is_cleaned_up(rig: Rig) -> None:
         released = conn.execute("SELECT released_at IS NOT NULL FROM rebuild_lease").fetchall()
     assert gens == [(1,)] and released == [(True,)]
     _accepted_equals(rig, 1)
+
+
+def test_a_rebuild_cutting_over_can_no_longer_be_cancelled(rig: Rig) -> None:
+    from datetime import UTC, datetime
+
+    from processors.rebuild.requests import accept
+    from schemas.control import ControlCommand
+
+    rig.feed_live()
+    rebuild_id = rig.request()
+    assert rig.until(rebuild_id, "cutting_over")[-1] == "cutting_over"
+    cancel = ControlCommand(
+        command_id=uuid.uuid4(),
+        kind="cancel",
+        tenant_id=TENANT,
+        catalog_id=CATALOG,
+        rebuild_id=rebuild_id,
+        requested_by="op",
+        reason="late",
+        requested_at=datetime.now(UTC),
+    )
+    answer = accept(rig.settings.product_dsn, cancel, LIVE, lambda _t, _c: 1)
+    assert answer.status == "refused" and "too late" in answer.message
+    assert rig.until(rebuild_id, "done")[-1] == "done"
