@@ -44,6 +44,20 @@ class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
         description="GAPLESS_REBUILD_MAX_ATTEMPTS: new leases and exports a rebuild may"
         " start over with (its lease gone, its export failed) before it fails.",
     )
+    rebuild_claim_seconds: float = Field(
+        default=60.0,
+        ge=2.0,
+        le=3600.0,
+        description="GAPLESS_REBUILD_CLAIM_SECONDS: how long a worker's claim on a rebuild"
+        " lasts without renewal; after it, another worker takes the rebuild over.",
+    )
+    rebuild_stale_export_seconds: float = Field(
+        default=120.0,
+        ge=1.0,
+        le=86_400.0,
+        description="GAPLESS_REBUILD_STALE_EXPORT_SECONDS: an export whose writer has been"
+        " quiet this long is given up and the rebuild starts over with a new one.",
+    )
     rebuild_keep_generations: int = Field(
         default=0,
         ge=0,

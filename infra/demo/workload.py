@@ -218,8 +218,12 @@ def run_workload(
     writers: int,
     rollback_rate: float = 0.1,
     progress: Callable[[int], None] = lambda _: None,
+    stop: threading.Event | None = None,
+    pace_seconds: float = 0.0,
 ) -> WorkloadStats:
-    """Commit about ``events`` events' worth of decisions from ``writers`` threads."""
+    """Commit about ``events`` events' worth of decisions from ``writers`` threads;
+    with ``stop``, until it is set (or ``events``), each writer resting
+    ``pace_seconds`` between decisions (a steady load beside other work)."""
     catalogs = [_Catalog(t, c) for t, c in streams]
     stats = WorkloadStats()
     names = [name for name, _ in OPERATIONS]
@@ -271,12 +275,14 @@ def run_workload(
 
     def writer(seed: int) -> None:
         rng = random.Random(seed)
-        while True:
+        while stop is None or not stop.is_set():
             with stats.lock:
                 if stats.events >= events:
                     return
             one_operation(rng)
             progress(stats.events)
+            if pace_seconds and stop is not None:
+                stop.wait(pace_seconds)
 
     # Each catalog's classes and definitions, once, before the writers start (never
     # rolled back on purpose: every later attribute decision builds on them).

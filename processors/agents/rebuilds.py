@@ -55,7 +55,9 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         fetch,
         worker=f"{socket.gethostname()}-{os.getpid()}",
         lease_ttl_seconds=settings.rebuild_lease_ttl_seconds,
+        claim_seconds=settings.rebuild_claim_seconds,
         max_attempts=settings.rebuild_max_attempts,
+        stale_export_seconds=settings.rebuild_stale_export_seconds,
         # Its own source: the orchestrator runs in another thread than the agent.
         epochs=EpochSource(settings.control_dsn),
         on_change=status.row_changed,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -18,12 +17,7 @@ import uuid
 import pytest
 
 from db.settings import DatabaseSettings
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.fixtures.ports import free_port
 
 
 @pytest.mark.slow
@@ -31,8 +25,8 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
     env = dict(os.environ)
     env["GAPLESS_EVENTS_TOPIC"] = topic
     env["GAPLESS_AGENTS_APP_ID"] = f"e2e-{uuid.uuid4().hex[:8]}"
-    env["GAPLESS_AGENTS_WEB_PORT"] = str(_free_port())
-    api_port = _free_port()
+    env["GAPLESS_AGENTS_WEB_PORT"] = str(free_port())
+    api_port = free_port()
     env["GAPLESS_RESOLVER_API_PORT"] = str(api_port)
     env["GAPLESS_RESOLVER_URL"] = f"http://127.0.0.1:{api_port}"
     done = subprocess.run(

@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
@@ -36,68 +31,12 @@ from infra.local.layout import current_layout
 from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC
 from tests.fixtures.decisions import accept
+from tests.fixtures.ports import free_port
+from tests.fixtures.processes import Process, wait_for
 
 TENANTS = ("pgr-0", "pgr-1", "pgr-2")
 TRANSACTIONS = 150  # each a decision and two items: 450 events
 SWEEPER_APP = "gapless-test-sweeper"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        time.sleep(0.2)
-
-
-@dataclass
-class Process:
-    name: str
-    args: list[str]
-    env: dict[str, str]
-    log: Path
-    health_url: str | None = None
-    popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as sink:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "infra.cli", *self.args],
-                env=self.env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def health(self) -> int | None:
-        assert self.health_url is not None
-        try:
-            return httpx.get(self.health_url, timeout=3).status_code
-        except httpx.HTTPError:
-            return None
-
-    def stop(self) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-
-    def tail(self) -> str:
-        return f"--- {self.name} ---\n" + "\n".join(
-            self.log.read_text(errors="replace").splitlines()[-30:]
-        )
 
 
 @pytest.fixture()
@@ -110,7 +49,7 @@ def postgres_back_up() -> Iterator[None]:
 
 
 def _processes(topic: str, logs: Path) -> list[Process]:
-    api_port, relay_port, agents_port, worker_port = (_free_port() for _ in range(4))
+    api_port, relay_port, agents_port, worker_port = (free_port() for _ in range(4))
     api_url = f"http://127.0.0.1:{api_port}"
     env = dict(
         os.environ,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +18,7 @@ from db.unit_of_work import UnitOfWork
 from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC
 from tests.fixtures.decisions import accept
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.fixtures.ports import free_port
 
 
 def _published(settings: DatabaseSettings) -> int:
@@ -38,7 +32,7 @@ def _published(settings: DatabaseSettings) -> int:
 def test_relay_serves_health_and_metrics_and_stops_cleanly_on_sigterm(
     clean_db: DatabaseSettings, topic: str
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, GAPLESS_EVENTS_TOPIC=topic, GAPLESS_RELAY_HTTP_PORT=str(port))
     relay = subprocess.Popen(
         [sys.executable, "-m", "infra.cli", "relay"],

@@ -4,7 +4,6 @@ services."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import urllib.request
 
@@ -16,6 +15,7 @@ from producers.capture.evidence import EvidenceStore
 from producers.capture.evidence_retention.service import run
 from producers.capture.evidence_retention.settings import EvidenceSweepSettings
 from producers.capture.evidence_retention.sweep import SweepReport
+from tests.fixtures.ports import free_port
 from tests.integration.producers.capture.evidence_retention.conftest import Captures
 
 
@@ -81,9 +81,7 @@ def test_the_loop_sweeps_on_its_schedule_and_serves_metrics(
     captures.cite(lost)
     store.delete(lost.evidence_key)
     old = captures.make(b'{"items": ["old"]}')
-    with socket.socket() as s:  # a free loopback port
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     settings = sweep_settings.model_copy(
         update={"evidence_sweep_interval_seconds": 0.2, "evidence_sweep_http_port": port}
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from producers.capture.intake.sweeper import Sweeper
 from producers.capture.settings import IntakeSettings, SweeperSettings
 from producers.capture.worker.consumer import JobLoop, due_job_ids, job_consumer
 from producers.capture.worker.pipeline import CaptureWorker
+from tests.fixtures.ports import free_port
 
 from .conftest import Harness, Job, product
 
@@ -58,13 +58,6 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def done(harness: Harness, *jobs: Job) -> Callable[[], bool]:
