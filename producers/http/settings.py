@@ -7,7 +7,7 @@ from pydantic_settings import SettingsConfigDict
 
 from db.settings import DatabaseSettings
 from producers.capture.settings import IntakeSettings
-from producers.http.auth import Grant, parse_grants
+from schemas.http.auth import Grant, parse_grants
 
 
 class ApiSettings(DatabaseSettings, IntakeSettings):
