@@ -166,6 +166,15 @@ product_listing_mapping = Table(
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "listing_id"),
 )
 
+# "Which listings map to this item?" (the read API's item view).
+Index(
+    "product_listing_mapping_item_idx",
+    product_listing_mapping.c.generation,
+    product_listing_mapping.c.tenant_id,
+    product_listing_mapping.c.catalog_id,
+    product_listing_mapping.c.item_id,
+)
+
 # The split projection: an item split into successors (INV-08), and the listings the
 # split moved to each. The source item's own row stays in ``product_item`` with status
 # 'split' (its own event); this row names its successors. A split is one aggregate

@@ -1,11 +1,12 @@
-"""search-document projection
+"""search-document projection; listing mappings by item
 
 Adds ``product_search_document`` (``db.tables.product``): one row per item and
 generation with its title, status and attribute text, a generated ``tsvector``
 ``document`` over them and a GIN index on it. Fills it from the items and attribute
 values already projected (every generation), as the projection itself would
 (``processors.projections.search_documents``), so the existing generations are
-searchable at once. Only a new table; ``db.migrate`` upgrades every head.
+searchable at once. Adds ``product_listing_mapping_item_idx``, the read API's
+"listings of an item". A new table and an index; ``db.migrate`` upgrades every head.
 
 Revision ID: product_0010sd
 Revises: product_0009cs
@@ -80,9 +81,15 @@ def upgrade() -> None:
         postgresql_using="gin",
     )
     op.execute(_FILL)
+    op.create_index(
+        "product_listing_mapping_item_idx",
+        "product_listing_mapping",
+        ["generation", "tenant_id", "catalog_id", "item_id"],
+    )
 
 
 def downgrade() -> None:
     """Downgrade schema."""
+    op.drop_index("product_listing_mapping_item_idx", table_name="product_listing_mapping")
     op.drop_index("product_search_document_document_idx", table_name="product_search_document")
     op.drop_table("product_search_document")
