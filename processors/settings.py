@@ -1,4 +1,5 @@
-"""Product-agent settings from ``GAPLESS_*`` environment variables."""
+"""Settings of the product processes (the agents, the read API) from ``GAPLESS_*``
+environment variables."""
 
 from __future__ import annotations
 
@@ -6,19 +7,26 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from db.settings import DatabaseSettings
-from schemas.settings import KafkaSettings, ObjectStoreSettings
+from schemas.http.settings import ApiTokenSettings
+from schemas.settings import GaplessSettings, KafkaSettings, ObjectStoreSettings
 
 
-class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
+class LiveConsumerSettings(GaplessSettings):
+    """The live consumer: the agents record its progress under this name, and the read
+    API serves the generation its progress row names (set it alike for both)."""
+
+    agents_consumer: str = Field(
+        default="product-applier",
+        description="GAPLESS_AGENTS_CONSUMER: the name durable progress is recorded under.",
+    )
+
+
+class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings, LiveConsumerSettings):
     # The resolver token must not end up in an error message.
     model_config = SettingsConfigDict(hide_input_in_errors=True)
 
     agents_app_id: str = Field(
         default="gapless-product", description="GAPLESS_AGENTS_APP_ID: the consumer group."
-    )
-    agents_consumer: str = Field(
-        default="product-applier",
-        description="GAPLESS_AGENTS_CONSUMER: the name durable progress is recorded under.",
     )
     exports_bucket: str = Field(
         default="gapless-exports",
@@ -143,4 +151,22 @@ class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
         ge=1,
         le=100_000,
         description="GAPLESS_AGENTS_INBOX_PRUNE_BATCH_SIZE: inbox rows deleted per statement.",
+    )
+
+
+class ReadApiSettings(DatabaseSettings, LiveConsumerSettings, ApiTokenSettings):
+    """The product read API (``gapless read-api``): it reads the product database, and
+    the control database for each catalog's current history epoch."""
+
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
+
+    read_api_host: str = Field(
+        default="127.0.0.1", description="GAPLESS_READ_API_HOST: the address it listens on."
+    )
+    read_api_port: int = Field(default=28082, ge=1, le=65535, description="GAPLESS_READ_API_PORT")
+    read_api_pool_size: int = Field(
+        default=8,
+        ge=1,
+        le=200,
+        description="GAPLESS_READ_API_POOL_SIZE: product DB connections (one per read in flight).",
     )

@@ -29,13 +29,13 @@ from producers.exports.routes import router as exports_router
 from producers.exports.runner import ExportRunner
 from producers.exports.settings import ExportSettings
 from producers.http.deps import Res, Resources
-from producers.http.errors import ErrorBody, error_response, install_error_handlers
 from producers.http.settings import ApiSettings
 from producers.resolver.attributes.routes import router as attribute_router
 from producers.resolver.identity.routes import router as identity_router
 from producers.resolver.routes import router as resolver_router
 from producers.retention.metrics import RetentionCollector
 from producers.retention.routes import router as retention_router
+from schemas.http.errors import ErrorBody, error_response, install_error_handlers
 
 DESCRIPTION = """\
 The resolver's HTTP API. Every request carries `Authorization: Bearer <token>`; a
@@ -109,7 +109,11 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     app.state.resources = Resources(
         pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS
     )
-    install_error_handlers(app, unavailable=(psycopg.OperationalError,))  # PoolTimeout is one
+    install_error_handlers(
+        app,
+        unavailable=(psycopg.OperationalError,),  # PoolTimeout is one
+        bad_values=(psycopg.DataError,),
+    )
     app.include_router(retention_router)
     app.state.exports = exports
     app.include_router(exports_router)  # after retention's /v1/exports/events

@@ -1,6 +1,6 @@
 """Product database tables: projections (items, listing mappings, splits,
-shipping-policy versions, attribute definitions and values), inbox, parking, durable
-progress, quarantine."""
+shipping-policy versions, attribute definitions and values, search documents), inbox,
+parking, durable progress, quarantine."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     Index,
     Integer,
@@ -20,7 +21,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 
 metadata = MetaData()
 
@@ -165,6 +166,15 @@ product_listing_mapping = Table(
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "listing_id"),
 )
 
+# "Which listings map to this item?" (the read API's item view).
+Index(
+    "product_listing_mapping_item_idx",
+    product_listing_mapping.c.generation,
+    product_listing_mapping.c.tenant_id,
+    product_listing_mapping.c.catalog_id,
+    product_listing_mapping.c.item_id,
+)
+
 # The split projection: an item split into successors (INV-08), and the listings the
 # split moved to each. The source item's own row stays in ``product_item`` with status
 # 'split' (its own event); this row names its successors. A split is one aggregate
@@ -261,6 +271,38 @@ product_attribute_value = Table(
     Column("position", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "item_id", "attribute_key"),
+)
+
+# The search-document projection: one row per item, derived from the item's row and
+# its attribute values in the same generation (``processors.projections.
+# search_documents`` says what text, and why). ``document`` is generated from the
+# text columns, so it can never disagree with them; the GIN index serves ``@@``.
+SEARCH_DOCUMENT = (
+    "setweight(to_tsvector('simple'::regconfig, title), 'A')"
+    " || setweight(to_tsvector('simple'::regconfig, attribute_text), 'B')"
+)
+product_search_document = Table(
+    "product_search_document",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("item_id", Text, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("attribute_text", Text, nullable=False),
+    Column("document", TSVECTOR, Computed(SEARCH_DOCUMENT, persisted=True), nullable=False),
+    # The item revision, and the greatest stream position among the rows, it was
+    # built from.
+    Column("item_revision", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "item_id"),
+)
+Index(
+    "product_search_document_document_idx",
+    product_search_document.c.document,
+    postgresql_using="gin",
 )
 
 QUARANTINE_STATUSES = ("open", "retried", "skipped", "superseded")

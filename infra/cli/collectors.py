@@ -116,7 +116,7 @@ def collector_token(client_id: str, tenant: str | None, ttl: int) -> None:
     from infra.local import collector_keys
     from infra.local.layout import current_layout
     from producers.capture.intake.collectors import resolve
-    from producers.http.exceptions import ApiError
+    from schemas.http.exceptions import ApiError
 
     with resolver_conn() as conn:
         try:

@@ -38,6 +38,7 @@ for command in (
     processes.resolver_api,
     processes.relay,
     processes.agents,
+    processes.read_api,
     processes.resolver_worker,
     processes.sweep_jobs,
     processes.prune,

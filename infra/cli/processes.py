@@ -1,5 +1,5 @@
-"""The deployable processes (relay, resolver API, agents, capture worker) and the
-periodic jobs (prune, sweep-jobs), each run until SIGTERM or once."""
+"""The deployable processes (relay, resolver API, agents, read API, capture worker)
+and the periodic jobs (prune, sweep-jobs), each run until SIGTERM or once."""
 
 from __future__ import annotations
 
@@ -38,6 +38,30 @@ def resolver_api() -> None:
         create_app(settings, exports),
         host="127.0.0.1",
         port=settings.resolver_api_port,
+        log_config=None,
+    )
+
+
+@click.command("read-api")
+def read_api() -> None:
+    """Run the product read API until SIGTERM (a deployable process).
+
+    Serves items with their listing mappings, attribute values and splits,
+    shipping-policy versions and a full-text search, each read from the catalog's
+    serving generation, on GAPLESS_READ_API_HOST:GAPLESS_READ_API_PORT; /healthz,
+    /readyz, /metrics and the OpenAPI document at /docs.
+    """
+    import uvicorn
+
+    from processors.serving.app import create_app
+    from processors.settings import ReadApiSettings
+
+    json_logging()
+    settings = guarded(lambda: load(ReadApiSettings))
+    uvicorn.run(
+        create_app(settings),
+        host=settings.read_api_host,
+        port=settings.read_api_port,
         log_config=None,
     )
 

@@ -12,7 +12,7 @@ import os
 import secrets
 
 from infra.local.layout import Layout
-from producers.http.auth import token_hash
+from schemas.http.auth import token_hash
 
 __all__ = ["dev_token", "dev_token_grant", "token_hash"]
 

@@ -10,6 +10,12 @@ A projection is a description (``table.TableProjection``: table, id, columns, fo
 in a module of its own; only the shipping-policy versions keep explicit SQL (their
 module says why). A new projection is listed here and gets a builder in the contract
 suite (``tests/integration/processors/projections``), which fails without one.
+
+A derived projection (``DERIVED``: the search documents) keeps no aggregate of its
+own: it is rebuilt from other projections' rows for whatever a batch touched, after
+they wrote it, in the same transaction. Its contract (``test_derived.py`` in the same
+suite, which fails for a derived projection it has no case for) is that its rows
+equal what the source rows say, whatever the order and batching of the events.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from processors.projections import (
     catalog_items,
     item_splits,
     listing_mappings,
+    search_documents,
     shipping_policies,
 )
 from schemas.events import Envelope
@@ -48,6 +55,23 @@ class Projection(Protocol):
     ) -> None: ...
 
 
+class DerivedProjection(Protocol):
+    """What the applier needs of a projection built from other projections' rows
+    (``search_documents.PROJECTION``)."""
+
+    @property
+    def sources(self) -> frozenset[str]:
+        """The aggregate types whose projections it is built from."""
+        ...
+
+    @property
+    def table(self) -> str: ...
+
+    def refresh(
+        self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
+    ) -> None: ...
+
+
 PROJECTIONS: tuple[Projection, ...] = (
     catalog_items.PROJECTION,
     listing_mappings.PROJECTION,
@@ -56,6 +80,8 @@ PROJECTIONS: tuple[Projection, ...] = (
     attribute_definitions.PROJECTION,
     attribute_values.PROJECTION,
 )
+
+DERIVED: tuple[DerivedProjection, ...] = (search_documents.PROJECTION,)
 
 
 def load_revisions(
@@ -77,7 +103,8 @@ def apply(conn: psycopg.Connection, generation: int, events: Iterable[Envelope])
     """Write the applied events of a batch (in application order) to their projections.
 
     The projections share no rows and no constraints, so the order they are written
-    in does not matter; within each, ``fold`` keeps the events' order.
+    in does not matter; within each, ``fold`` keeps the events' order. The derived
+    projections come last: they read what the others have just written.
     """
     by_type: dict[str, list[Envelope]] = defaultdict(list)
     for event in events:
@@ -86,3 +113,7 @@ def apply(conn: psycopg.Connection, generation: int, events: Iterable[Envelope])
         of_type = by_type.get(projection.aggregate)
         if of_type:
             projection.apply(conn, generation, of_type)
+    for derived in DERIVED:
+        sourced = [e for t in sorted(derived.sources) for e in by_type.get(t, ())]
+        if sourced:
+            derived.refresh(conn, generation, sourced)

@@ -11,11 +11,11 @@ from db.exports import ExportRow
 from producers.exports import export
 from producers.exports.http_models import Export, ExportRequest
 from producers.exports.runner import ExportRunner
-from producers.http.auth import Admin, Viewer
 from producers.http.deps import Conn, Res
-from producers.http.errors import error_responses
-from producers.http.params import ExportId
 from producers.retention import leases
+from schemas.http.auth import Admin, Viewer
+from schemas.http.errors import error_responses
+from schemas.http.params import ExportId
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
 

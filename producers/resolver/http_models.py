@@ -22,7 +22,6 @@ from pydantic import (
     StrictInt,
 )
 
-from producers.http.fields import UtcDatetime
 from producers.resolver.attributes.facts import (
     DefineAttribute,
     DefineClass,
@@ -35,6 +34,7 @@ from producers.resolver.listing_mappings import MapListing
 from producers.resolver.shipping_policies import VersionShippingPolicy
 from producers.resolver.splits import SplitItem, Successor
 from schemas.events import EvidenceRef
+from schemas.http.fields import UtcDatetime
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 MAX_FACTS = 100

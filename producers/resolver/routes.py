@@ -14,10 +14,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, status
 
-from producers.http.auth import Operator, Viewer
 from producers.http.deps import Conn, Res
-from producers.http.errors import error_responses
-from producers.http.params import CaseId, Catalog, ItemId, Tenant
 from producers.resolver import queries
 from producers.resolver.decisions import Decision, Recorded, record_decision
 from producers.resolver.facts import Fact
@@ -34,6 +31,9 @@ from producers.resolver.http_models import (
     split_fact,
 )
 from producers.resolver.review_cases import CaseRevision
+from schemas.http.auth import Operator, Viewer
+from schemas.http.errors import error_responses
+from schemas.http.params import CaseId, Catalog, ItemId, Tenant
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
 

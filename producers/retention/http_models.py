@@ -9,9 +9,9 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from db.retention import LeaseRow, StreamPositions
-from producers.http.params import MAX_INT8
 from producers.retention.report import StreamRetention
 from producers.retention.retained import EventPage
+from schemas.http.params import MAX_INT8
 
 
 class ConsumerRegistered(BaseModel):

@@ -11,18 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from producers.http.auth import Admin, Principal, Viewer
 from producers.http.deps import Conn, Res
-from producers.http.errors import error_responses
-from producers.http.params import (
-    MAX_ID,
-    MAX_INT8,
-    Catalog,
-    ConsumerId,
-    HistoryEpoch,
-    LeaseId,
-    Tenant,
-)
 from producers.retention import consumers, leases, retained
 from producers.retention.exceptions import IncompleteCursor, StreamNotFound, TtlTooLong
 from producers.retention.http_models import (
@@ -39,6 +28,17 @@ from producers.retention.http_models import (
     StreamState,
 )
 from producers.retention.report import stream_page, stream_report
+from schemas.http.auth import Admin, Principal, Viewer
+from schemas.http.errors import error_responses
+from schemas.http.params import (
+    MAX_ID,
+    MAX_INT8,
+    Catalog,
+    ConsumerId,
+    HistoryEpoch,
+    LeaseId,
+    Tenant,
+)
 from schemas.ids import StreamId
 
 router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))

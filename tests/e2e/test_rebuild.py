@@ -58,6 +58,8 @@ def _new_run() -> None:
     RUN = uuid.uuid4().hex[:6]
     REBUILT = (f"rb{RUN}-0", "c1")
     OTHER = (f"rb{RUN}-1", "c1")
+
+
 KILL_IN = ("leased", "exporting", "loading", "catching_up")
 
 

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from db import intake as sql
 from producers.capture.intake.exceptions import CollectorKeysUnavailable, CollectorRegistryError
 from producers.capture.settings import IntakeSettings
-from producers.http.exceptions import TenantScopeDenied, Unauthenticated
+from schemas.http.exceptions import TenantScopeDenied, Unauthenticated
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pydantic import (
 
 from db.intake import ReceiptRow
 from producers.capture.rules import SUPPORTED_SCHEMA_VERSIONS
-from producers.http.fields import UtcDatetime
+from schemas.http.fields import UtcDatetime
 
 _VERSIONS = ", ".join(str(v) for v in sorted(SUPPORTED_SCHEMA_VERSIONS))
 

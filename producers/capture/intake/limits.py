@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from producers.http.errors import error_response
+from schemas.http.errors import error_response
 
 
 class CaptureBodyLimit:

@@ -27,11 +27,11 @@ from producers.capture.intake.exceptions import (
 from producers.capture.intake.http_models import CaptureRequest, Receipt
 from producers.capture.raw import RAW_ENVELOPE_CONTENT_TYPE, decode_raw_envelope
 from producers.capture.rules import MediaType
-from producers.http.auth import Principal, ViewerIfApiToken
 from producers.http.deps import Conn, Res
-from producers.http.errors import error_responses
-from producers.http.exceptions import TenantScopeDenied, Unauthenticated
-from producers.http.params import ReceiptId
+from schemas.http.auth import Principal, ViewerIfApiToken
+from schemas.http.errors import error_responses
+from schemas.http.exceptions import TenantScopeDenied, Unauthenticated
+from schemas.http.params import ReceiptId
 from schemas.jobs import CAPTURE_JOB
 
 CAPTURES_PATH = "/v1/captures"

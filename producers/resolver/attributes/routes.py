@@ -11,10 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from producers.http.auth import Viewer
 from producers.http.deps import Conn
-from producers.http.errors import error_responses
-from producers.http.params import AttributeKey, AttributeVersion, Catalog, ItemId, Tenant
 from producers.resolver.attributes import queries
 from producers.resolver.attributes.http_models import (
     AttributeDefinition,
@@ -24,6 +21,9 @@ from producers.resolver.attributes.http_models import (
     DefinitionList,
     ItemAttributes,
 )
+from schemas.http.auth import Viewer
+from schemas.http.errors import error_responses
+from schemas.http.params import AttributeKey, AttributeVersion, Catalog, ItemId, Tenant
 
 router = APIRouter(prefix="/v1", tags=["attributes"], responses=error_responses(401, 403, 503))
 

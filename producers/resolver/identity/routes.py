@@ -15,10 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from db.repositories.identity import GenerationKey
-from producers.http.auth import Operator, Viewer
 from producers.http.deps import Conn, Res
-from producers.http.errors import error_responses
-from producers.http.params import Catalog, ClassId, GenerationNumber, IdentityHash, Tenant
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.facts import Fact
 from producers.resolver.http_models import DecisionBasis, DecisionRecordedBody
@@ -40,6 +37,9 @@ from producers.resolver.identity.http_models import (
     ResolutionRequest,
 )
 from producers.resolver.identity.http_models import Collision as CollisionBody
+from schemas.http.auth import Operator, Viewer
+from schemas.http.errors import error_responses
+from schemas.http.params import Catalog, ClassId, GenerationNumber, IdentityHash, Tenant
 
 router = APIRouter(prefix="/v1", tags=["identity"], responses=error_responses(401, 403, 422, 503))
 

@@ -26,7 +26,6 @@ from producers.exports.export import begin, write
 from producers.exports.retention import sweep_exports
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
-from producers.http.auth import token_hash
 from producers.http.settings import ApiSettings
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.exceptions import DomainError
@@ -34,6 +33,7 @@ from producers.retention import leases
 from schemas.codec import CODEC
 from schemas.events import CatalogItemRetired, CatalogItemSplit, Envelope
 from schemas.exports import ExportCorrupt, Manifest, prefix, unframe
+from schemas.http.auth import token_hash
 from schemas.ids import StreamId
 from tests.fixtures.decisions import accept
 

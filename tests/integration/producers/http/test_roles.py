@@ -26,9 +26,9 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
-from producers.http.auth import Role, token_hash
 from producers.resolver.review_cases import open_case
 from schemas.codec import CODEC
+from schemas.http.auth import Role, token_hash
 from tests.fixtures.api_routes import declared_roles, offline_app
 from tests.fixtures.resolver_api import free_port, serving
 from tests.integration.producers.resolver.conftest import UowFactory, add_item

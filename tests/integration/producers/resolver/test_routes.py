@@ -16,10 +16,10 @@ from pydantic import SecretStr
 
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.http.auth import token_hash
 from producers.http.settings import ApiSettings
 from producers.resolver.review_cases import open_case
 from schemas.codec import CODEC
+from schemas.http.auth import token_hash
 from tests.integration.producers.resolver.conftest import (
     UowFactory,
     add_item,

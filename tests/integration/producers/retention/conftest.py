@@ -12,8 +12,8 @@ from pydantic import SecretStr
 
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.http.auth import token_hash
 from producers.http.settings import ApiSettings
+from schemas.http.auth import token_hash
 
 T1_TOKEN = "token-of-tenant-t1"  # may act on t1 and t3
 ALL_TOKEN = "token-of-every-tenant"

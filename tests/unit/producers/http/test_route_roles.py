@@ -1,11 +1,11 @@
 """Every route of the resolver API declares the role it needs, in one place: a
-``Viewer``, ``Operator`` or ``Admin`` dependency (``producers.http.auth``). A new
+``Viewer``, ``Operator`` or ``Admin`` dependency (``schemas.http.auth``). A new
 route without one fails here, and so does a change of a route's role that this
 table does not make too."""
 
 from __future__ import annotations
 
-from producers.http.auth import Role
+from schemas.http.auth import Role
 from tests.fixtures.api_routes import COLLECTOR_ONLY, PUBLIC, declared_roles, offline_app
 
 VIEWER, OPERATOR, ADMIN = Role.VIEWER, Role.OPERATOR, Role.ADMIN

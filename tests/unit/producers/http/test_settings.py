@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from infra.config import ConfigurationError, load
-from producers.http.auth import token_hash
 from producers.http.settings import ApiSettings
 from producers.retention.settings import RetentionSettings
+from schemas.http.auth import token_hash
 
 
 def test_the_api_needs_tokens(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,8 +25,8 @@ from db.objects import s3_client
 from db.settings import DatabaseSettings
 from producers.api import create_app
 from producers.capture.intake import collectors
-from producers.http.auth import token_hash
 from producers.http.settings import ApiSettings
+from schemas.http.auth import token_hash
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

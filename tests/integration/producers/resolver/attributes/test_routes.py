@@ -15,9 +15,9 @@ from pydantic import SecretStr
 
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.http.auth import token_hash
 from producers.http.settings import ApiSettings
 from producers.resolver.catalog_items import ItemChange
+from schemas.http.auth import token_hash
 from tests.fixtures.decisions import accept
 from tests.integration.producers.resolver.conftest import UowFactory
 from tests.integration.producers.resolver.test_routes import (

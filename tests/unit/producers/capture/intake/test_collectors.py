@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from producers.capture.intake.collectors import CollectorVerifier
 from producers.capture.intake.exceptions import CollectorKeysUnavailable
 from producers.capture.settings import IntakeSettings
-from producers.http.exceptions import Unauthenticated
+from schemas.http.exceptions import Unauthenticated
 
 KEY = ec.generate_private_key(ec.SECP256R1())
 OTHER = ec.generate_private_key(ec.SECP256R1())

@@ -1,4 +1,4 @@
-"""Field types of request bodies that every route shares."""
+"""Field types of request bodies and query parameters that routes of both APIs share."""
 
 from __future__ import annotations
 

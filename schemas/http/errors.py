@@ -1,5 +1,5 @@
-"""HTTP errors of the resolver API: every error body is ``{"code", "message"}`` with
-a stable, machine-readable code, whatever raised it."""
+"""HTTP errors of both APIs: every error body is ``{"code", "message"}`` with a
+stable, machine-readable code, whatever raised it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -85,9 +84,10 @@ async def _validation(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _bad_value(_request: Request, exc: Exception) -> JSONResponse:
-    # PostgreSQL refused a value the request carried (SQLSTATE class 22: a NUL
-    # character in text, a number out of range…). The statement never ran and the
-    # Unit of Work rolled back, so nothing changed: the caller's input is at fault.
+    # The database refused a value the request carried (PostgreSQL's SQLSTATE class
+    # 22: a NUL character in text, a number out of range…). The statement never ran
+    # and its transaction rolled back, so nothing changed: the caller's input is at
+    # fault.
     log.info("refused a value: %s", exc)
     return error_response(
         422, "VALIDATION_FAILED", f"a value cannot be stored: {str(exc).splitlines()[0]}"
@@ -99,9 +99,16 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "INTERNAL_ERROR", "internal error; see the server log")
 
 
-def install_error_handlers(app: FastAPI, unavailable: tuple[type[Exception], ...] = ()) -> None:
+def install_error_handlers(
+    app: FastAPI,
+    unavailable: tuple[type[Exception], ...] = (),
+    bad_values: tuple[type[Exception], ...] = (),
+) -> None:
     """Answer every error as ``ErrorBody``: a ``GaplessError`` with its own code and
-    status, ``unavailable`` ones (a database down) as 503 ``UNAVAILABLE``."""
+    status, ``unavailable`` ones (a database down) as 503 ``UNAVAILABLE``,
+    ``bad_values`` (a value the database refused, ``psycopg.DataError``) as 422
+    ``VALIDATION_FAILED``. The caller names the driver's classes: this layer knows
+    no database driver."""
     app.add_exception_handler(GaplessError, _coded)
 
     async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
@@ -112,5 +119,6 @@ def install_error_handlers(app: FastAPI, unavailable: tuple[type[Exception], ...
         app.add_exception_handler(cls, _unavailable)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(RequestValidationError, _validation)
-    app.add_exception_handler(psycopg.DataError, _bad_value)
+    for cls in bad_values:
+        app.add_exception_handler(cls, _bad_value)
     app.add_exception_handler(Exception, _unexpected)

@@ -7,8 +7,8 @@ in each phase (``timings``, with ``phase_started_at`` for the phase in progress)
 existing row changes meaning: a rebuild recorded before this revision has empty
 timings and is cleaned on the next pass.
 
-Revision ID: product_0010co
-Revises: product_0009cs
+Revision ID: product_0011co
+Revises: product_0010sd
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "product_0010co"
-down_revision: str | Sequence[str] | None = "product_0009cs"
+revision: str = "product_0011co"
+down_revision: str | Sequence[str] | None = "product_0010sd"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,5 +1,5 @@
-"""Path parameters have one home: only ``producers/http/params.py`` builds FastAPI's
-``Path(...)``; every route takes its path parameters from there."""
+"""Path parameters have one home: only ``schemas/http/params.py`` builds FastAPI's
+``Path(...)``; every route of both APIs takes its path parameters from there."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[4]
-HOME = ROOT / "producers" / "http" / "params.py"
+HOME = ROOT / "schemas" / "http" / "params.py"
 
 
 def path_calls(source: str) -> int:
@@ -40,7 +40,8 @@ def path_calls(source: str) -> int:
 def test_only_the_params_module_builds_path_parameters() -> None:
     elsewhere = sorted(
         str(path.relative_to(ROOT))
-        for path in (ROOT / "producers").rglob("*.py")
+        for package in ("schemas", "producers", "processors")
+        for path in (ROOT / package).rglob("*.py")
         if path != HOME and path_calls(path.read_text())
     )
     assert elsewhere == []

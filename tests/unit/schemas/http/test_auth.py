@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from producers.http.auth import Grant, Principal, Role, parse_grants, token_hash
-from producers.http.exceptions import RoleDenied, TenantScopeDenied
+from schemas.http.auth import Grant, Principal, Role, parse_grants, token_hash
+from schemas.http.exceptions import RoleDenied, TenantScopeDenied
 
 H1 = token_hash("one")
 H2 = token_hash("two")

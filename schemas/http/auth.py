@@ -12,7 +12,8 @@ configuration (and anything that leaks it) cannot be used to call the API.
 Roles are ordered ``viewer < operator < admin``; each includes the ones below it.
 Every route declares the role it needs with one of ``Viewer``, ``Operator``,
 ``Admin`` (``ROUTE_ROLES`` lists the dependencies that declare one;
-``tests/unit/producers/http/test_route_roles.py`` fails on a route that declares
+``tests/unit/producers/http/test_route_roles.py`` and
+``tests/unit/processors/serving/test_route_roles.py`` fail on a route that declares
 none). The declared role is checked against the token's role on the tenant the
 request acts on: at once when the path names the tenant or when the token holds
 the role on no tenant at all (before the body is read), else when the route learns
@@ -32,7 +33,7 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from producers.http.exceptions import RoleDenied, TenantScopeDenied, Unauthenticated
+from schemas.http.exceptions import RoleDenied, TenantScopeDenied, Unauthenticated
 
 ALL_TENANTS = "*"
 _HEX64 = re.compile(r"[0-9a-f]{64}")

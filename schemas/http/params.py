@@ -1,8 +1,8 @@
-"""The path parameters of the resolver API, one ``Annotated`` alias each.
+"""The path parameters of both APIs, one ``Annotated`` alias each.
 
-Every route takes its path parameters from here, so a tenant, a catalog or an item
-id is bounded (and documented in the OpenAPI schema) the same way wherever it
-appears. Query parameters stay with the routes that read them.
+Every route, the resolver's and the read API's, takes its path parameters from here,
+so a tenant, a catalog or an item id is bounded (and documented in the OpenAPI
+schema) the same way wherever it appears. Query parameters stay with the routes that read them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,108 @@
+"""The search-document projection: one document per catalog item, for full-text search.
+
+A document is derived from other projections' rows rather than from events of an
+aggregate of its own: an item's row (``product_item``) and its attribute values
+(``product_attribute_value``), in the same generation. So it follows two aggregate
+types (``SOURCES``) and is refreshed, in the same transaction, after the
+projections that keep them have written the batch (``registry.apply``): for every
+item the batch touched, the document is rebuilt from the rows as they now stand.
+Rebuilt from the rows, not folded from the events, it cannot depend on the order
+events arrive in (a rebuild's load writes an export's records in any order): the
+last write to either source leaves it right. It keeps no revision of its own, so it
+has no part in the applier's revision checks.
+
+What is searchable (``document``, a generated ``tsvector`` with the ``simple``
+configuration: words are lower-cased, never stemmed, no stop words, so a catalog
+in any language is matched word for word):
+
+* weight A: the item's title;
+* weight B: the values of the item's own attributes (the map on the item event)
+  and the values of its attribute values, each list in key order.
+
+Attribute keys and labels are not searchable: they name what a value means, and
+a word such as "colour" would match nearly every item. An item of any status has a
+document; its ``status`` is kept with it so a search can leave out retired items.
+
+A refresh writes only documents whose content changed, so a redelivery leaves a
+document untouched (not even ``updated_at``). An attribute value whose item row is
+not there yet (only a rebuild's load can write one first) makes no document; the
+item's own write makes it later, with that value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+
+from processors.projections import attribute_values, catalog_items
+from schemas.events import AttributeValueSet, Envelope
+
+SOURCES = frozenset({catalog_items.AGGREGATE, attribute_values.AGGREGATE})
+TEXT_SEARCH_CONFIG = "simple"
+
+ItemKey = tuple[str, str, str]
+"""(tenant_id, catalog_id, item_id)"""
+
+# The document of each item among the keys, from its row and its attribute values in
+# the generation, written unless it is already stored as it is.
+_REFRESH = (
+    "INSERT INTO product_search_document (generation, tenant_id, catalog_id, item_id,"
+    " title, status, attribute_text, item_revision, position)"
+    " SELECT i.generation, i.tenant_id, i.catalog_id, i.item_id, i.title, i.status,"
+    "  concat_ws(' ',"
+    "   (SELECT string_agg(a.value, ' ' ORDER BY a.key) FROM jsonb_each_text(i.attributes) a),"
+    "   v.texts),"
+    "  i.revision, greatest(i.position, v.position)"
+    " FROM unnest(%b::text[], %b::text[], %b::text[]) AS k(tenant_id, catalog_id, item_id)"
+    " JOIN product_item i ON i.generation = %b AND i.tenant_id = k.tenant_id"
+    "  AND i.catalog_id = k.catalog_id AND i.item_id = k.item_id"
+    " CROSS JOIN LATERAL (SELECT string_agg(av.value, ' ' ORDER BY av.attribute_key) AS texts,"
+    "   max(av.position) AS position FROM product_attribute_value av"
+    "   WHERE av.generation = i.generation AND av.tenant_id = i.tenant_id"
+    "   AND av.catalog_id = i.catalog_id AND av.item_id = i.item_id) v"
+    " ON CONFLICT (generation, tenant_id, catalog_id, item_id) DO UPDATE SET"
+    " title = excluded.title, status = excluded.status,"
+    " attribute_text = excluded.attribute_text, item_revision = excluded.item_revision,"
+    " position = excluded.position, updated_at = now()"
+    " WHERE (product_search_document.title, product_search_document.status,"
+    " product_search_document.attribute_text, product_search_document.item_revision,"
+    " product_search_document.position) IS DISTINCT FROM (excluded.title, excluded.status,"
+    " excluded.attribute_text, excluded.item_revision, excluded.position)"
+)
+
+
+def items_of(events: Iterable[Envelope]) -> list[ItemKey]:
+    """The items whose documents the events may change, in key order."""
+    found: set[ItemKey] = set()
+    for event in events:
+        if event.aggregate.type == catalog_items.AGGREGATE:
+            found.add((event.tenant_id, event.catalog_id, event.aggregate.id))
+        elif isinstance(event.payload, AttributeValueSet):
+            found.add((event.tenant_id, event.catalog_id, event.payload.item_id))
+    return sorted(found)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchDocuments:
+    """The projection as the registry lists it among the derived ones."""
+
+    sources: frozenset[str] = SOURCES
+    table: str = "product_search_document"
+
+    def refresh(
+        self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
+    ) -> None:
+        """Rebuild the documents of the items ``events`` touched, from the rows the
+        source projections hold now (call it after they wrote the same events)."""
+        keys = items_of(events)
+        if not keys:
+            return
+        conn.execute(
+            _REFRESH,
+            ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], generation),
+        )
+
+
+PROJECTION = SearchDocuments()
