@@ -145,3 +145,37 @@ def held_above(conn: psycopg.Connection, consumer: str, stream: StreamId, positi
         int(p[0]),
         None if p[1] is None else int(p[1]),
     )
+
+
+def carry_counts(
+    conn: psycopg.Connection, live: str, shadow: str, stream: StreamId, after: int, through: int
+) -> None:
+    """Add to the live row's counts the outcomes the shadow reached at positions in
+    (``after``, ``through``] that the live consumer has no outcome of its own for, so
+    the live row counts every position up to its cursor once: its own up to its
+    progress before the cutover, the shadow's from there to H."""
+    conn.execute(
+        "WITH taken AS (SELECT s.outcome FROM inbox s WHERE s.consumer = %(shadow)s"
+        "  AND s.tenant_id = %(t)s AND s.catalog_id = %(c)s AND s.history_epoch = %(e)s"
+        "  AND s.position > %(after)s AND s.position <= %(through)s"
+        "  AND NOT EXISTS (SELECT 1 FROM inbox l WHERE l.consumer = %(live)s"
+        "   AND l.tenant_id = s.tenant_id AND l.catalog_id = s.catalog_id"
+        "   AND l.history_epoch = s.history_epoch AND l.position = s.position"
+        "   AND l.outcome NOT IN ('parked', 'quarantined')))"
+        " UPDATE stream_progress SET"
+        " applied_count = applied_count"
+        "  + (SELECT count(*) FROM taken WHERE outcome = 'applied'),"
+        " ignored_count = ignored_count"
+        "  + (SELECT count(*) FROM taken WHERE outcome IN ('ignored_stale', 'ignored_old_epoch'))"
+        " WHERE consumer = %(live)s AND tenant_id = %(t)s AND catalog_id = %(c)s"
+        " AND history_epoch = %(e)s",
+        {
+            "shadow": shadow,
+            "live": live,
+            "t": stream.tenant_id,
+            "c": stream.catalog_id,
+            "e": stream.history_epoch,
+            "after": after,
+            "through": through,
+        },
+    )

@@ -35,15 +35,10 @@ def retired(conn: psycopg.Connection, keep: int) -> list[tuple[str, str, int]]:
 
     Only rebuilds make generations other than the first, and each takes one above
     every generation named before, so the candidates of a catalog are 1 up to the
-    highest a rebuild took (an attempt that started over left its own); each is
-    probed by the tables' key prefix (generation, tenant, catalog), never by
-    scanning a projection."""
-    present = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {t.name} x WHERE x.generation = g.generation"
-        " AND x.tenant_id = g.tenant_id AND x.catalog_id = g.catalog_id)"
-        for t in projection_tables()
-    )
-    rows = conn.execute(
+    highest a rebuild took (an attempt that started over left its own). Each one
+    past ``keep`` is then probed table by table on the key prefix (generation,
+    tenant, catalog): a few index probes, never a scan of a projection."""
+    candidates = conn.execute(
         "WITH named AS (SELECT m.tenant_id, m.catalog_id, g.generation FROM"
         "  (SELECT tenant_id, catalog_id, max(generation) AS top FROM rebuild"
         "   WHERE generation IS NOT NULL GROUP BY tenant_id, catalog_id) m"
@@ -55,11 +50,26 @@ def retired(conn: psycopg.Connection, keep: int) -> list[tuple[str, str, int]]:
         "  AND NOT EXISTS (SELECT 1 FROM rebuild r WHERE r.tenant_id = g.tenant_id"
         "   AND r.catalog_id = g.catalog_id AND r.generation = g.generation"
         "   AND r.phase NOT IN ('done', 'failed', 'cancelled')))"
-        f" SELECT tenant_id, catalog_id, generation FROM idle g WHERE n > %s AND ({present})"
+        " SELECT tenant_id, catalog_id, generation FROM idle WHERE n > %s"
         " ORDER BY tenant_id, catalog_id, generation",
         (keep,),
     ).fetchall()
-    return [(str(t), str(c), int(g)) for t, c, g in rows]
+    return [
+        (str(t), str(c), int(g))
+        for t, c, g in candidates
+        if any(_has_rows(conn, table, str(t), str(c), int(g)) for table in projection_tables())
+    ]
+
+
+def _has_rows(
+    conn: psycopg.Connection, table: Table, tenant: str, catalog: str, generation: int
+) -> bool:
+    row = conn.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {table.name} WHERE generation = %s"
+        " AND tenant_id = %s AND catalog_id = %s)",
+        (generation, tenant, catalog),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def delete_batch(

@@ -66,6 +66,14 @@ class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings, LiveCo
         description="GAPLESS_REBUILD_STALE_EXPORT_SECONDS: an export whose writer has been"
         " quiet this long is given up and the rebuild starts over with a new one.",
     )
+    rebuild_steps_per_tick: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description="GAPLESS_REBUILD_STEPS_PER_TICK: phases a rebuild may move through in"
+        " one tick of the rebuild timer while each completes at once (1: one phase per"
+        " tick, so each phase lasts at least an interval).",
+    )
     rebuild_keep_generations: int = Field(
         default=0,
         ge=0,

@@ -16,34 +16,14 @@ from infra.config import load
 
 def _publish(command: Any) -> None:
     """Put one command on the control topic and wait for the broker's confirmation."""
-    from confluent_kafka import KafkaException, Producer
-
-    from schemas import control
+    from infra.control import ControlTopicUnavailable, publish
     from schemas.settings import KafkaSettings
-    from schemas.topics import CONTROL_TOPIC
 
     settings = guarded(lambda: load(KafkaSettings))
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
-    problems: list[str] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            problems.append(str(err))
-
     try:
-        producer.produce(
-            CONTROL_TOPIC, key=command.key(), value=control.encode(command), on_delivery=delivered
-        )
-        left = producer.flush(15)
-    except KafkaException as exc:
-        fail(RuntimeError(f"the control topic did not take the command: {exc}"))
-    if left or problems:
-        fail(
-            RuntimeError(
-                f"the control topic did not confirm the command ({problems or 'timed out'});"
-                " is Kafka up (`gapless status`)? Nothing was started."
-            )
-        )
+        publish(settings.kafka_bootstrap, command)
+    except ControlTopicUnavailable as exc:
+        fail(exc)
 
 
 def _record(row: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -167,18 +147,9 @@ def rebuild(
         return
     if not tenant or not catalog:
         raise click.UsageError("give --tenant and --catalog (or a subcommand: status, cancel)")
-    from schemas.control import ControlCommand
+    from infra.control import rebuild_command
 
-    command = ControlCommand(
-        command_id=uuid.uuid4(),
-        kind="rebuild",
-        tenant_id=tenant,
-        catalog_id=catalog,
-        consumer=consumer,
-        requested_by=actor(),
-        reason=reason,
-        requested_at=datetime.now(UTC),
-    )
+    command = rebuild_command(tenant, catalog, actor(), reason, consumer)
     answers = _StatusWatch() if wait else None
     _publish(command)
     emit(

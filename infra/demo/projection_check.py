@@ -159,3 +159,38 @@ def compare(
                 if a != p:
                     differences.append(Difference(check.name, key, a, p))
     return Comparison(rows, differences)
+
+
+def serving_generations(
+    product_dsn: str, consumer: str, tenant_like: str
+) -> dict[tuple[str, str], int]:
+    """The generation ``consumer`` serves each catalog of the matching tenants from
+    (its progress row of the catalog's latest epoch)."""
+    with psycopg.connect(product_dsn) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT ON (tenant_id, catalog_id) tenant_id, catalog_id, generation"
+            " FROM stream_progress WHERE consumer = %s AND tenant_id LIKE %s"
+            " ORDER BY tenant_id, catalog_id, history_epoch DESC",
+            (consumer, tenant_like),
+        ).fetchall()
+    return {(str(t), str(c)): int(g) for t, c, g in rows}
+
+
+def compare_serving(
+    resolver_dsn: str, product_dsn: str, tenant_like: str, consumer: str
+) -> Comparison:
+    """``compare`` with each catalog read in the generation ``consumer`` serves it from
+    (after a rebuild's cutover, no longer the first): one comparison per generation in
+    use, keeping each catalog's differences from its own generation only."""
+    serving = serving_generations(product_dsn, consumer, tenant_like)
+    rows: dict[str, int] = {}
+    differences: list[Difference] = []
+    for generation in sorted(set(serving.values()) | {SERVING_GENERATION}):
+        found = compare(resolver_dsn, product_dsn, tenant_like, generation)
+        rows = rows or found.rows
+        differences += [
+            d
+            for d in found.differences
+            if serving.get((str(d.key[0]), str(d.key[1])), SERVING_GENERATION) == generation
+        ]
+    return Comparison(rows, differences)

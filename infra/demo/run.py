@@ -11,11 +11,14 @@
    reviewers creating, mapping, versioning, setting attribute values, splitting and
    retiring, with refusals and rollbacks), killing the relay and the agents once
    each midway (``kill -9``) and restarting them, so recovery is part of every run;
-5. wait until every capture job is settled and every stream's durable progress equals
-   its committed cursor;
+   at 45 % of the workload an operator asks, through the control topic, for a shadow
+   rebuild of the first catalog, which goes on under the load (and through the
+   agents' crash) to its cutover (``infra.demo.rebuild``);
+5. wait until the rebuild is done, every capture job is settled and every stream's
+   durable progress equals its committed cursor;
 6. compare the projections (items, listing mappings, shipping policy versions,
-   splits, attribute definitions and values) with the resolver's accepted state
-   row by row;
+   splits, attribute definitions and values), each catalog in the generation it is
+   served from, with the resolver's accepted state row by row;
 7. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
 """
 
@@ -41,7 +44,8 @@ from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.config import load, use_local_services
 from infra.demo import captures as demo_captures
-from infra.demo.projection_check import Comparison, compare
+from infra.demo.projection_check import Comparison, compare_serving
+from infra.demo.rebuild import LIVE_CONSUMER, DemoRebuild
 from infra.demo.workload import WorkloadStats, run_workload, streams_for
 from schemas.ids import StreamId
 
@@ -108,7 +112,12 @@ def run_demo(
     logs.mkdir(parents=True, exist_ok=True)
     api = _Process("resolver-api", ["resolver-api"], logs / "demo-resolver-api.log")
     relay = _Process("relay", ["relay"], logs / "demo-relay.log")
-    agents = _Process("agents", ["agents"], logs / "demo-agents.log")
+    agents = _Process(
+        "agents",
+        ["agents"],
+        logs / "demo-agents.log",
+        env={"GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS": "0.5"},
+    )
     # A killed worker's job waits for its claim to expire; keep that short here.
     worker = _Process(
         "resolver-worker",
@@ -131,17 +140,23 @@ def run_demo(
     try:
         _wait_for_api(echo)
         captures = _collect(chaos, settings, streams, worker, echo)
-        stats = _write(chaos, settings, streams, events, writers, relay, agents, echo)
+        rebuild = DemoRebuild(settings, streams[0], echo)
+        stats = _write(chaos, settings, streams, events, writers, relay, agents, echo, rebuild)
+        echo("waiting for the rebuild to cut over…")
+        rebuilt = rebuild.wait(timeout=max(180.0, events / 50))
         echo("waiting for the capture worker to settle every capture job…")
         settled = demo_captures.wait_settled(settings, run_id, captures.posted, timeout=120.0)
         echo("waiting for every stream's durable progress to reach its committed cursor…")
         caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
         elapsed = time.monotonic() - began
-        comparison = compare(settings.resolver_dsn, settings.product_dsn, f"{run_id}-%")
+        comparison = compare_serving(
+            settings.resolver_dsn, settings.product_dsn, f"{run_id}-%", LIVE_CONSUMER
+        )
         mismatches = [str(d) for d in comparison.differences]
         echo("waiting for the agents to report their progress to the resolver…")
         reported = _wait_reported(settings, run_id, timeout=30.0)
         summary = _summary(settings, run_id, stats, elapsed, caught_up, comparison)
+        summary["rebuild"] = rebuild.summary(rebuilt, comparison)
         summary.update(_capture_summary(settings, run_id, captures, settled))
         summary["progress_reported"] = reported
         summary["events_pruned"] = _prune(settings, run_id)
@@ -165,6 +180,8 @@ def run_demo(
         > 0,
         "every_event_applied": summary["events_applied"] + summary["ignored_stale"]
         == summary["events_committed"],
+        "rebuild_done": summary["rebuild"]["phase"] == "done",
+        "rebuild_cutover": summary["rebuild"]["cutover_check"],
     }
     summary["failed_checks"] = [name for name, passed in checks.items() if not passed]
     ok = not summary["failed_checks"]
@@ -181,14 +198,18 @@ def _write(
     relay: _Process,
     agents: _Process,
     echo: Echo,
+    rebuild: DemoRebuild,
 ) -> WorkloadStats:
     pool = ConnectionPool(settings.resolver_dsn, min_size=writers, max_size=writers, open=True)
     epochs = EpochSource(settings.control_dsn)
     crashes = {"relay": events // 3, "agents": (2 * events) // 3} if chaos else {}
+    rebuild_at = (45 * events) // 100
     last_echo = [0.0]
 
     def progress(done: int) -> None:
         now = time.monotonic()
+        if done >= rebuild_at and not rebuild.requested:
+            rebuild.request()
         for name, at in list(crashes.items()):
             if done >= at:
                 del crashes[name]
@@ -409,12 +430,18 @@ def _print(summary: dict[str, Any], mismatches: list[str], ok: bool, as_json: bo
     else:
         width = max(len(k) for k in summary)
         for key, value in summary.items():
+            if key == "rebuild" and isinstance(value, dict):  # one line per figure
+                for part, figure in value.items():
+                    name = f"rebuild {part.replace('_', ' ')}"
+                    click.echo(f"{name:<{width}}  {figure}")
+                continue
             click.echo(f"{key.replace('_', ' '):<{width}}  {value}")
         for line in mismatches[:20]:
             click.echo(f"mismatch: {line}")
     verdict = "demo: OK" if ok else "demo: FAILED"
     detail = (
-        f"{summary['events_committed']} events, projection matches accepted state"
+        f"{summary['events_committed']} events, projection matches accepted state,"
+        f" {summary['rebuild']['stream']} rebuilt and cut over"
         if ok
         else f"failed: {', '.join(summary['failed_checks'])}; mismatched_rows="
         f"{summary['mismatched_rows']} quarantined={summary['quarantined']}"

@@ -1,7 +1,8 @@
 """The control agent and the rebuild timer (thin: the work is in ``processors.rebuild``).
 
 The agent reads ``catalog.control.v1`` and records each command once; the timer
-moves every unfinished rebuild on by one step, under the rebuild's claim, so with
+moves every unfinished rebuild on, step by step while each step completes a phase
+(``Orchestrator.run``), under the rebuild's claim, so with
 several workers each rebuild has one orchestrator at a time, then removes what
 finished rebuilds left (``processors.rebuild.cleanup``, bounded per pass). A command that does not
 decode is logged and skipped with its code (it names no rebuild to fail).
@@ -98,7 +99,7 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         with psycopg.connect(settings.product_dsn) as conn:
             unfinished = sql.unfinished(conn)
         for row in unfinished:
-            orchestrator.advance(row.rebuild_id)
+            orchestrator.run(row.rebuild_id, settings.rebuild_steps_per_tick)
         swept = sweep(settings.product_dsn, client, keep=settings.rebuild_keep_generations)
         if swept.rebuilds_cleaned or swept.generation_rows:
             log.info(

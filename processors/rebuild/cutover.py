@@ -17,7 +17,9 @@ One transaction, on a connection of its own:
 5. the stream's epoch must still be current (control database), else the rebuild
    fails ``REBUILD_EPOCH_NOT_CURRENT`` (a restore fenced it; the new epoch needs its own);
 6. swap: the live row's generation becomes the shadow's and its position max(L, H);
-   its rows of the catalog's older epochs follow;
+   its rows of the catalog's older epochs follow; its counts take in the shadow's
+   outcomes of the positions in (L, H] it had none of its own for (so they count
+   every position once);
 7. settle what the live consumer still held open at or below H (parked events,
    open quarantine entries): the generation it now serves holds their outcome;
 8. record on the rebuild row the retired generation and H;
@@ -106,6 +108,7 @@ def cut_over(
                     f"{row.stream} is no longer the current history of its catalog"
                     f" (current epoch: {epoch})"
                 )
+            sql.carry_counts(conn, row.consumer, shadow.consumer, row.stream, live.position, target)
             sql.swap(conn, row.consumer, row.stream, row.generation, target)
             settled = sql.retire_through(
                 conn,

@@ -41,6 +41,7 @@ import psycopg
 from db import rebuilds as sql
 from db.epochs import EpochSource
 from db.rebuilds import RebuildRow
+from db.tables.rebuilds import FINAL_PHASES
 from processors.applier.batch import Applier
 from processors.exceptions import RetainedEventsGone
 from processors.rebuild.catchup import catch_up
@@ -106,6 +107,19 @@ class Orchestrator:
         for applier in self._shadows.values():
             applier.close()
         self._shadows.clear()
+
+    def run(self, rebuild_id: uuid.UUID, max_steps: int = 8) -> RebuildRow | None:
+        """Steps while each one moves the rebuild to another phase (so a phase that
+        finishes at once does not wait for the next tick); stops when a step leaves it
+        where it was (waiting: an export being written, a blocked catch-up), when it
+        is finished, or when another worker holds it."""
+        row = None
+        for _ in range(max_steps):
+            before = row.phase if row is not None else None
+            row = self.advance(rebuild_id)
+            if row is None or row.phase == before or row.phase in FINAL_PHASES:
+                break
+        return row
 
     def advance(self, rebuild_id: uuid.UUID) -> RebuildRow | None:
         """One step of one rebuild; None if another worker holds it."""

@@ -78,6 +78,7 @@ def _processes(topic: str, logs: Path) -> dict[str, Process]:
         GAPLESS_AGENTS_APP_ID=app_id,
         GAPLESS_AGENTS_REPORT_INTERVAL_SECONDS="1",
         GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS="1.5",
+        GAPLESS_REBUILD_STEPS_PER_TICK="1",  # each phase lasts a tick: a kill lands in it
         GAPLESS_REBUILD_CLAIM_SECONDS="4",
         GAPLESS_REBUILD_STALE_EXPORT_SECONDS="4",
         GAPLESS_REBUILD_LEASE_TTL_SECONDS="60",

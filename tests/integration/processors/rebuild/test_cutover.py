@@ -179,9 +179,16 @@ def test_catch_up_and_cutover_serve_the_new_generation_from_h(rig: Rig) -> None:
     assert position == row.target_position >= live_before + 50  # never backwards
     assert row.cutover_pause_ms is not None and row.cutover_pause_ms >= 0
     assert set(row.timings) >= {"requested", "leased", "exporting", "loading", "catching_up"}
-    # The live consumer carries on after H, into the generation it now serves.
+    # The live consumer carries on after H, into the generation it now serves, and
+    # its row counts every position's outcome once (its own, then the shadow's).
     assert rig.feed_live() == rig.committed()
     _accepted_equals(rig, 2)
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        counted = conn.execute(
+            "SELECT applied_count + ignored_count FROM stream_progress WHERE consumer = %s",
+            (LIVE,),
+        ).fetchone()
+    assert counted == (rig.committed(),)
     with psycopg.connect(rig.settings.resolver_dsn) as conn:
         released = conn.execute("SELECT released_at IS NOT NULL FROM rebuild_lease").fetchall()
     assert released == [(True,)]

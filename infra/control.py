@@ -1,0 +1,58 @@
+"""Commands on the control topic, as an operator's tools put them there."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from schemas import control
+from schemas.control import ControlCommand
+from schemas.errors import GaplessError
+from schemas.topics import CONTROL_TOPIC
+
+
+class ControlTopicUnavailable(GaplessError):
+    """The broker did not confirm the command: nothing was started."""
+
+    code = "CONTROL_TOPIC_UNAVAILABLE"
+
+
+def rebuild_command(
+    tenant: str, catalog: str, requested_by: str, reason: str = "", consumer: str | None = None
+) -> ControlCommand:
+    return ControlCommand(
+        command_id=uuid.uuid4(),
+        kind="rebuild",
+        tenant_id=tenant,
+        catalog_id=catalog,
+        consumer=consumer,
+        requested_by=requested_by,
+        reason=reason,
+        requested_at=datetime.now(UTC),
+    )
+
+
+def publish(bootstrap: str, command: ControlCommand, timeout: float = 15.0) -> None:
+    """Put one command on the control topic and wait for the broker's confirmation."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    problems: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            problems.append(str(err))
+
+    try:
+        producer.produce(
+            CONTROL_TOPIC, key=command.key(), value=control.encode(command), on_delivery=delivered
+        )
+        left = producer.flush(timeout)
+    except KafkaException as exc:
+        raise ControlTopicUnavailable(f"the control topic did not take the command: {exc}") from exc
+    if left or problems:
+        raise ControlTopicUnavailable(
+            f"the control topic did not confirm the command ({problems or 'timed out'});"
+            " is Kafka up (`gapless status`)? Nothing was started."
+        )
