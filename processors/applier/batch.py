@@ -99,6 +99,11 @@ class Applier:
     def product_dsn(self) -> str:
         return self._dsn
 
+    def for_consumer(self, consumer: str) -> Applier:
+        """An applier of the same database, epochs and codec under another consumer
+        name (an operator's repair of a shadow rebuild's entry, say)."""
+        return Applier(self._dsn, self._epochs, self._codec, consumer)
+
     def connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(self._dsn)

@@ -126,7 +126,13 @@ def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool
                 " AND outcome = 'quarantined'",
                 (entry.consumer, entry.event_id),
             )
-    applier.apply([message])
+    # The entry's own consumer applies it (a shadow rebuild's entry is the shadow's).
+    own = applier if applier.consumer == entry.consumer else applier.for_consumer(entry.consumer)
+    try:
+        own.apply([message])
+    finally:
+        if own is not applier:
+            own.close()
     with psycopg.connect(product_dsn) as conn:
         row = (
             conn.execute(

@@ -58,9 +58,11 @@ def fetch_and_apply(
     page_size: int,
 ) -> tuple[int, int, int, int]:
     """Steps 1-2 once: (events fetched, last position fetched, committed position,
-    shadow progress after the batch)."""
+    the shadow's durable progress after the batch). ``after`` is a fetch cursor,
+    which may run ahead of the progress (past a quarantined position): the progress
+    returned is always the shadow's own, read back when the page was empty."""
     page = client.export_events(lease_id, stream.history_epoch, after, page_size)
-    progress = after
+    progress: int | None = None
     if page.events:
         origin = retained_topic(stream)
         result = shadow.apply(
@@ -69,7 +71,11 @@ def fetch_and_apply(
                 for e in page.events
             ]
         )
-        progress = result.progress.get(stream, after)
+        progress = result.progress.get(stream)
+    if progress is None:
+        with psycopg.connect(shadow.product_dsn) as conn:
+            progress = sql.progress_of(conn, shadow.consumer, stream)
+        assert progress is not None, "the load starts the shadow's progress row"
     last = page.events[-1].position if page.events else after
     return len(page.events), last, page.committed_position, progress
 

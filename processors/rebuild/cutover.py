@@ -10,7 +10,8 @@ One transaction, on a connection of its own:
 3. read the live consumer's progress L and R, the highest position it holds any
    inbox row for (it has taken every event it has a row for, and may have applied
    those above L into the old generation);
-4. H is the shadow's progress; while H < R, catch the shadow up (its own connection,
+4. H is the shadow's progress, at least the target chosen while catching up (short
+   of it: roll back, catch up first); while H < R, catch the shadow up (its own connection,
    each page a committed shadow batch) within ``pause_budget_seconds``; still
    short, roll back: the pause ends with nothing changed and the caller catches up
    further before it tries again;
@@ -91,6 +92,9 @@ def cut_over(
             live = sql.lock_live(conn, row.consumer, row.stream)
             paused = time.monotonic()
             target = _shadow_progress(conn, shadow, row)
+            if row.target_position is not None and target < row.target_position:
+                conn.rollback()  # not through the chosen H: more catching up first
+                return None
             while target < live.received_through:
                 if time.monotonic() - paused > pause_budget_seconds:
                     conn.rollback()

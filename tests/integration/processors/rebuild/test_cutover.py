@@ -328,3 +328,55 @@ def test_a_rebuild_cutting_over_can_no_longer_be_cancelled(rig: Rig) -> None:
     answer = accept(rig.settings.product_dsn, cancel, LIVE, lambda _t, _c: 1)
     assert answer.status == "refused" and "too late" in answer.message
     assert rig.until(rebuild_id, "done")[-1] == "done"
+
+
+def test_a_shadow_held_by_a_quarantined_event_waits_for_its_repair(rig: Rig) -> None:
+    """The shadow quarantines an event it cannot apply, like the live path: the
+    rebuild waits in catching_up saying which entry holds it (CATCHUP_BLOCKED) and
+    never cuts over past it; the operator's retry of that entry (its own consumer's,
+    the shadow's) lets it finish."""
+    from processors.applier.repair import list_entries, retry
+
+    rig.feed_live()
+    rebuild_id = rig.request()
+    rig.until(rebuild_id, "catching_up")
+    row = rig.row(rebuild_id)
+    rig.write(120)
+    with psycopg.connect(rig.settings.resolver_dsn) as conn:
+        values = conn.execute(
+            "SELECT value FROM outbox WHERE position > %s AND event_type LIKE 'catalog_item.%%'"
+            " ORDER BY position",
+            (row.export_position,),
+        ).fetchall()
+    item = CODEC.decode_value(values[0][0]).aggregate.id
+    with psycopg.connect(rig.settings.product_dsn, autocommit=True) as conn:
+        conn.execute(  # the shadow's write of that item fails, as a broken row would
+            "CREATE FUNCTION refuse_item() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'refused for the test'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_item BEFORE INSERT OR UPDATE ON product_item FOR EACH ROW"
+            f" WHEN (NEW.generation = {row.generation} AND NEW.item_id = '{item}')"
+            " EXECUTE FUNCTION refuse_item()"
+        )
+    try:
+        for _ in range(3):  # however often it looks, it waits
+            waiting = rig.orchestrator.advance(rebuild_id)
+        assert waiting is not None and waiting.phase == "catching_up", rig.row(rebuild_id)
+        assert waiting.error_code == "CATCHUP_BLOCKED", waiting
+        with psycopg.connect(rig.settings.product_dsn) as conn:
+            entries = [e for e in list_entries(conn) if e.consumer == row.shadow_consumer]
+        assert entries and f"#{entries[0].id}" in (waiting.error_message or "")
+        assert rig.live_row()[1] == 1  # still serving the old generation
+    finally:
+        with psycopg.connect(rig.settings.product_dsn, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER refuse_item ON product_item")
+            conn.execute("DROP FUNCTION refuse_item()")
+    # The fix is in: the operator retries the shadow's entries (through the live
+    # consumer's tools: the entry names its consumer).
+    for entry in entries:
+        assert retry(rig.settings.product_dsn, rig.live, entry.id, "op") is True
+    assert rig.until(rebuild_id, "done")[-1] == "done"
+    assert rig.row(rebuild_id).error_code is None
+    assert rig.feed_live() == rig.committed()
+    _accepted_equals(rig, 2)
