@@ -380,3 +380,43 @@ def test_a_shadow_held_by_a_quarantined_event_waits_for_its_repair(rig: Rig) -> 
     assert rig.row(rebuild_id).error_code is None
     assert rig.feed_live() == rig.committed()
     _accepted_equals(rig, 2)
+
+
+def test_the_pruner_keeps_what_the_pin_holds_and_a_lease_lost_in_catch_up_starts_over(
+    rig: Rig,
+) -> None:
+    """Everything published and the live consumer's progress reported: the pruner
+    still stops at the rebuild's pin W. The lease then expires during catch-up: the
+    export-events call answers 410, the rebuild starts over with a new lease and
+    export (attempt 2) and finishes; once the lease is released the pruner goes on."""
+    from producers.retention.pruner import RetentionPolicy, prune_all
+    from tests.integration.producers.retention.streams import expire_lease, publish
+
+    live = rig.feed_live()
+    rebuild_id = rig.request()
+    rig.until(rebuild_id, "catching_up")
+    first = rig.row(rebuild_id)
+    assert first.export_position is not None and first.lease_id is not None
+    rig.write(150)
+    publish(rig.settings, STREAM, rig.committed())
+    rig.client.report_progress(STREAM, LIVE, rig.feed_live())
+    policy = RetentionPolicy(age_seconds=0, batch_size=50)
+    with psycopg.connect(rig.settings.resolver_owner_dsn, autocommit=True) as conn:
+        [pruned] = prune_all(conn, policy)
+    assert pruned.pruned_through == first.export_position  # held at the pin W
+    assert live >= first.export_position
+
+    expire_lease(rig.settings, first.lease_id)
+    again = rig.orchestrator.advance(rebuild_id)
+    assert again is not None and (again.phase, again.attempt) == ("requested", 2), again
+    assert again.error_code == "LEASE_GONE"
+    assert rig.until(rebuild_id, "done")[-1] == "done"
+    done = rig.row(rebuild_id)
+    assert done.attempt == 2 and done.generation == 3  # a new generation, never on top
+    assert rig.live_row()[1] == 3
+    assert rig.feed_live() == rig.committed()
+    _accepted_equals(rig, 3)
+    rig.client.report_progress(STREAM, LIVE, rig.committed())
+    with psycopg.connect(rig.settings.resolver_owner_dsn, autocommit=True) as conn:
+        [after] = prune_all(conn, policy)
+    assert after.pruned_through == rig.committed()
