@@ -166,10 +166,12 @@ class _Catalog:
     """Whether a decision publishing the drafts is under way."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 0
+    tag: str = ""
+    """Part of every id this run makes, so two runs on one catalog never collide."""
 
     def new_id(self, prefix: str) -> str:
         self.next_id += 1
-        return f"{prefix}{self.next_id}"
+        return f"{prefix}{self.tag}{self.next_id}"
 
 
 @dataclass
@@ -220,11 +222,14 @@ def run_workload(
     progress: Callable[[int], None] = lambda _: None,
     stop: threading.Event | None = None,
     pace_seconds: float = 0.0,
+    id_tag: str = "",
 ) -> WorkloadStats:
     """Commit about ``events`` events' worth of decisions from ``writers`` threads;
     with ``stop``, until it is set (or ``events``), each writer resting
-    ``pace_seconds`` between decisions (a steady load beside other work)."""
-    catalogs = [_Catalog(t, c) for t, c in streams]
+    ``pace_seconds`` between decisions (a steady load beside other work). A later
+    run on catalogs an earlier one wrote needs an ``id_tag`` of its own (the ids it
+    makes would collide otherwise)."""
+    catalogs = [_Catalog(t, c, tag=id_tag) for t, c in streams]
     stats = WorkloadStats()
     names = [name for name, _ in OPERATIONS]
     weights = [weight for _, weight in OPERATIONS]

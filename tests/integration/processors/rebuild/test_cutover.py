@@ -50,9 +50,19 @@ class Rig:
     client: ResolverClient
     live: Applier
     orchestrator: Orchestrator
+    writes: int = 0
 
     def write(self, events: int) -> None:
-        run_workload(self.pool, self.epochs, [(TENANT, CATALOG)], events=events, writers=2)
+        """Decisions on the catalog; ids of their own each time (``id_tag``)."""
+        self.writes += 1
+        run_workload(
+            self.pool,
+            self.epochs,
+            [(TENANT, CATALOG)],
+            events=events,
+            writers=2,
+            id_tag=f"w{self.writes}-",
+        )
 
     def feed_live(self, through: int | None = None) -> int:
         """Apply retained copies to the live consumer until ``through`` (or all)."""
