@@ -53,15 +53,6 @@ def progress_of(conn: psycopg.Connection, consumer: str, stream: StreamId) -> in
     return None if row is None else int(row[0])
 
 
-def generation_of(conn: psycopg.Connection, consumer: str, stream: StreamId) -> int | None:
-    row = conn.execute(
-        "SELECT generation FROM stream_progress WHERE consumer = %s AND tenant_id = %s"
-        " AND catalog_id = %s AND history_epoch = %s",
-        (consumer, *stream),
-    ).fetchone()
-    return None if row is None else int(row[0])
-
-
 def swap(
     conn: psycopg.Connection, consumer: str, stream: StreamId, generation: int, position: int
 ) -> None:
