@@ -20,7 +20,6 @@ def _publish(command: Any) -> None:
 
     from schemas import control
     from schemas.settings import KafkaSettings
-    from schemas.topics import CONTROL_TOPIC
 
     settings = guarded(lambda: load(KafkaSettings))
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
@@ -32,7 +31,10 @@ def _publish(command: Any) -> None:
 
     try:
         producer.produce(
-            CONTROL_TOPIC, key=command.key(), value=control.encode(command), on_delivery=delivered
+            settings.control_topic,
+            key=command.key(),
+            value=control.encode(command),
+            on_delivery=delivered,
         )
         left = producer.flush(15)
     except KafkaException as exc:
@@ -200,9 +202,9 @@ class _StatusWatch:
         from confluent_kafka import Consumer, TopicPartition
 
         from schemas.settings import KafkaSettings
-        from schemas.topics import REBUILD_STATUS_TOPIC
 
         settings = guarded(lambda: load(KafkaSettings))
+        status_topic = settings.rebuild_status_topic
         self._consumer = Consumer(
             {
                 "bootstrap.servers": settings.kafka_bootstrap,
@@ -211,9 +213,9 @@ class _StatusWatch:
             }
         )
         now_ms = int(time.time() * 1000) - 1000
-        topic = self._consumer.list_topics(REBUILD_STATUS_TOPIC, timeout=10).topics
-        partitions = list(topic[REBUILD_STATUS_TOPIC].partitions) if topic else [0]
-        wanted = [TopicPartition(REBUILD_STATUS_TOPIC, p, now_ms) for p in partitions]
+        topic = self._consumer.list_topics(status_topic, timeout=10).topics
+        partitions = list(topic[status_topic].partitions) if topic else [0]
+        wanted = [TopicPartition(status_topic, p, now_ms) for p in partitions]
         self._consumer.assign(self._consumer.offsets_for_times(wanted, timeout=10))
 
     def refusal(self, rebuild_id: uuid.UUID) -> Any:
