@@ -194,7 +194,7 @@ def _follow(
 ) -> tuple[RebuildRow, float, Memory, Memory]:
     """Publish the request and follow it to ``done``: (the row, the RTO, memory of
     the API and of the agents)."""
-    before = (Memory(rss_mb(api.pid), 0.0), Memory(rss_mb(agents.pid), 0.0))
+    before = (rss_mb(api.pid), rss_mb(agents.pid))
     for p in (api, agents):
         if not reset_peak(p.pid):
             echo(f"rebuild: could not reset {p.name}'s peak RSS; its peak counts from its start")
@@ -227,8 +227,8 @@ def _follow(
             time.sleep(POLL_S)
     if peaks is None:  # went through catching up between two polls
         peaks = (peak_rss_mb(api.pid), peak_rss_mb(agents.pid))
-    api_memory = Memory(before[0].before_mb, max(peaks[0], before[0].before_mb))
-    agents_memory = Memory(before[1].before_mb, max(peaks[1], before[1].before_mb))
+    api_memory = Memory(before[0], max(peaks[0], before[0]))
+    agents_memory = Memory(before[1], max(peaks[1], before[1]))
     return row, rto, api_memory, agents_memory
 
 
