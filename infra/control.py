@@ -35,8 +35,11 @@ def rebuild_command(
     )
 
 
-def publish(bootstrap: str, command: ControlCommand, timeout: float = 15.0) -> None:
-    """Put one command on the control topic and wait for the broker's confirmation."""
+def publish(
+    bootstrap: str, command: ControlCommand, topic: str = CONTROL_TOPIC, timeout: float = 15.0
+) -> None:
+    """Put one command on the control topic (``GAPLESS_CONTROL_TOPIC``) and wait for
+    the broker's confirmation."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     problems: list[str] = []
 
@@ -46,7 +49,7 @@ def publish(bootstrap: str, command: ControlCommand, timeout: float = 15.0) -> N
 
     try:
         producer.produce(
-            CONTROL_TOPIC, key=command.key(), value=control.encode(command), on_delivery=delivered
+            topic, key=command.key(), value=control.encode(command), on_delivery=delivered
         )
         left = producer.flush(timeout)
     except KafkaException as exc:

@@ -8,7 +8,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from schemas.settings import KafkaSettings
-from schemas.topics import CONTROL_TOPIC, JOBS_TOPIC, REBUILD_STATUS_TOPIC
+from schemas.topics import JOBS_TOPIC
 
 
 def ensure_topics(settings: KafkaSettings, echo: Callable[[str], None] = lambda _: None) -> None:
@@ -17,8 +17,8 @@ def ensure_topics(settings: KafkaSettings, echo: Callable[[str], None] = lambda 
     existing = set(admin.list_topics(timeout=15).topics)
     wanted = {
         settings.events_topic: settings.events_partitions,
-        CONTROL_TOPIC: 1,
-        REBUILD_STATUS_TOPIC: 1,
+        settings.control_topic: 1,
+        settings.rebuild_status_topic: 1,
         JOBS_TOPIC: settings.events_partitions,
     }
     new = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from schemas.topics import EVENTS_TOPIC
+from schemas.topics import CONTROL_TOPIC, EVENTS_TOPIC, REBUILD_STATUS_TOPIC
 
 ENV_PREFIX = "GAPLESS_"
 
@@ -43,7 +43,8 @@ class GaplessSettings(BaseSettings):
 
 
 class KafkaSettings(GaplessSettings):
-    """The broker, and the events topic's name and layout."""
+    """The broker, the events topic's name and layout, and the control and rebuild
+    status topics' names."""
 
     kafka_bootstrap: str = Field(
         default="127.0.0.1:59092",
@@ -52,6 +53,14 @@ class KafkaSettings(GaplessSettings):
     events_topic: str = Field(default=EVENTS_TOPIC, description="GAPLESS_EVENTS_TOPIC")
     events_partitions: int = Field(
         default=6, ge=1, description="GAPLESS_EVENTS_PARTITIONS: used when creating the topic."
+    )
+    control_topic: str = Field(
+        default=CONTROL_TOPIC,
+        description="GAPLESS_CONTROL_TOPIC: operators' commands to the agents (rebuilds).",
+    )
+    rebuild_status_topic: str = Field(
+        default=REBUILD_STATUS_TOPIC,
+        description="GAPLESS_REBUILD_STATUS_TOPIC: the agents' rebuild status events.",
     )
 
 

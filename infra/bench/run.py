@@ -33,7 +33,7 @@ E2E_RATE = 200.0
 well below every phase's capacity."""
 
 
-def _environment(box: Sandbox) -> dict[str, object]:
+def environment_of(box: Sandbox) -> dict[str, object]:
     """What the figures were measured on, and one round trip's cost."""
     with psycopg.connect(box.databases.resolver_dsn, autocommit=True) as conn:
         version = conn.execute("SHOW server_version").fetchone()
@@ -59,7 +59,7 @@ def run_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> Non
     use_local_services()
     provision(echo)
     with sandbox(echo) as box:
-        environment = _environment(box)
+        environment = environment_of(box)
         pool = ConnectionPool(
             box.databases.resolver_dsn, min_size=THREADS, max_size=THREADS, open=True
         )

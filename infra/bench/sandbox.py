@@ -1,7 +1,7 @@
 """Databases and topics of their own for one benchmark run, removed afterwards.
 
 The bench runs on the same PostgreSQL cluster and Kafka broker as everything else
-(same durability settings, same machine), but in three databases and two topics
+(same durability settings, same machine), but in three databases and topics
 created for the run. Sharing the real databases is not safe: the relay publishes
 every stream with unpublished rows it finds, so a bench relay would ship another
 process's rows to the bench topic and mark them published (and the demo's relay
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
@@ -46,6 +46,10 @@ class Sandbox:
         """A tenant id that names the run, so its rows are recognisable anywhere."""
         return f"bench-{self.run_id}-{name}"
 
+    def topic(self, name: str) -> str:
+        """The name of one of the run's extra topics (``sandbox(extra_topics=…)``)."""
+        return f"bench.{self.run_id}.{name}"
+
 
 def with_dbname(dsn: str, dbname: str) -> str:
     """The same connection as ``dsn`` (URL or key=value form) to another database, as a URL.
@@ -70,8 +74,12 @@ def with_dbname(dsn: str, dbname: str) -> str:
 
 
 @contextlib.contextmanager
-def sandbox(echo: Echo) -> Iterator[Sandbox]:
-    """Create the run's databases (migrated) and topics; drop them on the way out."""
+def sandbox(echo: Echo, extra_topics: Mapping[str, int] | None = None) -> Iterator[Sandbox]:
+    """Create the run's databases (migrated) and topics; drop them on the way out.
+
+    ``extra_topics``: topics (name → partitions) beside the relay and end-to-end
+    ones, named by ``Sandbox.topic``. Topics whose name starts with the consumer
+    group's (the internal topics a Faust app under that id creates) go too."""
     shared = load(DatabaseSettings)
     kafka = load(KafkaSettings)
     run_id = uuid.uuid4().hex[:8]
@@ -105,10 +113,9 @@ def sandbox(echo: Echo) -> Iterator[Sandbox]:
                 created.append(name)
         echo(f"bench run {run_id}: databases {', '.join(created)}")
         upgrade_all(databases)
-        new = [
-            NewTopic(t, num_partitions=PARTITIONS, replication_factor=1)
-            for t in (box.relay_topic, box.e2e_topic)
-        ]
+        wanted = {box.relay_topic: PARTITIONS, box.e2e_topic: PARTITIONS}
+        wanted.update({box.topic(name): n for name, n in (extra_topics or {}).items()})
+        new = [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in wanted.items()]
         for name, future in admin.create_topics(new).items():
             future.result(timeout=30)
             topics.append(name)
@@ -132,8 +139,12 @@ def _drop(admin_dsn: str, names: list[str], echo: Echo) -> None:
 
 def _delete_topics(admin: AdminClient, topics: list[str], group: str, echo: Echo) -> None:
     for future in admin.delete_consumer_groups([group]).values():
-        with contextlib.suppress(Exception):  # the group exists only if phase (d) ran
+        with contextlib.suppress(Exception):  # the group exists only if a phase used it
             future.result(timeout=10)
+    with contextlib.suppress(Exception):  # best effort: the broker may be gone
+        topics = topics + [
+            t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{group}-")
+        ]
     if not topics:
         return
     for future in admin.delete_topics(topics).values():

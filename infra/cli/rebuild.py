@@ -21,7 +21,7 @@ def _publish(command: Any) -> None:
 
     settings = guarded(lambda: load(KafkaSettings))
     try:
-        publish(settings.kafka_bootstrap, command)
+        publish(settings.kafka_bootstrap, command, settings.control_topic)
     except ControlTopicUnavailable as exc:
         fail(exc)
 
@@ -171,9 +171,9 @@ class _StatusWatch:
         from confluent_kafka import Consumer, TopicPartition
 
         from schemas.settings import KafkaSettings
-        from schemas.topics import REBUILD_STATUS_TOPIC
 
         settings = guarded(lambda: load(KafkaSettings))
+        status_topic = settings.rebuild_status_topic
         self._consumer = Consumer(
             {
                 "bootstrap.servers": settings.kafka_bootstrap,
@@ -182,9 +182,9 @@ class _StatusWatch:
             }
         )
         now_ms = int(time.time() * 1000) - 1000
-        topic = self._consumer.list_topics(REBUILD_STATUS_TOPIC, timeout=10).topics
-        partitions = list(topic[REBUILD_STATUS_TOPIC].partitions) if topic else [0]
-        wanted = [TopicPartition(REBUILD_STATUS_TOPIC, p, now_ms) for p in partitions]
+        topic = self._consumer.list_topics(status_topic, timeout=10).topics
+        partitions = list(topic[status_topic].partitions) if topic else [0]
+        wanted = [TopicPartition(status_topic, p, now_ms) for p in partitions]
         self._consumer.assign(self._consumer.offsets_for_times(wanted, timeout=10))
 
     def refusal(self, rebuild_id: uuid.UUID) -> Any:

@@ -48,7 +48,8 @@ class DemoRebuild:
                 return
             self.requested = True
         command = rebuild_command(self.tenant, self.catalog, "demo", "the demo's rebuild drill")
-        publish(load(KafkaSettings).kafka_bootstrap, command)
+        kafka = load(KafkaSettings)
+        publish(kafka.kafka_bootstrap, command, kafka.control_topic)
         self.rebuild_id = command.command_id
         self._echo(f"  rebuild of {self.tenant}/{self.catalog} requested: {self.rebuild_id}")
 

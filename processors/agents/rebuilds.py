@@ -1,8 +1,8 @@
 """The control agent and the rebuild timer (thin: the work is in ``processors.rebuild``).
 
-The agent reads ``catalog.control.v1`` and records each command once; the timer
-moves every unfinished rebuild on, step by step while each step completes a phase
-(``Orchestrator.run``), under the rebuild's claim, so with
+The agent reads the control topic (``GAPLESS_CONTROL_TOPIC``) and records each command
+once; the timer moves every unfinished rebuild on, step by step while each step
+completes a phase (``Orchestrator.run``), under the rebuild's claim, so with
 several workers each rebuild has one orchestrator at a time, then removes what
 finished rebuilds left (``processors.rebuild.cleanup``, bounded per pass). A command that does not
 decode is logged and skipped with its code (it names no rebuild to fail).
@@ -29,14 +29,13 @@ from processors.resolver_client import ResolverClient
 from processors.settings import AgentSettings
 from schemas import control
 from schemas.exceptions import CodecError
-from schemas.topics import CONTROL_TOPIC
 
 log = logging.getLogger(__name__)
 
 
 def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
     topic = app.topic(
-        CONTROL_TOPIC,
+        settings.control_topic,
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
@@ -49,7 +48,7 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         body: bytes = s3.get_object(Bucket=settings.exports_bucket, Key=key)["Body"].read()
         return body
 
-    status = StatusPublisher(settings.kafka_bootstrap)
+    status = StatusPublisher(settings.kafka_bootstrap, settings.rebuild_status_topic)
     orchestrator = Orchestrator(
         settings.product_dsn,
         client,

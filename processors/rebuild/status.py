@@ -65,8 +65,9 @@ def refusal(command: ControlCommand, consumer: str, code: str, message: str) -> 
 
 
 class StatusPublisher:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, topic: str = REBUILD_STATUS_TOPIC) -> None:
         self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self._topic = topic
 
     def _delivered(self, err: Any, _msg: Any) -> None:
         if err is not None:
@@ -75,7 +76,7 @@ class StatusPublisher:
     def publish(self, status: RebuildStatus) -> None:
         try:
             self._producer.produce(
-                REBUILD_STATUS_TOPIC,
+                self._topic,
                 key=status.key(),
                 value=control.encode_status(status),
                 on_delivery=self._delivered,
