@@ -41,14 +41,7 @@ from db.rebuilds import RebuildRow
 from db.retention import committed_position
 from infra.bench.bare_copy import bare_copy
 from infra.bench.live_writer import LiveWriter
-from infra.bench.processes import (
-    Deployed,
-    free_port,
-    peak_rss_mb,
-    reset_peak,
-    rss_mb,
-    wait_http_ok,
-)
+from infra.bench.memory import peak_rss_mb, reset_peak, rss_mb
 from infra.bench.rebuild_check import compare_streamed
 from infra.bench.rebuild_report import Memory, RebuildFigures, render_rebuild_table
 from infra.bench.rebuild_seed import EPOCH, seed
@@ -56,6 +49,7 @@ from infra.bench.run import environment_of
 from infra.bench.sandbox import Echo, Sandbox, sandbox
 from infra.bench.writer import CATALOG
 from infra.control import publish
+from infra.processes import Deployed, free_port
 from schemas.control import ControlCommand
 from schemas.ids import StreamId
 
@@ -260,13 +254,17 @@ def measure_rebuild(box: Sandbox, items: int, echo: Echo) -> RebuildFigures:
     copy_s = bare_copy(
         box.databases.product_dsn, tenant, CATALOG, items, position, CHUNK_RECORDS, echo
     )
-    api_port = free_port(int(os.environ.get("GAPLESS_RESOLVER_API_PORT", "58080")) + 1)
-    web_port = free_port(api_port + 1)
+    api_port, web_port = free_port(), free_port()
     env = _process_env(box, api_port, web_port)
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    health = {
+        "resolver-api": f"http://127.0.0.1:{api_port}/healthz",
+        "relay": None,
+        "agents": f"http://127.0.0.1:{web_port}/healthz",
+    }
     api, relay, agents = (
-        Deployed(name, [name], env, logs / f"bench-{box.run_id}-{name}.log")
+        Deployed(name, [name], env, logs / f"bench-{box.run_id}-{name}.log", health[name])
         for name in ("resolver-api", "relay", "agents")
     )
     processes = [api, relay, agents]
@@ -275,8 +273,8 @@ def measure_rebuild(box: Sandbox, items: int, echo: Echo) -> RebuildFigures:
         for p in processes:
             p.start()
         echo(f"rebuild: started resolver-api (:{api_port}), relay, agents (:{web_port})")
-        wait_http_ok(api, f"http://127.0.0.1:{api_port}/healthz", START_TIMEOUT_S)
-        wait_http_ok(agents, f"http://127.0.0.1:{web_port}/healthz", START_TIMEOUT_S)
+        api.wait_ready(START_TIMEOUT_S)
+        agents.wait_ready(START_TIMEOUT_S)
         writer.start()
         _wait_applied(box, stream, lambda: position + 1, "live writes", processes)
         echo(f"rebuild: live writes applied; {LIVE_DECISIONS_PER_S:g} decisions/s go on")

@@ -26,13 +26,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +43,7 @@ from infra.demo import captures as demo_captures
 from infra.demo.projection_check import Comparison, compare_serving
 from infra.demo.rebuild import LIVE_CONSUMER, DemoRebuild
 from infra.demo.workload import WorkloadStats, run_workload, streams_for
+from infra.processes import Deployed
 from schemas.ids import StreamId
 
 Echo = Callable[[str], None]
@@ -55,39 +52,9 @@ DEMO_FEEDS = 4
 DEMO_PRODUCTS = 24
 
 
-@dataclass
-class _Process:
-    name: str
-    args: list[str]
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-    popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        handle = self.log.open("ab")
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "infra.cli", *self.args],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env},
-            start_new_session=True,
-        )
-        handle.close()
-
-    def kill(self) -> None:
-        """Simulate a crash: SIGKILL, no chance to finish anything."""
-        if self.popen and self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait()
-
-    def stop(self) -> None:
-        if self.popen and self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+def _process(name: str, log: Path, **env: str) -> Deployed:
+    """A demo process: the demo's environment, and ``env`` on top."""
+    return Deployed(name, [name], {**os.environ, **env}, log)
 
 
 def run_demo(
@@ -110,24 +77,18 @@ def run_demo(
     settings = load(DatabaseSettings)
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    api = _Process("resolver-api", ["resolver-api"], logs / "demo-resolver-api.log")
-    relay = _Process("relay", ["relay"], logs / "demo-relay.log")
-    agents = _Process(
-        "agents",
-        ["agents"],
-        logs / "demo-agents.log",
-        env={"GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS": "0.5"},
+    api = _process("resolver-api", logs / "demo-resolver-api.log")
+    relay = _process("relay", logs / "demo-relay.log")
+    agents = _process(
+        "agents", logs / "demo-agents.log", GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS="0.5"
     )
     # A killed worker's job waits for its claim to expire; keep that short here.
-    worker = _Process(
+    worker = _process(
         "resolver-worker",
-        ["resolver-worker"],
         logs / "demo-resolver-worker.log",
-        env={
-            "GAPLESS_WORKER_CLAIM_SECONDS": "5",
-            "GAPLESS_WORKER_SCAN_INTERVAL_SECONDS": "1",
-            "GAPLESS_WORKER_ORPHANED_AFTER_SECONDS": "10",
-        },
+        GAPLESS_WORKER_CLAIM_SECONDS="5",
+        GAPLESS_WORKER_SCAN_INTERVAL_SECONDS="1",
+        GAPLESS_WORKER_ORPHANED_AFTER_SECONDS="10",
     )
     run_id = f"demo{uuid.uuid4().hex[:6]}"
     streams = streams_for(run_id, tenants)
@@ -195,8 +156,8 @@ def _write(
     streams: list[tuple[str, str]],
     events: int,
     writers: int,
-    relay: _Process,
-    agents: _Process,
+    relay: Deployed,
+    agents: Deployed,
     echo: Echo,
     rebuild: DemoRebuild,
 ) -> WorkloadStats:
@@ -232,7 +193,7 @@ def _collect(
     chaos: bool,
     settings: DatabaseSettings,
     streams: list[tuple[str, str]],
-    worker: _Process,
+    worker: Deployed,
     echo: Echo,
 ) -> demo_captures.CaptureStats:
     """Collectors post product feeds for each tenant's first catalog

@@ -30,8 +30,8 @@ from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.demo.projection_check import compare
 from infra.demo.workload import run_workload
-from tests.fixtures.ports import free_port
-from tests.fixtures.processes import Process, wait_for
+from infra.processes import Deployed, free_port
+from tests.fixtures.waits import wait_for
 
 
 @dataclass
@@ -128,15 +128,15 @@ def test_readers_and_writers_never_notice_the_cutover(
         GAPLESS_EXPORT_CHUNK_RECORDS="25",
     )
     processes = [
-        Process("resolver-api", ["resolver-api"], env, tmp_path / "api.log", f"{api_url}/healthz"),
-        Process(
+        Deployed("resolver-api", ["resolver-api"], env, tmp_path / "api.log", f"{api_url}/healthz"),
+        Deployed(
             "relay",
             ["relay"],
             {**env, "GAPLESS_RELAY_HTTP_PORT": str(relay_port)},
             tmp_path / "relay.log",
             f"http://127.0.0.1:{relay_port}/healthz",
         ),
-        Process(
+        Deployed(
             "agents",
             ["agents"],
             {
@@ -148,7 +148,7 @@ def test_readers_and_writers_never_notice_the_cutover(
             tmp_path / "agents.log",
             f"http://127.0.0.1:{agents_port}/healthz",
         ),
-        Process(
+        Deployed(
             "read-api",
             ["read-api"],
             {**env, "GAPLESS_READ_API_PORT": str(read_port)},

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from db.settings import DatabaseSettings
-from tests.fixtures.ports import free_port
+from infra.processes import free_port
 
 
 @pytest.mark.slow

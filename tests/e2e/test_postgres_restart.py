@@ -28,11 +28,11 @@ from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.local import postgres
 from infra.local.layout import current_layout
+from infra.processes import Deployed, free_port
 from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC
 from tests.fixtures.decisions import accept
-from tests.fixtures.ports import free_port
-from tests.fixtures.processes import Process, wait_for
+from tests.fixtures.waits import wait_for
 
 TENANTS = ("pgr-0", "pgr-1", "pgr-2")
 TRANSACTIONS = 150  # each a decision and two items: 450 events
@@ -48,7 +48,7 @@ def postgres_back_up() -> Iterator[None]:
         postgres.start(layout, print)
 
 
-def _processes(topic: str, logs: Path) -> list[Process]:
+def _processes(topic: str, logs: Path) -> list[Deployed]:
     api_port, relay_port, agents_port, worker_port = (free_port() for _ in range(4))
     api_url = f"http://127.0.0.1:{api_port}"
     env = dict(
@@ -58,8 +58,8 @@ def _processes(topic: str, logs: Path) -> list[Process]:
         GAPLESS_RESOLVER_URL=api_url,
     )
 
-    def process(name: str, args: list[str], health: str | None, **extra: str) -> Process:
-        return Process(name, args, {**env, **extra}, logs / f"{name}.log", health)
+    def process(name: str, args: list[str], health: str | None, **extra: str) -> Deployed:
+        return Deployed(name, args, {**env, **extra}, logs / f"{name}.log", health)
 
     return [
         process("resolver-api", ["resolver-api"], f"{api_url}/healthz"),

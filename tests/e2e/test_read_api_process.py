@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from db.settings import DatabaseSettings
-from tests.fixtures.ports import free_port
+from infra.processes import free_port
 from tests.integration.processors.serving.conftest import TOKENS, VIEWER, Catalog
 
 

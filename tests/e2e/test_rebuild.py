@@ -37,12 +37,12 @@ from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.demo.projection_check import compare
 from infra.demo.workload import run_workload
+from infra.processes import Deployed, free_port
 from schemas import control
 from schemas.control import ControlCommand
 from schemas.settings import KafkaSettings
 from schemas.topics import CONTROL_TOPIC, REBUILD_STATUS_TOPIC
-from tests.fixtures.ports import free_port
-from tests.fixtures.processes import Process, wait_for
+from tests.fixtures.waits import wait_for
 
 # Tenants of their own per run (``_new_run``): the control topic is shared, and an
 # agent of a new consumer group reads it from the start, so another run's request
@@ -63,7 +63,7 @@ def _new_run() -> None:
 KILL_IN = ("leased", "exporting", "loading", "catching_up")
 
 
-def _processes(topic: str, logs: Path) -> dict[str, Process]:
+def _processes(topic: str, logs: Path) -> dict[str, Deployed]:
     api_port, relay_port = free_port(), free_port()
     api_url = f"http://127.0.0.1:{api_port}"
     app_id = f"rebuild-e2e-{uuid.uuid4().hex[:8]}"
@@ -86,8 +86,8 @@ def _processes(topic: str, logs: Path) -> dict[str, Process]:
         GAPLESS_AGENTS_SESSION_TIMEOUT_SECONDS="6",
     )
 
-    def process(name: str, args: list[str], health: str, **extra: str) -> Process:
-        return Process(name, args, {**env, **extra}, logs / f"{name}.log", health)
+    def process(name: str, args: list[str], health: str, **extra: str) -> Deployed:
+        return Deployed(name, args, {**env, **extra}, logs / f"{name}.log", health)
 
     a_port, b_port = free_port(), free_port()
     return {
@@ -290,7 +290,7 @@ def test_a_rebuild_survives_sigkill_in_every_phase_under_load(
                         (request.command_id,),
                     ).fetchone()
                 pid = int(str(holder[0]).rsplit("-", 1)[1]) if holder and holder[0] else None
-                pids = {n: processes[n].pid() for n in ("agents-a", "agents-b")}
+                pids = {n: processes[n].pid for n in ("agents-a", "agents-b")}
                 name = next((n for n, p in pids.items() if p == pid), "")
                 assert name, f"the claim {holder} names none of the workers {pids}"
             else:

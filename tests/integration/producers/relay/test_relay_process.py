@@ -15,10 +15,10 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
+from infra.processes import free_port
 from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC
 from tests.fixtures.decisions import accept
-from tests.fixtures.ports import free_port
 
 
 def _published(settings: DatabaseSettings) -> int:

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from infra.cli.main import main
+from infra.processes import free_port
 from producers.capture.evidence import EvidenceStore
 from producers.capture.evidence_retention.service import run
 from producers.capture.evidence_retention.settings import EvidenceSweepSettings
 from producers.capture.evidence_retention.sweep import SweepReport
-from tests.fixtures.ports import free_port
 from tests.integration.producers.capture.evidence_retention.conftest import Captures
 
 

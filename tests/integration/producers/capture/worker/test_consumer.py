@@ -16,13 +16,13 @@ from contextlib import contextmanager
 
 from psycopg_pool import ConnectionPool
 
+from infra.processes import free_port
 from producers.capture.intake.captures import IntakeService
 from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.intake.sweeper import Sweeper
 from producers.capture.settings import IntakeSettings, SweeperSettings
 from producers.capture.worker.consumer import JobLoop, due_job_ids, job_consumer
 from producers.capture.worker.pipeline import CaptureWorker
-from tests.fixtures.ports import free_port
 
 from .conftest import Harness, Job, product
 
