@@ -353,9 +353,10 @@ class Applier:
            also once the inbox row it had was pruned or its event was skipped);
         3. old-epoch events get the audited terminal outcome ``ignored_old_epoch``;
         4. load applied revisions and the parked events the batch may release;
-        5. plan: applied / ignored_stale / parked, releasing parked dependants; an
-           event that would park on a revision an operator skipped is quarantined
-           instead (``DEPENDENCY_SKIPPED``);
+        5. plan: applied / ignored_stale / parked, releasing parked dependants (a
+           released one of an epoch no longer current is ``ignored_old_epoch``, never
+           applied); an event that would park on a revision an operator skipped is
+           quarantined instead (``DEPENDENCY_SKIPPED``);
         6. write inbox outcomes (closing open quarantine entries of events that now
            have one: another copy of them got through), parking, and every projection
            (``projections.registry``);
@@ -433,7 +434,18 @@ class Applier:
             by_id.update((p.event.event_id, p) for p in found)
             return found, self._revisions(conn, parking.keys_named(found), generation)
 
-        plan = plan_batch(events, revisions, parked, load_more, recheck)
+        # A parked event of an epoch that is no longer current is never applied,
+        # whatever releases it; operator retries name catalogs the batch may not.
+        epochs = dict(current_epochs)
+        unseen = {(p.event.tenant_id, p.event.catalog_id) for p in recheck} - epochs.keys()
+        if unseen:
+            epochs.update(self._epochs.epochs(unseen))
+
+        def superseded(event: Envelope) -> bool:
+            current = epochs.get((event.tenant_id, event.catalog_id))
+            return current is not None and event.history_epoch < current
+
+        plan = plan_batch(events, revisions, parked, load_more, recheck, superseded)
         self._set_aside_waiting_on_skipped(conn, plan, fresh, flags.skipped, result)
 
         inbox.record(

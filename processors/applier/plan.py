@@ -66,6 +66,7 @@ def plan_batch(
     parked: Iterable[Parked],
     load_parked: ParkedLoader,
     recheck: Iterable[Parked] = (),
+    superseded_epoch: Callable[[Envelope], bool] = lambda _event: False,
 ) -> Plan:
     """Decide outcomes for ``new_events`` (already deduplicated against the inbox).
 
@@ -77,6 +78,10 @@ def plan_batch(
     everything that waits on it. ``recheck`` are stored parked events an operator asked
     to look at again: each is considered first, as if it had just arrived, and stays
     parked (absent from the plan) if it still misses a dependency.
+    ``superseded_epoch`` says which events belong to a history epoch that is no longer
+    current: a stored parked one of those is never applied, whatever releases it (a
+    new epoch's event can name the same aggregate and revision); it gets the audited
+    terminal outcome ``ignored_old_epoch`` instead.
     """
     events = sorted(new_events, key=lambda e: (e.stream, e.position))
     plan = Plan()
@@ -100,6 +105,9 @@ def plan_batch(
 
     def consider(event: Envelope, from_store: bool) -> None:
         if event.event_id in decided:
+            return
+        if from_store and superseded_epoch(event):
+            decide(event, from_store, IGNORED_OLD_EPOCH)
             return
         key = aggregate_key(event)
         if event.aggregate.revision <= revisions.get(key, 0):

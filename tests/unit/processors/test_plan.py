@@ -260,3 +260,24 @@ def test_every_new_event_gets_exactly_one_outcome() -> None:
     assert plan.to_park == [(parked, (on("missing", 1),))]
     assert plan.to_apply == [applied, retired, releaser, released_here]
     assert plan.released == {}
+
+
+def test_a_stored_parked_event_of_a_superseded_epoch_is_ignored_not_applied() -> None:
+    """A new epoch's event names the same aggregate and revision an old epoch's
+    parked event waits on: the old one is never applied, it ends ignored_old_epoch."""
+    from dataclasses import replace
+
+    from processors.applier.plan import IGNORED_OLD_EPOCH
+
+    old_child = upsert("child", 1, 2, on("p", 1))
+    new_parent = replace(upsert("p", 1, 1), history_epoch=2)
+    plan = plan_batch(
+        [new_parent],
+        {},
+        stored(old_child),
+        no_more_parked,
+        superseded_epoch=lambda e: e.history_epoch < 2,
+    )
+    assert plan.outcomes == {new_parent.event_id: APPLIED}
+    assert plan.released == {old_child.event_id: IGNORED_OLD_EPOCH}
+    assert [e.event_id for e in plan.to_apply] == [new_parent.event_id]
