@@ -12,3 +12,15 @@ class EpochChanged(GaplessError):
 
     code = "EPOCH_CHANGED"
     http_status = 409
+
+
+class StreamFenced(GaplessError):
+    """The stream's history epoch was fenced (a newer one was issued after a restore):
+    it takes no more writes. Retry: the write goes to the current epoch's stream."""
+
+    code = "STREAM_FENCED"
+    http_status = 409
+
+    def __init__(self, message: str, fenced_for_epoch: int) -> None:
+        super().__init__(message)
+        self.fenced_for_epoch = fenced_for_epoch

@@ -38,7 +38,8 @@ class OutboxRow(NamedTuple):
 
 
 def streams_with_unpublished(conn: psycopg.Connection, limit: int) -> list[StreamId]:
-    """Streams whose cursor is ahead of their published position.
+    """Streams whose cursor is ahead of their published position (fenced ones
+    excepted: their unpublished rows stay unpublished).
 
     One row per stream on each side, and plain reads: a writer holding a cursor row
     FOR UPDATE does not block this, and this does not block it.
@@ -47,7 +48,8 @@ def streams_with_unpublished(conn: psycopg.Connection, limit: int) -> list[Strea
         "SELECT c.tenant_id, c.catalog_id, c.history_epoch FROM stream_cursor c"
         " LEFT JOIN stream_publication p ON p.tenant_id = c.tenant_id"
         " AND p.catalog_id = c.catalog_id AND p.history_epoch = c.history_epoch"
-        " WHERE c.position > coalesce(p.published_position, 0) LIMIT %s",
+        " WHERE c.position > coalesce(p.published_position, 0) AND c.fenced_at IS NULL"
+        " LIMIT %s",
         (limit,),
     ).fetchall()
     return [StreamId(t, c, e) for t, c, e in rows]
@@ -63,10 +65,14 @@ def try_claim_stream(conn: psycopg.Connection, stream: StreamId) -> bool:
     released by COMMIT or ROLLBACK, and by the server if the relay's connection dies.
     """
     row = conn.execute(
-        "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
-        (f"relay:{stream}",),
+        "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", (claim_key(stream),)
     ).fetchone()
     return bool(row and row[0])
+
+
+def claim_key(stream: StreamId) -> str:
+    """The advisory-lock name of a stream's relay claim (the fence takes it too)."""
+    return f"relay:{stream}"
 
 
 def published_position(conn: psycopg.Connection, stream: StreamId) -> int:

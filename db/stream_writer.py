@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from db.exceptions import StreamFenced
 from schemas.codec import EventCodec
 from schemas.events import AggregateRef, Envelope, Payload, StreamKey
 from schemas.ids import StreamId
@@ -46,13 +47,17 @@ def lock_cursor(conn: psycopg.Connection, stream: StreamId) -> int:
     Take this lock before touching exported state, so that the facts a transaction
     reads are not changed under it by a writer that commits first with a later
     position.
+
+    A fenced stream (``db.fencing``) raises ``StreamFenced``: the fence sets its mark
+    under this same row lock, so a writer either committed before the fence took
+    effect or finds the mark and writes nothing.
     """
     key = (stream.tenant_id, stream.catalog_id, stream.history_epoch)
-    row = conn.execute(
-        "SELECT position FROM stream_cursor"
-        " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE",
-        key,
-    ).fetchone()
+    select = (
+        "SELECT position, fenced_for_epoch FROM stream_cursor"
+        " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE"
+    )
+    row = conn.execute(select, key).fetchone()
     if row is None:
         # First use of the stream. Concurrent first writers both insert; one wins and
         # the other's ON CONFLICT DO NOTHING waits for it, then both lock the row.
@@ -61,12 +66,12 @@ def lock_cursor(conn: psycopg.Connection, stream: StreamId) -> int:
             " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
             key,
         )
-        row = conn.execute(
-            "SELECT position FROM stream_cursor"
-            " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE",
-            key,
-        ).fetchone()
+        row = conn.execute(select, key).fetchone()
         assert row is not None
+    if row[1] is not None:
+        raise StreamFenced(
+            f"{stream} was fenced for epoch {row[1]}: it takes no more writes", int(row[1])
+        )
     return int(row[0])
 
 

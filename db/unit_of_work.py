@@ -15,7 +15,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.epochs import FIRST_EPOCH, EpochSource
-from db.exceptions import EpochChanged
+from db.exceptions import EpochChanged, StreamFenced
 from db.stream_writer import StreamWriter, lock_cursor
 from schemas.codec import EventCodec
 from schemas.events import Envelope
@@ -93,13 +93,23 @@ class UnitOfWork:
         The first call for a stream takes the cursor lock; call it before reading or
         changing the facts the events describe. A transaction touching several
         streams must request them in sorted order, so two such transactions cannot
-        deadlock on each other's cursor rows.
+        deadlock on each other's cursor rows. A cached epoch that was fenced meanwhile
+        is looked up again and the current epoch's stream is locked instead.
         """
         key = (tenant_id, catalog_id)
         writer = self._writers.get(key)
         if writer is None:
             epoch, issued = self._epochs.epoch_for_write(tenant_id, catalog_id)
-            writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
+            try:
+                writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
+            except StreamFenced as fenced:
+                # The cached epoch was fenced meanwhile: nothing was written yet, so
+                # the write goes to the current epoch's stream (its cursor from 0).
+                current = self._epochs.epochs([key], refresh=True).get(key, epoch)
+                if current < fenced.fenced_for_epoch:
+                    raise
+                epoch, issued = current, True
+                writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
             self._writers[key] = writer
             if not issued:
                 self._unissued.add(key)

@@ -34,8 +34,17 @@ stream_cursor = Table(
     Column("history_epoch", BigInteger, nullable=False),
     Column("position", BigInteger, nullable=False, server_default=text("0")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Set once, when the stream's epoch is fenced (a newer one was issued after a
+    # restore): no more writes, nothing more published; its rows stay as history.
+    Column("fenced_at", DateTime(timezone=True)),
+    Column("fenced_for_epoch", BigInteger),
     PrimaryKeyConstraint("tenant_id", "catalog_id", "history_epoch"),
     CheckConstraint("position >= 0", name="stream_cursor_position_nonnegative"),
+    CheckConstraint(
+        "(fenced_at IS NULL) = (fenced_for_epoch IS NULL)"
+        " AND (fenced_for_epoch IS NULL OR fenced_for_epoch > history_epoch)",
+        name="stream_cursor_fence_complete",
+    ),
 )
 
 # Encoded messages, written once by the writer in the same transaction as the facts.

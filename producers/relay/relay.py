@@ -12,6 +12,7 @@ from collections.abc import Callable
 import psycopg
 from prometheus_client import Counter, Gauge
 
+from db.fencing import is_fenced
 from db.outbox import (
     OutboxRow,
     mark_published,
@@ -92,7 +93,9 @@ class Relay:
     def publish_streams(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
         """Publish up to ``batch_size`` rows from several streams in one transaction.
 
-        1. claim each stream (advisory lock for this transaction) or skip it; read its
+        1. claim each stream (advisory lock for this transaction) or skip it, and skip
+           it too if its epoch is fenced (the fence takes the same claim, so a batch
+           in flight finishes before a fence and none starts after it); read its
            published position P and the rows above P in position order (within what
            is left of the batch), and check they are exactly P+1 … P+n — a stream
            whose rows do not line up is skipped and reported (``OutboxGap``);
@@ -116,6 +119,9 @@ class Relay:
                 if budget <= 0:
                     break
                 if not try_claim_stream(conn, stream):
+                    continue
+                if is_fenced(conn, stream):  # fenced after it was listed: never again
+                    log.warning("%s is fenced: its unpublished rows stay unpublished", stream)
                     continue
                 after = published_position(conn, stream)
                 rows = read_after(conn, stream, after, budget)
