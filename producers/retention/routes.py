@@ -57,9 +57,11 @@ def _stream(caller: Principal, tenant_id: str, catalog_id: str, history_epoch: i
 
 
 def _current_epoch(res: Res, stream: StreamId) -> int | None:
-    """The current epoch of the stream's tenant/catalog, from the control database."""
+    """The current epoch of the stream's tenant/catalog, read from the control
+    database each time (never the cache): leases and exports are few, and one issued
+    a moment ago by a fence must already count."""
     pair = (stream.tenant_id, stream.catalog_id)
-    return res.epochs.epochs([pair]).get(pair)
+    return res.epochs.epochs([pair], refresh=True).get(pair)
 
 
 def _check_ttl(res: Res, ttl_seconds: int | None) -> None:
@@ -218,7 +220,16 @@ def renew_lease(
     _own_lease(caller, conn, lease_id)
     ttl = body.ttl_seconds if body else None
     _check_ttl(res, ttl)
+    _require_current(conn, res, lease_id)
     return Lease.of(leases.renew(conn, lease_id, ttl))
+
+
+def _require_current(conn: Conn, res: Res, lease_id: uuid.UUID) -> None:
+    """A lease of an epoch that is no longer current (fenced after a restore) is not
+    kept alive or moved on: 410 ``EPOCH_NOT_CURRENT``. Its release stays allowed: it
+    only lets go of a pin on abandoned history."""
+    stream = leases.find(conn, lease_id).stream
+    leases.require_current_epoch(stream, _current_epoch(res, stream))
 
 
 @router.post(
@@ -227,8 +238,11 @@ def renew_lease(
     summary="Move the lease's pin forward (never backwards)",
     responses=error_responses(404, 409, 410),
 )
-def advance_lease(caller: Admin, conn: Conn, lease_id: LeaseId, body: LeaseAdvance) -> Lease:
+def advance_lease(
+    caller: Admin, conn: Conn, res: Res, lease_id: LeaseId, body: LeaseAdvance
+) -> Lease:
     _own_lease(caller, conn, lease_id)
+    _require_current(conn, res, lease_id)
     return Lease.of(leases.advance(conn, lease_id, body.position))
 
 

@@ -333,9 +333,13 @@ def test_exports_refuse_an_epoch_that_is_no_longer_current(
         conn.execute(
             "UPDATE history_epoch SET epoch = 2 WHERE tenant_id = 't1' AND catalog_id = 'c1'"
         )
-    time.sleep(1.1)  # the API caches epochs for a second
     params = {"lease_id": taken["lease_id"], "history_epoch": 1}
     error(client.get("/v1/exports/events", params=params), 410, "EPOCH_NOT_CURRENT")
+    # Nor is the old epoch's lease kept alive or moved on; letting it go is allowed.
+    lease_url = f"/v1/leases/{taken['lease_id']}"
+    error(client.post(lease_url + "/renew"), 410, "EPOCH_NOT_CURRENT")
+    error(client.post(lease_url + "/advance", json={"position": 2}), 410, "EPOCH_NOT_CURRENT")
+    assert client.delete(lease_url).status_code == 204
 
 
 # The API as a whole ---------------------------------------------------------------
