@@ -185,7 +185,14 @@ class _StatusWatch:
         topic = self._consumer.list_topics(status_topic, timeout=10).topics
         partitions = list(topic[status_topic].partitions) if topic else [0]
         wanted = [TopicPartition(status_topic, p, now_ms) for p in partitions]
-        self._consumer.assign(self._consumer.offsets_for_times(wanted, timeout=10))
+        found = self._consumer.offsets_for_times(wanted, timeout=10)
+        # No event since then reads as "the end", which the broker would resolve only
+        # at the first fetch, after the request is published, and so skip an answer
+        # written meanwhile: pin it to the end offset as it is now.
+        for tp in found:
+            if tp.offset < 0:
+                tp.offset = self._consumer.get_watermark_offsets(tp, timeout=10)[1]
+        self._consumer.assign(found)
 
     def refusal(self, rebuild_id: uuid.UUID) -> Any:
         from schemas.control import decode_status

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg_pool import ConnectionPool
 
 from db import rebuilds as sql
@@ -41,35 +42,48 @@ from infra.processes import Deployed, free_port
 from schemas import control
 from schemas.control import ControlCommand
 from schemas.settings import KafkaSettings
-from schemas.topics import CONTROL_TOPIC, REBUILD_STATUS_TOPIC
 from tests.fixtures.waits import wait_for
 
-# Tenants of their own per run (``_new_run``): the control topic is shared, and an
-# agent of a new consumer group reads it from the start, so another run's request
-# for these very names would be carried out here (for other names it is refused:
-# no history epoch).
-RUN = ""
-REBUILT = ("", "c1")
-OTHER = ("", "c1")
+REBUILT = ("rb-0", "c1")
+OTHER = ("rb-1", "c1")
 
 
-def _new_run() -> None:
-    global RUN, REBUILT, OTHER
-    RUN = uuid.uuid4().hex[:6]
-    REBUILT = (f"rb{RUN}-0", "c1")
-    OTHER = (f"rb{RUN}-1", "c1")
+@dataclass(frozen=True)
+class Topics:
+    """A control and a status topic of the test's own (``GAPLESS_CONTROL_TOPIC``,
+    ``GAPLESS_REBUILD_STATUS_TOPIC``): an agent of a new consumer group reads the
+    control topic from its start, and must not meet another test's requests."""
+
+    control: str
+    status: str
+
+
+@pytest.fixture()
+def topics(kafka_settings: KafkaSettings) -> Iterator[Topics]:
+    run = uuid.uuid4().hex[:12]
+    made = Topics(f"test.control.{run}", f"test.rebuild-status.{run}")
+    admin = AdminClient({"bootstrap.servers": kafka_settings.kafka_bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(made.control, 1, 1), NewTopic(made.status, 1, 1)]
+    ).values():
+        future.result(timeout=30)
+    yield made
+    for future in admin.delete_topics([made.control, made.status]).values():
+        future.result(timeout=30)
 
 
 KILL_IN = ("leased", "exporting", "loading", "catching_up")
 
 
-def _processes(topic: str, logs: Path) -> dict[str, Deployed]:
+def _processes(topic: str, topics: Topics, logs: Path) -> dict[str, Deployed]:
     api_port, relay_port = free_port(), free_port()
     api_url = f"http://127.0.0.1:{api_port}"
     app_id = f"rebuild-e2e-{uuid.uuid4().hex[:8]}"
     env = dict(
         os.environ,
         GAPLESS_EVENTS_TOPIC=topic,
+        GAPLESS_CONTROL_TOPIC=topics.control,
+        GAPLESS_REBUILD_STATUS_TOPIC=topics.status,
         GAPLESS_RESOLVER_API_PORT=str(api_port),
         GAPLESS_RESOLVER_URL=api_url,
         GAPLESS_EXPORT_CHUNK_RECORDS="4",  # many chunks: a load long enough to kill inside
@@ -149,10 +163,10 @@ class Watch:
             self.error = exc
 
 
-def _publish(bootstrap: str, *commands: ControlCommand) -> None:
+def _publish(bootstrap: str, topic: str, *commands: ControlCommand) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for command in commands:
-        producer.produce(CONTROL_TOPIC, key=command.key(), value=control.encode(command))
+        producer.produce(topic, key=command.key(), value=control.encode(command))
     assert producer.flush(15) == 0
 
 
@@ -173,10 +187,9 @@ def _rebuild(settings: DatabaseSettings, rebuild_id: uuid.UUID) -> sql.RebuildRo
         return sql.get(conn, rebuild_id)
 
 
-def _refusals(bootstrap: str, rebuild_id: uuid.UUID, since_ms: int) -> list[str]:
+def _refusals(bootstrap: str, topic: str, rebuild_id: uuid.UUID) -> list[str]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}"})
-    start = consumer.offsets_for_times([TopicPartition(REBUILD_STATUS_TOPIC, 0, since_ms)], 10)
-    consumer.assign(start)
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # the test's own topic
     found: list[str] = []
     deadline = time.monotonic() + 30
     while not found and time.monotonic() < deadline:
@@ -193,8 +206,7 @@ def _refusals(bootstrap: str, rebuild_id: uuid.UUID, since_ms: int) -> list[str]
 def _committed(settings: DatabaseSettings) -> dict[str, int]:
     with psycopg.connect(settings.resolver_dsn) as conn:
         rows = conn.execute(
-            "SELECT tenant_id, position FROM stream_cursor WHERE tenant_id LIKE %s",
-            (f"rb{RUN}-%",),
+            "SELECT tenant_id, position FROM stream_cursor WHERE tenant_id LIKE 'rb-%'"
         ).fetchall()
     return {t: int(p) for t, p in rows}
 
@@ -203,8 +215,7 @@ def _progress(settings: DatabaseSettings) -> dict[str, int]:
     with psycopg.connect(settings.product_dsn) as conn:
         rows = conn.execute(
             "SELECT tenant_id, position FROM stream_progress WHERE consumer = 'product-applier'"
-            " AND tenant_id LIKE %s",
-            (f"rb{RUN}-%",),
+            " AND tenant_id LIKE 'rb-%'"
         ).fetchall()
     return {t: int(p) for t, p in rows}
 
@@ -212,7 +223,6 @@ def _progress(settings: DatabaseSettings) -> dict[str, int]:
 @pytest.fixture()
 def writers(clean_db: DatabaseSettings) -> Iterator[threading.Event]:
     """Decisions on both catalogs, about 20 a second, until the test stops them."""
-    _new_run()
     pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=2, open=True)
     epochs = EpochSource(clean_db.control_dsn)
     stop = threading.Event()
@@ -236,11 +246,12 @@ def test_a_rebuild_survives_sigkill_in_every_phase_under_load(
     clean_db: DatabaseSettings,
     kafka_settings: KafkaSettings,
     topic: str,
+    topics: Topics,
     writers: threading.Event,
     tmp_path: Path,
     victim: str,
 ) -> None:
-    processes = _processes(topic, tmp_path)
+    processes = _processes(topic, topics, tmp_path)
     watch = Watch(clean_db.product_dsn)
     watcher = threading.Thread(target=watch.run, daemon=True)
     bootstrap = kafka_settings.kafka_bootstrap
@@ -256,14 +267,13 @@ def test_a_rebuild_survives_sigkill_in_every_phase_under_load(
         watcher.start()
 
         request = _request()
-        since = int(time.time() * 1000) - 1000
-        _publish(bootstrap, request, request)  # one request id, delivered twice
+        _publish(bootstrap, topics.control, request, request)  # one id, delivered twice
         wait_for(lambda: _rebuild(clean_db, request.command_id) is not None, "the row", 60)
         second = _request()
-        _publish(bootstrap, second)
+        _publish(bootstrap, topics.control, second)
         # Answered as already rebuilding (once per delivery: a rebalance may deliver
         # the command again, and the answer is only informational).
-        refusals = set(_refusals(bootstrap, second.command_id, since))
+        refusals = set(_refusals(bootstrap, topics.status, second.command_id))
         assert refusals == {"ALREADY_REBUILDING"}, logs()
 
         killed: list[str] = []
