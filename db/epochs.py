@@ -10,8 +10,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import psycopg
+
+from db.exceptions import EpochNotIssued
 
 FIRST_EPOCH = 1
 
@@ -53,6 +56,56 @@ def ensure_epoch(conn: psycopg.Connection, tenant_id: str, catalog_id: str) -> i
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    epoch: int
+    """The catalog's current epoch now."""
+    issued_now: bool
+    """False when an earlier call already issued it (the call is idempotent)."""
+
+
+def issue_next(
+    conn: psycopg.Connection,
+    tenant_id: str,
+    catalog_id: str,
+    superseded: int,
+    issued_by: str,
+    reason: str,
+) -> Issued:
+    """Issue the epoch after ``superseded`` for a restored catalog, in the caller's
+    transaction on the control database (the only authority on epochs).
+
+    1. lock the catalog's epoch row; 2. if it is still ``superseded``, move it to
+    ``superseded + 1`` and log who, when, why and which epoch it fenced; if it is
+    already past, change nothing (the same fence asked again); 3. the caller commits.
+    Raises ``EpochNotIssued`` when the catalog has no epoch or ``superseded`` is
+    ahead of it (nothing of that history exists to fence).
+    """
+    row = conn.execute(
+        "SELECT epoch FROM history_epoch WHERE tenant_id = %s AND catalog_id = %s FOR UPDATE",
+        (tenant_id, catalog_id),
+    ).fetchone()
+    if row is None or int(row[0]) < superseded:
+        current = "none" if row is None else str(row[0])
+        raise EpochNotIssued(
+            f"{tenant_id}/{catalog_id} has no epoch {superseded} to fence (current: {current})"
+        )
+    if int(row[0]) > superseded:
+        return Issued(int(row[0]), False)
+    epoch = superseded + 1
+    conn.execute(
+        "UPDATE history_epoch SET epoch = %s, issued_at = now(), reason = %s"
+        " WHERE tenant_id = %s AND catalog_id = %s",
+        (epoch, reason, tenant_id, catalog_id),
+    )
+    conn.execute(
+        "INSERT INTO history_epoch_log (tenant_id, catalog_id, epoch, reason, issued_by,"
+        " superseded_epoch) VALUES (%s, %s, %s, %s, %s, %s)",
+        (tenant_id, catalog_id, epoch, reason, issued_by, superseded),
+    )
+    return Issued(epoch, True)
 
 
 class EpochSource:

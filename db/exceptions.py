@@ -24,3 +24,10 @@ class StreamFenced(GaplessError):
     def __init__(self, message: str, fenced_for_epoch: int) -> None:
         super().__init__(message)
         self.fenced_for_epoch = fenced_for_epoch
+
+
+class EpochNotIssued(GaplessError):
+    """The epoch to fence is not the catalog's (it has none, or a lower one)."""
+
+    code = "EPOCH_NOT_ISSUED"
+    http_status = 409

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Table,
     Text,
     func,
+    text,
 )
 
 metadata = MetaData()
@@ -42,5 +43,9 @@ history_epoch_log = Table(
     Column("epoch", BigInteger, nullable=False),
     Column("issued_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("reason", Text, nullable=False),
+    # Who issued it (an operator, or ``writer`` for a first epoch), and the epoch it
+    # fenced (null for a first epoch).
+    Column("issued_by", Text, nullable=False, server_default=text("'writer'")),
+    Column("superseded_epoch", BigInteger),
     PrimaryKeyConstraint("tenant_id", "catalog_id", "epoch"),
 )

@@ -170,3 +170,30 @@ def test_a_relay_batch_in_flight_finishes_first_and_nothing_old_is_published_aft
     assert after.run_once() == 2  # the new epoch flows
     publisher.close()
     epochs.close()
+
+
+def test_the_next_epoch_is_issued_once_with_who_and_why(clean_db: DatabaseSettings) -> None:
+    from db.epochs import issue_next
+    from db.exceptions import EpochNotIssued
+
+    with psycopg.connect(clean_db.control_dsn) as conn:
+        ensure_epoch(conn, TENANT, CATALOG)
+        first = issue_next(conn, TENANT, CATALOG, 1, "op-ann", "restored from last night")
+        again = issue_next(conn, TENANT, CATALOG, 1, "op-bob", "asked twice")
+        conn.commit()
+        with pytest.raises(EpochNotIssued):
+            issue_next(conn, TENANT, CATALOG, 5, "op-ann", "no such history")
+        conn.rollback()
+        with pytest.raises(EpochNotIssued):
+            issue_next(conn, "nobody", CATALOG, 1, "op-ann", "no such catalog")
+        conn.rollback()
+        log = conn.execute(
+            "SELECT epoch, issued_by, superseded_epoch, reason FROM history_epoch_log"
+            " WHERE tenant_id = %s ORDER BY epoch",
+            (TENANT,),
+        ).fetchall()
+    assert (first.epoch, first.issued_now, again.epoch, again.issued_now) == (2, True, 2, False)
+    assert log == [
+        (1, "writer", None, "first use"),
+        (2, "op-ann", 1, "restored from last night"),
+    ]
