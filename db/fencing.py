@@ -1,4 +1,4 @@
-"""Fencing a restored history (resolver database): the streams of a catalog's older
+"""Fencing a restored history: the streams of a catalog's older
 epochs take no more writes and have nothing more published.
 
 The control database is the only authority on the current epoch; the fence records
@@ -71,3 +71,35 @@ def is_fenced(conn: psycopg.Connection, stream: StreamId) -> bool:
         tuple(stream),
     ).fetchone()
     return bool(row and row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    parked: int
+    quarantined: int
+
+
+def settle_old_epochs(
+    conn: psycopg.Connection, consumer: str, tenant_id: str, catalog_id: str, epoch: int
+) -> Settled:
+    """Product database, the caller's transaction: what ``consumer`` still holds open
+    of the catalog's epochs below ``epoch``. Parked events get the audited terminal
+    outcome ``ignored_old_epoch`` and leave parking; open quarantine entries become
+    ``superseded``. Nothing of an old epoch is ever applied after the fence."""
+    parked = conn.execute(
+        "WITH gone AS (DELETE FROM parked_event WHERE consumer = %(c)s AND tenant_id = %(t)s"
+        "  AND catalog_id = %(k)s AND history_epoch < %(e)s RETURNING event_id),"
+        " deps AS (DELETE FROM parked_dependency d USING gone"
+        "  WHERE d.consumer = %(c)s AND d.event_id = gone.event_id),"
+        " outcome AS (UPDATE inbox i SET outcome = 'ignored_old_epoch', decided_at = now()"
+        "  FROM gone WHERE i.consumer = %(c)s AND i.event_id = gone.event_id)"
+        " SELECT count(*) FROM gone",
+        {"c": consumer, "t": tenant_id, "k": catalog_id, "e": epoch},
+    ).fetchone()
+    quarantined = conn.execute(
+        "UPDATE quarantine SET status = 'superseded', resolved_at = now(),"
+        " resolution = %s WHERE consumer = %s AND tenant_id = %s AND catalog_id = %s"
+        " AND history_epoch < %s AND status = 'open'",
+        (f"epoch fenced: {epoch} is current", consumer, tenant_id, catalog_id, epoch),
+    ).rowcount
+    return Settled(int(parked[0]) if parked else 0, quarantined)

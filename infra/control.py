@@ -21,10 +21,17 @@ class ControlTopicUnavailable(GaplessError):
 
 
 def rebuild_command(
-    tenant: str, catalog: str, requested_by: str, reason: str = "", consumer: str | None = None
+    tenant: str,
+    catalog: str,
+    requested_by: str,
+    reason: str = "",
+    consumer: str | None = None,
+    command_id: uuid.UUID | None = None,
 ) -> ControlCommand:
+    """A REBUILD request; ``command_id`` given when a repeat must be the same request
+    (the agents carry out each id once)."""
     return ControlCommand(
-        command_id=uuid.uuid4(),
+        command_id=command_id or uuid.uuid4(),
         kind="rebuild",
         tenant_id=tenant,
         catalog_id=catalog,

@@ -150,7 +150,7 @@ def rebuild(
     from infra.control import rebuild_command
 
     command = rebuild_command(tenant, catalog, actor(), reason, consumer)
-    answers = _StatusWatch() if wait else None
+    answers = StatusWatch() if wait else None
     _publish(command)
     emit(
         as_json,
@@ -160,10 +160,10 @@ def rebuild(
     if answers is None:
         echo(f"requested; follow it with `gapless rebuild status {command.command_id}`")
         return
-    sys.exit(_follow(command.command_id, answers, timeout, as_json))
+    sys.exit(follow_rebuild(command.command_id, answers, timeout, as_json))
 
 
-class _StatusWatch:
+class StatusWatch:
     """The status topic from now on, to hear a refusal (a request that makes no
     rebuild row: the catalog is already rebuilding, or it has no history)."""
 
@@ -214,7 +214,9 @@ class _StatusWatch:
         self._consumer.close()
 
 
-def _follow(rebuild_id: uuid.UUID, answers: _StatusWatch, timeout: float, as_json: bool) -> int:
+def follow_rebuild(
+    rebuild_id: uuid.UUID, answers: StatusWatch, timeout: float, as_json: bool
+) -> int:
     """Show each change of the rebuild until it ends; the exit code."""
     import psycopg
 
