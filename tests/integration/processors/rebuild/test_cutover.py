@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -430,3 +431,71 @@ def test_the_pruner_keeps_what_the_pin_holds_and_a_lease_lost_in_catch_up_starts
     with psycopg.connect(rig.settings.resolver_owner_dsn, autocommit=True) as conn:
         [after] = prune_all(conn, policy)
     assert after.pruned_through == rig.committed()
+
+
+def test_after_a_fence_the_catalog_is_rebuilt_at_the_new_epoch_and_goes_on_there(
+    rig: Rig,
+) -> None:
+    """The fence procedure's steps, then its rebuild: the new epoch's stream starts
+    empty, the rebuild loads the accepted state into a new generation and cuts the
+    new epoch's live row over to it; writes continue at epoch 2 from position 1 and
+    apply into that generation; late copies of epoch 1 are ignored, audited."""
+    from db.epochs import issue_next
+    from db.fencing import fence_older_epochs, settle_old_epochs
+    from processors.rebuild.requests import accept
+    from schemas.control import ControlCommand
+
+    rig.feed_live()
+    old_positions = rig.committed()
+    with psycopg.connect(rig.settings.control_dsn) as conn:
+        assert issue_next(conn, TENANT, CATALOG, 1, "op", "drill").epoch == 2
+        conn.commit()
+    with psycopg.connect(rig.settings.resolver_owner_dsn) as conn:
+        assert [f.stream for f in fence_older_epochs(conn, TENANT, CATALOG, 2)] == [STREAM]
+        conn.commit()
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        settle_old_epochs(conn, LIVE, TENANT, CATALOG, 2)
+        conn.commit()
+    request = ControlCommand(
+        command_id=uuid.uuid4(),
+        kind="rebuild",
+        tenant_id=TENANT,
+        catalog_id=CATALOG,
+        requested_by="op",
+        reason="fence",
+        requested_at=datetime.now(UTC),
+    )
+    answer = accept(rig.settings.product_dsn, request, LIVE, lambda _t, _c: 2)
+    assert answer.status == "started" and answer.row is not None
+    assert answer.row.stream == StreamId(TENANT, CATALOG, 2)
+    assert rig.until(request.command_id, "done")[-1] == "done"
+    done = rig.row(request.command_id)
+    assert (done.export_position, done.target_position, done.generation) == (0, 0, 2)
+    _accepted_equals(rig, 2)
+
+    new = StreamId(TENANT, CATALOG, 2)
+    rig.write(100)  # the writers go on, at epoch 2
+    with psycopg.connect(rig.settings.resolver_dsn) as conn:
+        first = conn.execute(
+            "SELECT min(position), max(position) FROM outbox WHERE history_epoch = 2"
+        ).fetchone()
+    assert first is not None and first[0] == 1
+    page = rig.client.retained_events(new, 0, 500)
+    result = rig.live.apply(
+        [
+            RawMessage(retained_topic(new), -1, e.position, e.key, e.value, new, e.position)
+            for e in page.events
+        ]
+    )
+    assert result.progress[new] == first[1]
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        row = conn.execute(
+            "SELECT generation FROM stream_progress WHERE consumer = %s AND history_epoch = 2",
+            (LIVE,),
+        ).fetchone()
+    assert row == (2,)
+    _accepted_equals(rig, 2)
+    # A late copy of an epoch-1 event: audited, ignored, never applied.
+    late = rig.client.retained_events(STREAM, old_positions - 1, 1).events
+    replay = rig.live.apply([RawMessage("late", 0, 1, e.key, e.value, None, None) for e in late])
+    assert replay.applied == 0 and (replay.duplicates + replay.ignored) == len(late)
