@@ -23,6 +23,11 @@ Attribute keys and labels are not searchable: they name what a value means, and
 a word such as "colour" would match nearly every item. An item of any status has a
 document; its ``status`` is kept with it so a search can leave out retired items.
 
+A rebuild's load refreshes the documents the same way, set-based, for the items of
+each chunk it loaded (``refresh_staged``); the load writes the items before their
+attribute values (the export's order), and whichever comes last leaves the document
+right.
+
 A refresh writes only documents whose content changed, so a redelivery leaves a
 document untouched (not even ``updated_at``). An attribute value whose item row is
 not there yet (only a rebuild's load can write one first) makes no document; the
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 import psycopg
 
 from processors.projections import attribute_values, catalog_items
+from processors.projections.staging import STAGING, Staged
 from schemas.events import AttributeValueSet, Envelope
 
 SOURCES = frozenset({catalog_items.AGGREGATE, attribute_values.AGGREGATE})
@@ -45,9 +51,9 @@ TEXT_SEARCH_CONFIG = "simple"
 ItemKey = tuple[str, str, str]
 """(tenant_id, catalog_id, item_id)"""
 
-# The document of each item among the keys, from its row and its attribute values in
-# the generation, written unless it is already stored as it is.
-_REFRESH = (
+# The document of each item among the keys ``k``, from its row and its attribute
+# values in the generation, written unless it is already stored as it is.
+_DOCUMENTS = (
     "INSERT INTO product_search_document (generation, tenant_id, catalog_id, item_id,"
     " title, status, attribute_text, item_revision, position)"
     " SELECT i.generation, i.tenant_id, i.catalog_id, i.item_id, i.title, i.status,"
@@ -55,9 +61,7 @@ _REFRESH = (
     "   (SELECT string_agg(a.value, ' ' ORDER BY a.key) FROM jsonb_each_text(i.attributes) a),"
     "   v.texts),"
     "  i.revision, greatest(i.position, v.position)"
-    " FROM unnest(%b::text[], %b::text[], %b::text[]) AS k(tenant_id, catalog_id, item_id)"
-    " JOIN product_item i ON i.generation = %b AND i.tenant_id = k.tenant_id"
-    "  AND i.catalog_id = k.catalog_id AND i.item_id = k.item_id"
+    " FROM {keys}"
     " CROSS JOIN LATERAL (SELECT string_agg(av.value, ' ' ORDER BY av.attribute_key) AS texts,"
     "   max(av.position) AS position FROM product_attribute_value av"
     "   WHERE av.generation = i.generation AND av.tenant_id = i.tenant_id"
@@ -70,6 +74,26 @@ _REFRESH = (
     " product_search_document.attribute_text, product_search_document.item_revision,"
     " product_search_document.position) IS DISTINCT FROM (excluded.title, excluded.status,"
     " excluded.attribute_text, excluded.item_revision, excluded.position)"
+)
+
+# The live path's keys: the batch's items, as binary arrays.
+_REFRESH = _DOCUMENTS.format(
+    keys="unnest(%b::text[], %b::text[], %b::text[]) AS k(tenant_id, catalog_id, item_id)"
+    " JOIN product_item i ON i.generation = %b AND i.tenant_id = k.tenant_id"
+    "  AND i.catalog_id = k.catalog_id AND i.item_id = k.item_id"
+)
+
+# A rebuild's load: the items of the staged records (an item's own, and those its
+# attribute values name). Each item is looked up by its key (LATERAL … LIMIT 1): the
+# staging table has no statistics, and a hash of the whole generation per chunk would
+# cost more than the chunk.
+_REFRESH_STAGED = _DOCUMENTS.format(
+    keys=f"(SELECT DISTINCT coalesce(s.doc ->> 'item_id', s.doc ->> 'id') FROM {STAGING} s"
+    f"  WHERE s.doc ->> 'kind' IN ('{catalog_items.AGGREGATE}', '{attribute_values.AGGREGATE}'))"
+    " AS k(item_id)"
+    " CROSS JOIN LATERAL (SELECT * FROM product_item p WHERE p.generation = %(generation)s"
+    "  AND p.tenant_id = %(tenant_id)s AND p.catalog_id = %(catalog_id)s"
+    "  AND p.item_id = k.item_id LIMIT 1) i"
 )
 
 
@@ -103,6 +127,11 @@ class SearchDocuments:
             _REFRESH,
             ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], generation),
         )
+
+    def refresh_staged(self, conn: psycopg.Connection, staged: Staged) -> None:
+        """Rebuild the documents of the items the staged export records touched, in one
+        statement (call it after the source projections loaded the same records)."""
+        conn.execute(_REFRESH_STAGED, staged.params())
 
 
 PROJECTION = SearchDocuments()
