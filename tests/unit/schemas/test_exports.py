@@ -10,8 +10,8 @@ from schemas.exports import (
     ChunkEntry,
     ExportCorrupt,
     Manifest,
-    chunk_key,
     check_chunk,
+    chunk_key,
     manifest_key,
     sha256,
 )
