@@ -84,9 +84,11 @@ class DerivedProjection(Protocol):
         self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
     ) -> None: ...
 
-    def refresh_staged(self, conn: psycopg.Connection, staged: Staged) -> None:
-        """Refresh its rows for whatever the staged export records touched (after the
-        source projections loaded them)."""
+    def refresh_staged(
+        self, conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]
+    ) -> None:
+        """Refresh its rows for whatever the staged export records of ``kinds`` touched
+        (after the source projections loaded them)."""
         ...
 
 
@@ -152,5 +154,5 @@ def load_staged(conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]) 
             inserted[projection.aggregate] = projection.load_staged(conn, staged)
     for derived in DERIVED:
         if derived.sources & wanted:
-            derived.refresh_staged(conn, staged)
+            derived.refresh_staged(conn, staged, derived.sources & wanted)
     return inserted

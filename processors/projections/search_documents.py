@@ -24,9 +24,10 @@ a word such as "colour" would match nearly every item. An item of any status has
 document; its ``status`` is kept with it so a search can leave out retired items.
 
 A rebuild's load refreshes the documents the same way, set-based, for the items of
-each chunk it loaded (``refresh_staged``); the load writes the items before their
-attribute values (the export's order), and whichever comes last leaves the document
-right.
+each chunk it loaded (``refresh_staged``): an item's document from its staged record
+(the row just inserted from it) and the values the generation holds, and the items
+that staged values name from their rows. Whichever of an item and its values comes
+last leaves the document right (the export puts items first).
 
 A refresh writes only documents whose content changed, so a redelivery leaves a
 document untouched (not even ``updated_at``). An attribute value whose item row is
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 import psycopg
 
 from processors.projections import attribute_values, catalog_items
-from processors.projections.staging import STAGING, Staged
+from processors.projections.staging import STAGING, Staged, of_kind
 from schemas.events import AttributeValueSet, Envelope
 
 SOURCES = frozenset({catalog_items.AGGREGATE, attribute_values.AGGREGATE})
@@ -83,14 +84,24 @@ _REFRESH = _DOCUMENTS.format(
     "  AND i.catalog_id = k.catalog_id AND i.item_id = k.item_id"
 )
 
-# A rebuild's load: the items of the staged records (an item's own, and those its
-# attribute values name). Each item is looked up by its key (LATERAL … LIMIT 1): the
-# staging table has no statistics, and a hash of the whole generation per chunk would
-# cost more than the chunk.
-_REFRESH_STAGED = _DOCUMENTS.format(
-    keys=f"(SELECT DISTINCT coalesce(s.doc ->> 'item_id', s.doc ->> 'id') FROM {STAGING} s"
-    f"  WHERE s.doc ->> 'kind' IN ('{catalog_items.AGGREGATE}', '{attribute_values.AGGREGATE}'))"
-    " AS k(item_id)"
+# A rebuild's load, for the staged item records: each document straight from its
+# record, which is the row the item projection has just inserted from it (so no
+# lookup of the row), with the item's attribute values as the generation holds them.
+_REFRESH_STAGED_ITEMS = _DOCUMENTS.format(
+    keys="(SELECT %(generation)s::int4 AS generation, %(tenant_id)s::text AS tenant_id,"
+    "  %(catalog_id)s::text AS catalog_id, r.id AS item_id, r.title, r.status, r.attributes,"
+    "  r.revision, %(position)s::int8 AS position"
+    + of_kind("id text, title text, status text, attributes jsonb, revision int8")
+    + ") AS i"
+)
+
+# A rebuild's load, for the staged attribute-value records: the documents of the items
+# they name, from the item rows. Each item is looked up by its key (LATERAL … LIMIT 1):
+# the staging table has no statistics, and a hash of the whole generation per chunk
+# would cost more than the chunk.
+_REFRESH_STAGED_VALUES = _DOCUMENTS.format(
+    keys=f"(SELECT DISTINCT s.doc ->> 'item_id' FROM {STAGING} s"
+    " WHERE s.doc ->> 'kind' = %(kind)s) AS k(item_id)"
     " CROSS JOIN LATERAL (SELECT * FROM product_item p WHERE p.generation = %(generation)s"
     "  AND p.tenant_id = %(tenant_id)s AND p.catalog_id = %(catalog_id)s"
     "  AND p.item_id = k.item_id LIMIT 1) i"
@@ -128,10 +139,17 @@ class SearchDocuments:
             ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], generation),
         )
 
-    def refresh_staged(self, conn: psycopg.Connection, staged: Staged) -> None:
-        """Rebuild the documents of the items the staged export records touched, in one
-        statement (call it after the source projections loaded the same records)."""
-        conn.execute(_REFRESH_STAGED, staged.params())
+    def refresh_staged(
+        self, conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]
+    ) -> None:
+        """Rebuild the documents of the items the staged export records of ``kinds``
+        touched, one statement for the item records and one for the attribute values
+        (call it after the source projections loaded the same records)."""
+        wanted = set(kinds)
+        if catalog_items.AGGREGATE in wanted:
+            conn.execute(_REFRESH_STAGED_ITEMS, staged.params(catalog_items.AGGREGATE))
+        if attribute_values.AGGREGATE in wanted:
+            conn.execute(_REFRESH_STAGED_VALUES, staged.params(attribute_values.AGGREGATE))
 
 
 PROJECTION = SearchDocuments()
