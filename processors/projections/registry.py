@@ -54,6 +54,9 @@ class Projection(Protocol):
     @property
     def aggregate(self) -> str: ...
 
+    @property
+    def table(self) -> str: ...
+
     def load_revisions(
         self, conn: psycopg.Connection, generation: int, keys: Iterable[AggregateKey]
     ) -> dict[AggregateKey, int]: ...
@@ -102,6 +105,9 @@ PROJECTIONS: tuple[Projection, ...] = (
 )
 
 DERIVED: tuple[DerivedProjection, ...] = (search_documents.PROJECTION,)
+
+TABLES = (*(p.table for p in PROJECTIONS), *(d.table for d in DERIVED))
+"""Every projection table, derived ones last."""
 
 LOADED = frozenset(p.aggregate for p in PROJECTIONS)
 """The kinds of export record a rebuild's bulk path loads (``schemas.exports.KINDS``)."""
@@ -156,3 +162,11 @@ def load_staged(conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]) 
         if derived.sources & wanted:
             derived.refresh_staged(conn, staged, derived.sources & wanted)
     return inserted
+
+
+def analyze(conn: psycopg.Connection) -> None:
+    """Refresh the planner's statistics of every projection table (after a bulk load:
+    until autovacuum gets to them, they describe the tables without the new
+    generation, and the live statements on it would be planned for an empty one)."""
+    for table in TABLES:
+        conn.execute(f"ANALYZE {table}")

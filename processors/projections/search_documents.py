@@ -53,8 +53,8 @@ ItemKey = tuple[str, str, str]
 """(tenant_id, catalog_id, item_id)"""
 
 # The document of each item among the keys ``k``, from its row and its attribute
-# values in the generation, written unless it is already stored as it is.
-_DOCUMENTS = (
+# values in the generation (``_WRITTEN``: written unless it is already stored as it is).
+_NEW_DOCUMENTS = (
     "INSERT INTO product_search_document (generation, tenant_id, catalog_id, item_id,"
     " title, status, attribute_text, item_revision, position)"
     " SELECT i.generation, i.tenant_id, i.catalog_id, i.item_id, i.title, i.status,"
@@ -67,7 +67,9 @@ _DOCUMENTS = (
     "   max(av.position) AS position FROM product_attribute_value av"
     "   WHERE av.generation = i.generation AND av.tenant_id = i.tenant_id"
     "   AND av.catalog_id = i.catalog_id AND av.item_id = i.item_id) v"
-    " ON CONFLICT (generation, tenant_id, catalog_id, item_id) DO UPDATE SET"
+)
+_DOCUMENTS = (
+    _NEW_DOCUMENTS + " ON CONFLICT (generation, tenant_id, catalog_id, item_id) DO UPDATE SET"
     " title = excluded.title, status = excluded.status,"
     " attribute_text = excluded.attribute_text, item_revision = excluded.item_revision,"
     " position = excluded.position, updated_at = now()"
@@ -87,7 +89,10 @@ _REFRESH = _DOCUMENTS.format(
 # A rebuild's load, for the staged item records: each document straight from its
 # record, which is the row the item projection has just inserted from it (so no
 # lookup of the row), with the item's attribute values as the generation holds them.
-_REFRESH_STAGED_ITEMS = _DOCUMENTS.format(
+# Inserted without a conflict clause: every other statement writes a document only
+# for an item row that exists, and this row was inserted just now, in the same
+# transaction (an item staged twice has failed on its own row already).
+_REFRESH_STAGED_ITEMS = _NEW_DOCUMENTS.format(
     keys="(SELECT %(generation)s::int4 AS generation, %(tenant_id)s::text AS tenant_id,"
     "  %(catalog_id)s::text AS catalog_id, r.id AS item_id, r.title, r.status, r.attributes,"
     "  r.revision, %(position)s::int8 AS position"

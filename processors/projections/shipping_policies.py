@@ -93,6 +93,7 @@ class PolicyVersions:
     """The projection as the registry lists it: its own probe and insert."""
 
     aggregate: str = AGGREGATE
+    table: str = "product_shipping_policy_version"
 
     def load_revisions(
         self, conn: psycopg.Connection, generation: int, keys: Iterable[AggregateKey]

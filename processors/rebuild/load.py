@@ -17,8 +17,12 @@ record is decoded in Python. One chunk per transaction:
    table, insert each kind into its projection in the generation (each must insert
    as many rows as the manifest counts of it) and refresh the derived projections
    for the items loaded, count the chunk; commit (which empties the staging table);
-4. after the last chunk, in one transaction: the shadow's own progress row at W in
-   the generation (``shadow_consumer``), and phase ``catching_up``.
+4. after the last chunk, in one transaction: ``ANALYZE`` the projection tables (a
+   load writes faster than autovacuum notices: without it the catch-up and then the
+   live applier would run on statistics that know nothing of the generation, and
+   their statements on it would be planned for an empty one), the shadow's own
+   progress row at W in the generation (``shadow_consumer``), and phase
+   ``catching_up``.
 
 A crash inside 3 rolls the chunk back; after it the chunk and its count are
 committed together, so the next attempt resumes at the next chunk and no chunk is
@@ -146,6 +150,7 @@ def load(
         with conn.transaction():
             row = _locked_in(conn, rebuild_id, "loading")
             assert row.generation is not None
+            registry.analyze(conn)
             sql.start_shadow(
                 conn, row.shadow_consumer, manifest.stream, manifest.position, row.generation
             )

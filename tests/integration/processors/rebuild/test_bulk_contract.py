@@ -41,10 +41,7 @@ from schemas.ids import StreamId
 
 TENANT, CATALOG = "x", "catalog1"
 STREAM = StreamId(TENANT, CATALOG, 1)
-TABLES = [p.table for p in registry.PROJECTIONS if hasattr(p, "table")] + [
-    "product_shipping_policy_version",
-    *(d.table for d in registry.DERIVED),
-]
+TABLES = registry.TABLES
 LEFT_OUT = {"generation", "position", "updated_at"}
 
 
