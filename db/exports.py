@@ -1,10 +1,10 @@
 """Snapshot export SQL: the export rows, and the accepted state read for an export.
 
-The state readers run inside the caller's ``REPEATABLE READ READ ONLY`` transaction
-(``db.retained_events.begin_snapshot``) and stream their rows from server-side
-cursors, ``ITERSIZE`` rows at a time, so an export's memory does not grow with the
-catalog. Each yields plain tuples in key order; ``producers.exports.snapshot`` turns
-them into events.
+The state is read inside the caller's ``REPEATABLE READ READ ONLY`` transaction
+(``db.retained_events.begin_snapshot``): one ``COPY (SELECT json_build_object(…) …)
+TO STDOUT`` per kind of record, each in key order, so PostgreSQL builds the records
+(``schemas.exports`` documents them) and streams them; the caller cuts the lines
+into chunks as they come, and an export's memory does not grow with the catalog.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import psycopg
 
 from schemas.ids import StreamId
 
-ITERSIZE = 5000
 _STREAM = "tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
 
 
@@ -157,77 +156,81 @@ def snapshot_cursor(conn: psycopg.Connection, stream: StreamId) -> int:
     return int(row[0]) if row else 0
 
 
-def _stream_rows(
-    conn: psycopg.Connection, name: str, sql: str, tenant_id: str, catalog_id: str
-) -> Iterator[tuple[Any, ...]]:
-    with conn.cursor(name=f"export_{name}") as cur:
-        cur.itersize = ITERSIZE
-        cur.execute(sql, (tenant_id, catalog_id))
-        yield from cur
-
+Block = bytes | bytearray | memoryview
+"""What ``COPY … TO STDOUT`` yields: one row's bytes."""
 
 _ONE_CATALOG = "tenant_id = %s AND catalog_id = %s"
 
 ITEMS = (
-    "SELECT item_id, class_id, status, title, parent_item_id, attributes, revision, updated_at"
+    "SELECT json_build_object('kind', 'catalog_item', 'id', item_id, 'revision', revision,"
+    " 'class_id', class_id, 'status', status, 'title', title, 'parent_item_id', parent_item_id,"
+    " 'attributes', attributes)"
     f" FROM catalog_item WHERE {_ONE_CATALOG} ORDER BY item_id"
 )
-CLASSES = (
-    "SELECT class_id, parent_class_id, decision_id, created_at"
-    f" FROM catalog_class WHERE {_ONE_CATALOG} ORDER BY class_id"
-)
 DEFINITIONS = (
-    "SELECT d.attribute_key, d.version, d.label, d.value_type, d.allowed_values,"
-    " coalesce((SELECT array_agg(a.class_id ORDER BY a.class_id) FROM attribute_applicability a"
-    "  WHERE a.tenant_id = d.tenant_id AND a.catalog_id = d.catalog_id"
-    "  AND a.attribute_key = d.attribute_key AND a.version = d.version), '{}'),"
-    " d.status, d.revision, d.decision_id, d.updated_at"
+    "SELECT json_build_object('kind', 'attribute_definition', 'attribute_key', d.attribute_key,"
+    " 'version', d.version, 'revision', d.revision, 'label', d.label,"
+    " 'value_type', d.value_type, 'allowed_values', d.allowed_values,"
+    " 'applies_to', coalesce((SELECT array_agg(a.class_id ORDER BY a.class_id)"
+    "  FROM attribute_applicability a WHERE a.tenant_id = d.tenant_id"
+    "  AND a.catalog_id = d.catalog_id AND a.attribute_key = d.attribute_key"
+    "  AND a.version = d.version), '{}'),"
+    " 'status', d.status, 'decision_id', d.decision_id)"
     " FROM attribute_definition d WHERE d.tenant_id = %s AND d.catalog_id = %s"
     " ORDER BY d.attribute_key, d.version"
 )
 VALUES = (
-    "SELECT v.item_id, v.attribute_key, v.definition_version, d.value_type, v.value,"
-    " v.item_revision, v.revision, v.decision_id, v.updated_at"
+    "SELECT json_build_object('kind', 'attribute_value', 'item_id', v.item_id,"
+    " 'attribute_key', v.attribute_key, 'revision', v.revision,"
+    " 'definition_version', v.definition_version, 'value_type', d.value_type,"
+    " 'value', v.value, 'item_revision', v.item_revision, 'decision_id', v.decision_id)"
     " FROM attribute_value v JOIN attribute_definition d ON d.tenant_id = v.tenant_id"
     " AND d.catalog_id = v.catalog_id AND d.attribute_key = v.attribute_key"
     " AND d.version = v.definition_version"
     " WHERE v.tenant_id = %s AND v.catalog_id = %s ORDER BY v.item_id, v.attribute_key"
 )
 MAPPINGS = (
-    "SELECT listing_id, item_id, item_revision, decision_id, revision, updated_at"
+    "SELECT json_build_object('kind', 'listing_mapping', 'id', listing_id,"
+    " 'revision', revision, 'item_id', item_id, 'item_revision', item_revision,"
+    " 'decision_id', decision_id)"
     f" FROM listing_mapping WHERE {_ONE_CATALOG} ORDER BY listing_id"
 )
 POLICIES = (
-    "SELECT policy_id, version, scope, effective_from, effective_to, terms, decision_id,"
-    f" created_at FROM shipping_policy_version WHERE {_ONE_CATALOG} ORDER BY policy_id, version"
+    "SELECT json_build_object('kind', 'shipping_policy', 'id', policy_id, 'version', version,"
+    " 'scope', scope, 'effective_from', effective_from, 'effective_to', effective_to,"
+    " 'terms', terms, 'decision_id', decision_id)"
+    f" FROM shipping_policy_version WHERE {_ONE_CATALOG} ORDER BY policy_id, version"
 )
 SPLITS = (
-    "SELECT s.split_id, s.source_item_id, s.source_revision, s.decision_id, s.created_at,"
-    " ARRAY(SELECT x.item_id FROM item_split_successor x WHERE x.tenant_id = s.tenant_id"
-    "  AND x.catalog_id = s.catalog_id AND x.split_id = s.split_id ORDER BY x.item_id),"
-    " coalesce((SELECT jsonb_object_agg(r.listing_id, r.to_item_id) FROM item_split_remap r"
-    "  WHERE r.tenant_id = s.tenant_id AND r.catalog_id = s.catalog_id"
-    "  AND r.split_id = s.split_id), '{}'::jsonb)"
+    "SELECT json_build_object('kind', 'item_split', 'id', s.split_id, 'revision', 1,"
+    " 'source_item_id', s.source_item_id, 'source_revision', s.source_revision,"
+    " 'successor_item_ids', ARRAY(SELECT x.item_id FROM item_split_successor x"
+    "  WHERE x.tenant_id = s.tenant_id AND x.catalog_id = s.catalog_id"
+    "  AND x.split_id = s.split_id ORDER BY x.item_id),"
+    " 'remaps', coalesce((SELECT jsonb_object_agg(r.listing_id, r.to_item_id)"
+    "  FROM item_split_remap r WHERE r.tenant_id = s.tenant_id"
+    "  AND r.catalog_id = s.catalog_id AND r.split_id = s.split_id), '{}'::jsonb),"
+    " 'decision_id', s.decision_id)"
     " FROM item_split s WHERE s.tenant_id = %s AND s.catalog_id = %s ORDER BY s.split_id"
 )
 
 STATE = (
-    ("items", ITEMS),
-    ("classes", CLASSES),
-    ("definitions", DEFINITIONS),
-    ("values", VALUES),
-    ("mappings", MAPPINGS),
-    ("policies", POLICIES),
-    ("splits", SPLITS),
+    ("catalog_item", ITEMS),
+    ("attribute_definition", DEFINITIONS),
+    ("attribute_value", VALUES),
+    ("listing_mapping", MAPPINGS),
+    ("shipping_policy", POLICIES),
+    ("item_split", SPLITS),
 )
-"""Every table of accepted state a product projection is built from, in load order."""
+"""Each kind of export record (``schemas.exports.KINDS``, in its order) and the query
+that builds its records from the accepted state, one JSON document a row."""
 
 
-def state_rows(
-    conn: psycopg.Connection, tenant_id: str, catalog_id: str
-) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """Every accepted-state row of one catalog as ``(kind, row)``, one table after
-    the other (call inside the snapshot transaction)."""
-    for kind, sql in STATE:
-        for row in _stream_rows(conn, kind, sql, tenant_id, catalog_id):
-            yield kind, row
+def copy_state(
+    conn: psycopg.Connection, query: str, tenant_id: str, catalog_id: str
+) -> Iterator[Block]:
+    """The rows of one ``STATE`` query, as ``COPY … TO STDOUT`` sends them: text format,
+    one row (one line) a block, never decoded here. Call inside the snapshot
+    transaction, and read to the end."""
+    with conn.cursor().copy(f"COPY ({query}) TO STDOUT", (tenant_id, catalog_id)) as copy:
+        yield from copy

@@ -11,6 +11,13 @@ in a module of its own; only the shipping-policy versions keep explicit SQL (the
 module says why). A new projection is listed here and gets a builder in the contract
 suite (``tests/integration/processors/projections``), which fails without one.
 
+A rebuild's load takes the bulk path (``load_staged``): each projection inserts its
+kind of export record from a staging table in one statement (``TableProjection``
+builds it from the description, the shipping-policy versions keep theirs), and the
+derived projections refresh set-based after them. ``tests/integration/processors/
+rebuild/test_bulk_contract.py`` holds that it leaves every table as the live path
+does.
+
 A derived projection (``DERIVED``: the search documents) keeps no aggregate of its
 own: it is rebuilt from other projections' rows for whatever a batch touched, after
 they wrote it, in the same transaction. Its contract (``test_derived.py`` in the same
@@ -35,6 +42,7 @@ from processors.projections import (
     search_documents,
     shipping_policies,
 )
+from processors.projections.staging import Staged
 from schemas.events import Envelope
 from schemas.ids import AggregateKey
 
@@ -46,6 +54,9 @@ class Projection(Protocol):
     @property
     def aggregate(self) -> str: ...
 
+    @property
+    def table(self) -> str: ...
+
     def load_revisions(
         self, conn: psycopg.Connection, generation: int, keys: Iterable[AggregateKey]
     ) -> dict[AggregateKey, int]: ...
@@ -53,6 +64,11 @@ class Projection(Protocol):
     def apply(
         self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
     ) -> None: ...
+
+    def load_staged(self, conn: psycopg.Connection, staged: Staged) -> int:
+        """Insert the staged export records of its aggregate type (a rebuild's bulk
+        path); the rows inserted."""
+        ...
 
 
 class DerivedProjection(Protocol):
@@ -71,6 +87,13 @@ class DerivedProjection(Protocol):
         self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
     ) -> None: ...
 
+    def refresh_staged(
+        self, conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]
+    ) -> None:
+        """Refresh its rows for whatever the staged export records of ``kinds`` touched
+        (after the source projections loaded them)."""
+        ...
+
 
 PROJECTIONS: tuple[Projection, ...] = (
     catalog_items.PROJECTION,
@@ -82,6 +105,12 @@ PROJECTIONS: tuple[Projection, ...] = (
 )
 
 DERIVED: tuple[DerivedProjection, ...] = (search_documents.PROJECTION,)
+
+TABLES = (*(p.table for p in PROJECTIONS), *(d.table for d in DERIVED))
+"""Every projection table, derived ones last."""
+
+LOADED = frozenset(p.aggregate for p in PROJECTIONS)
+"""The kinds of export record a rebuild's bulk path loads (``schemas.exports.KINDS``)."""
 
 
 def load_revisions(
@@ -117,3 +146,27 @@ def apply(conn: psycopg.Connection, generation: int, events: Iterable[Envelope])
         sourced = [e for t in sorted(derived.sources) for e in by_type.get(t, ())]
         if sourced:
             derived.refresh(conn, generation, sourced)
+
+
+def load_staged(conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]) -> dict[str, int]:
+    """Load the staged export records of ``kinds`` (each one a projection keeps) into
+    their projections, one statement each, then refresh the derived projections they
+    source; the rows each kind inserted. The bulk path of ``apply``: the same
+    projections and the same order, for a new generation."""
+    wanted = set(kinds)
+    inserted: dict[str, int] = {}
+    for projection in PROJECTIONS:
+        if projection.aggregate in wanted:
+            inserted[projection.aggregate] = projection.load_staged(conn, staged)
+    for derived in DERIVED:
+        if derived.sources & wanted:
+            derived.refresh_staged(conn, staged, derived.sources & wanted)
+    return inserted
+
+
+def analyze(conn: psycopg.Connection) -> None:
+    """Refresh the planner's statistics of every projection table (after a bulk load:
+    until autovacuum gets to them, they describe the tables without the new
+    generation, and the live statements on it would be planned for an empty one)."""
+    for table in TABLES:
+        conn.execute(f"ANALYZE {table}")

@@ -23,6 +23,12 @@ Attribute keys and labels are not searchable: they name what a value means, and
 a word such as "colour" would match nearly every item. An item of any status has a
 document; its ``status`` is kept with it so a search can leave out retired items.
 
+A rebuild's load refreshes the documents the same way, set-based, for the items of
+each chunk it loaded (``refresh_staged``): an item's document from its staged record
+(the row just inserted from it) and the values the generation holds, and the items
+that staged values name from their rows. Whichever of an item and its values comes
+last leaves the document right (the export puts items first).
+
 A refresh writes only documents whose content changed, so a redelivery leaves a
 document untouched (not even ``updated_at``). An attribute value whose item row is
 not there yet (only a rebuild's load can write one first) makes no document; the
@@ -37,6 +43,7 @@ from dataclasses import dataclass
 import psycopg
 
 from processors.projections import attribute_values, catalog_items
+from processors.projections.staging import STAGING, Staged, of_kind
 from schemas.events import AttributeValueSet, Envelope
 
 SOURCES = frozenset({catalog_items.AGGREGATE, attribute_values.AGGREGATE})
@@ -45,9 +52,9 @@ TEXT_SEARCH_CONFIG = "simple"
 ItemKey = tuple[str, str, str]
 """(tenant_id, catalog_id, item_id)"""
 
-# The document of each item among the keys, from its row and its attribute values in
-# the generation, written unless it is already stored as it is.
-_REFRESH = (
+# The document of each item among the keys ``k``, from its row and its attribute
+# values in the generation (``_WRITTEN``: written unless it is already stored as it is).
+_NEW_DOCUMENTS = (
     "INSERT INTO product_search_document (generation, tenant_id, catalog_id, item_id,"
     " title, status, attribute_text, item_revision, position)"
     " SELECT i.generation, i.tenant_id, i.catalog_id, i.item_id, i.title, i.status,"
@@ -55,14 +62,14 @@ _REFRESH = (
     "   (SELECT string_agg(a.value, ' ' ORDER BY a.key) FROM jsonb_each_text(i.attributes) a),"
     "   v.texts),"
     "  i.revision, greatest(i.position, v.position)"
-    " FROM unnest(%b::text[], %b::text[], %b::text[]) AS k(tenant_id, catalog_id, item_id)"
-    " JOIN product_item i ON i.generation = %b AND i.tenant_id = k.tenant_id"
-    "  AND i.catalog_id = k.catalog_id AND i.item_id = k.item_id"
+    " FROM {keys}"
     " CROSS JOIN LATERAL (SELECT string_agg(av.value, ' ' ORDER BY av.attribute_key) AS texts,"
     "   max(av.position) AS position FROM product_attribute_value av"
     "   WHERE av.generation = i.generation AND av.tenant_id = i.tenant_id"
     "   AND av.catalog_id = i.catalog_id AND av.item_id = i.item_id) v"
-    " ON CONFLICT (generation, tenant_id, catalog_id, item_id) DO UPDATE SET"
+)
+_DOCUMENTS = (
+    _NEW_DOCUMENTS + " ON CONFLICT (generation, tenant_id, catalog_id, item_id) DO UPDATE SET"
     " title = excluded.title, status = excluded.status,"
     " attribute_text = excluded.attribute_text, item_revision = excluded.item_revision,"
     " position = excluded.position, updated_at = now()"
@@ -70,6 +77,39 @@ _REFRESH = (
     " product_search_document.attribute_text, product_search_document.item_revision,"
     " product_search_document.position) IS DISTINCT FROM (excluded.title, excluded.status,"
     " excluded.attribute_text, excluded.item_revision, excluded.position)"
+)
+
+# The live path's keys: the batch's items, as binary arrays.
+_REFRESH = _DOCUMENTS.format(
+    keys="unnest(%b::text[], %b::text[], %b::text[]) AS k(tenant_id, catalog_id, item_id)"
+    " JOIN product_item i ON i.generation = %b AND i.tenant_id = k.tenant_id"
+    "  AND i.catalog_id = k.catalog_id AND i.item_id = k.item_id"
+)
+
+# A rebuild's load, for the staged item records: each document straight from its
+# record, which is the row the item projection has just inserted from it (so no
+# lookup of the row), with the item's attribute values as the generation holds them.
+# Inserted without a conflict clause: every other statement writes a document only
+# for an item row that exists, and this row was inserted just now, in the same
+# transaction (an item staged twice has failed on its own row already).
+_REFRESH_STAGED_ITEMS = _NEW_DOCUMENTS.format(
+    keys="(SELECT %(generation)s::int4 AS generation, %(tenant_id)s::text AS tenant_id,"
+    "  %(catalog_id)s::text AS catalog_id, r.id AS item_id, r.title, r.status, r.attributes,"
+    "  r.revision, %(position)s::int8 AS position"
+    + of_kind("id text, title text, status text, attributes jsonb, revision int8")
+    + ") AS i"
+)
+
+# A rebuild's load, for the staged attribute-value records: the documents of the items
+# they name, from the item rows. Each item is looked up by its key (LATERAL … LIMIT 1):
+# the staging table has no statistics, and a hash of the whole generation per chunk
+# would cost more than the chunk.
+_REFRESH_STAGED_VALUES = _DOCUMENTS.format(
+    keys=f"(SELECT DISTINCT s.doc ->> 'item_id' FROM {STAGING} s"
+    " WHERE s.doc ->> 'kind' = %(kind)s) AS k(item_id)"
+    " CROSS JOIN LATERAL (SELECT * FROM product_item p WHERE p.generation = %(generation)s"
+    "  AND p.tenant_id = %(tenant_id)s AND p.catalog_id = %(catalog_id)s"
+    "  AND p.item_id = k.item_id LIMIT 1) i"
 )
 
 
@@ -103,6 +143,18 @@ class SearchDocuments:
             _REFRESH,
             ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], generation),
         )
+
+    def refresh_staged(
+        self, conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]
+    ) -> None:
+        """Rebuild the documents of the items the staged export records of ``kinds``
+        touched, one statement for the item records and one for the attribute values
+        (call it after the source projections loaded the same records)."""
+        wanted = set(kinds)
+        if catalog_items.AGGREGATE in wanted:
+            conn.execute(_REFRESH_STAGED_ITEMS, staged.params(catalog_items.AGGREGATE))
+        if attribute_values.AGGREGATE in wanted:
+            conn.execute(_REFRESH_STAGED_VALUES, staged.params(attribute_values.AGGREGATE))
 
 
 PROJECTION = SearchDocuments()

@@ -11,7 +11,8 @@ It is the one projection not described as a ``table.TableProjection`` and keeps 
 own SQL: a row per version rather than per aggregate, no ``revision`` column to guard
 on (a version is immutable, so a stored one is left as it is, not upserted), and a
 probe that answers the run 1..n rather than one row's revision. None of that is the
-shared shape, and teaching the shared statements all three would only blur them.
+shared shape, and teaching the shared statements all three would only blur them; so
+its bulk statement for a rebuild's load (``BULK``) is its own too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
+from processors.projections.staging import Staged, of_kind
 from schemas.events import Envelope, ShippingPolicyVersioned, aggregate_key
 from schemas.ids import AggregateKey
 
@@ -72,11 +74,26 @@ def fold(events: Iterable[Envelope]) -> dict[tuple[AggregateKey, int], PolicyVer
     return rows
 
 
+# Every staged export record of a policy version into a new generation (a rebuild's
+# load): the columns ``write`` inserts, from the record's fields (``schemas.exports``).
+BULK = (
+    "INSERT INTO product_shipping_policy_version (generation, tenant_id, catalog_id,"
+    " policy_id, version, scope, effective_from, effective_to, terms, decision_id, position)"
+    " SELECT %(generation)s, %(tenant_id)s, %(catalog_id)s, r.id, r.version, r.scope,"
+    " r.effective_from, r.effective_to, r.terms, r.decision_id, %(position)s"
+    + of_kind(
+        "id text, version int8, scope text, effective_from timestamptz,"
+        " effective_to timestamptz, terms jsonb, decision_id uuid"
+    )
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyVersions:
     """The projection as the registry lists it: its own probe and insert."""
 
     aggregate: str = AGGREGATE
+    table: str = "product_shipping_policy_version"
 
     def load_revisions(
         self, conn: psycopg.Connection, generation: int, keys: Iterable[AggregateKey]
@@ -141,6 +158,11 @@ class PolicyVersions:
     def apply(self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]) -> None:
         """Fold the applied events of a batch and write them: what the applier calls."""
         self.write(conn, generation, fold(events).values())
+
+    def load_staged(self, conn: psycopg.Connection, staged: Staged) -> int:
+        """Insert the staged export records of policy versions into the (new, empty)
+        generation in one statement (``BULK``); the rows inserted."""
+        return conn.execute(BULK, staged.params(AGGREGATE)).rowcount
 
 
 PROJECTION = PolicyVersions()

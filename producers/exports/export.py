@@ -5,9 +5,12 @@ written as checksummed chunks and a manifest to the exports bucket.
 API process's background, or wherever it is called):
 
 1. open one ``REPEATABLE READ READ ONLY`` snapshot; read W, the stream's committed
-   cursor, in it (never ``max(outbox.position)``), and stream every accepted-state
-   row out of server-side cursors, as events (``producers.exports.snapshot``);
-2. cut the events into chunks of ``export_chunk_records``; put each chunk, then
+   cursor, in it (never ``max(outbox.position)``), and stream every kind of
+   accepted state out of it as PostgreSQL builds the records (``db.exports.STATE``:
+   one ``COPY (SELECT json_build_object(…) … ORDER BY <key>) TO STDOUT`` per kind;
+   the format is ``schemas.exports``'s); no row is decoded here;
+2. cut the lines into chunks of ``export_chunk_records`` lines (PostgreSQL sends
+   one row a block, so a chunk always ends at a line's end); put each chunk, then
    record a heartbeat (chunks, records) on the export row;
 3. close the snapshot; advance the lease pin from P to W under the retention lock
    (refused, 410, if the lease expired or was released);
@@ -32,7 +35,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import psycopg
@@ -41,13 +44,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from db import exports as sql
 from db.exports import ExportRow
 from db.retained_events import begin_snapshot
-from producers.exports.exceptions import ExportAbandoned, ExportEpochChanged, ExportNotFound
-from producers.exports.snapshot import snapshot_events
+from producers.exports.exceptions import (
+    ExportAbandoned,
+    ExportEpochChanged,
+    ExportError,
+    ExportNotFound,
+)
 from producers.exports.store import ExportStore
 from producers.retention import leases
-from schemas.codec import CODEC
 from schemas.errors import GaplessError
-from schemas.exports import ChunkEntry, Manifest, chunk_key, frame, manifest_key, sha256
+from schemas.exports import ChunkEntry, Manifest, chunk_key, manifest_key, sha256
 from schemas.ids import StreamId
 
 log = logging.getLogger(__name__)
@@ -79,30 +85,40 @@ def find(conn: psycopg.Connection, export_id: uuid.UUID) -> ExportRow:
 
 @dataclass
 class _Chunks:
-    """The chunks written so far, and the one being filled."""
+    """The chunks written so far, and the one being filled (its lines as COPY sent
+    them, and how many of each kind)."""
 
     stream: StreamId
     export_id: uuid.UUID
     store: ExportStore
     beat: Callable[[int, int], None]
-    entries: list[ChunkEntry]
-    pending: list[bytes]
+    limit: int
+    entries: list[ChunkEntry] = field(default_factory=list)
+    pending: list[sql.Block] = field(default_factory=list)
+    kinds: Counter[str] = field(default_factory=Counter)
+    lines: int = 0
     records: int = 0
 
-    def add(self, record: bytes, limit: int) -> None:
-        self.pending.append(record)
-        if len(self.pending) >= limit:
+    def add(self, kind: str, block: sql.Block) -> None:
+        self.pending.append(block)
+        self.kinds[kind] += 1
+        self.lines += 1
+        if self.lines >= self.limit:
             self.flush()
 
     def flush(self) -> None:
         if not self.pending:
             return
-        data = frame(self.pending)
+        data = b"".join(self.pending)
+        if data.count(b"\n") != self.lines or not data.endswith(b"\n"):
+            # COPY sends one row a block; anything else would cut a record in two
+            raise ExportError(f"export {self.export_id}: COPY sent a block of other than one row")
         key = chunk_key(self.stream, str(self.export_id), len(self.entries) + 1)
         self.store.put(key, data)
-        self.entries.append(ChunkEntry(key, sha256(data), len(self.pending), len(data)))
-        self.records += len(self.pending)
-        self.pending = []
+        kinds = dict(sorted(self.kinds.items()))
+        self.entries.append(ChunkEntry(key, sha256(data), self.lines, len(data), kinds))
+        self.records += self.lines
+        self.pending, self.kinds, self.lines = [], Counter(), 0
         self.beat(len(self.entries), self.records)
 
 
@@ -143,16 +159,17 @@ def _write(
         if not sql.heartbeat(control, export_id, chunks, records):
             raise ExportAbandoned(f"export {export_id} is no longer being written")
 
-    chunks = _Chunks(stream, export_id, store, beat, [], [])
+    chunks = _Chunks(stream, export_id, store, beat, chunk_records)
     by_aggregate: Counter[str] = Counter()
     # 1-2. one snapshot, streamed into chunks
     with psycopg.connect(resolver_dsn) as snap, snap.transaction():
         begin_snapshot(snap)
         position = sql.snapshot_cursor(snap, stream)
-        rows = sql.state_rows(snap, stream.tenant_id, stream.catalog_id)
-        for event in snapshot_events(rows, stream, position, export_id):
-            by_aggregate[event.aggregate.type] += 1
-            chunks.add(CODEC.encode_value(event), chunk_records)
+        for kind, query in sql.STATE:
+            before = chunks.records + chunks.lines
+            for block in sql.copy_state(snap, query, stream.tenant_id, stream.catalog_id):
+                chunks.add(kind, block)
+            by_aggregate[kind] = chunks.records + chunks.lines - before
         chunks.flush()
     # 3. the lease now pins W
     leases.advance(control, export.lease_id, position)
@@ -173,7 +190,7 @@ def _write(
         created_at=datetime.now(UTC).isoformat(),
         chunks=tuple(chunks.entries),
         records=chunks.records,
-        by_aggregate=dict(sorted(by_aggregate.items())),
+        by_aggregate=dict(sorted((k, n) for k, n in by_aggregate.items() if n)),
     )
     data = manifest.to_bytes()
     key = manifest_key(stream, str(export_id))

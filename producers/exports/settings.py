@@ -16,7 +16,8 @@ class ExportSettings(ObjectStoreSettings):
         default=20_000,
         ge=1,
         le=1_000_000,
-        description="GAPLESS_EXPORT_CHUNK_RECORDS: events per chunk object (bounds memory).",
+        description="GAPLESS_EXPORT_CHUNK_RECORDS: records (lines) per chunk object"
+        " (bounds memory).",
     )
     exports_keep: int = Field(
         default=3,

@@ -4,6 +4,7 @@ after a crash at the next chunk, and a corrupted chunk writes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import psycopg
@@ -16,6 +17,7 @@ from db.settings import DatabaseSettings
 from infra.demo.workload import run_workload
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
+from processors.rebuild.exceptions import ExportMismatch
 from processors.rebuild.load import load, read_manifest
 from producers.exports.export import begin, write
 from producers.exports.settings import ExportSettings
@@ -152,4 +154,39 @@ def test_a_load_resumes_at_the_next_chunk_and_a_corrupt_chunk_writes_nothing(
     assert fetched == [c.key for c in manifest.chunks[2:]]  # the first two are not read again
     assert loaded.rows == manifest.records
     assert sum(map(len, _rows(clean_db, 2).values())) >= sum(map(len, before.values()))
+    assert _rows(clean_db, 1) == {t: [] for t in PROJECTED}  # serving untouched
+
+
+def test_a_foreign_manifest_or_a_chunk_it_does_not_describe_writes_nothing(
+    clean_db: DatabaseSettings, store: ExportStore
+) -> None:
+    manifest = _history_and_export(clean_db, store)
+    rebuild_id = _rebuild(clean_db, manifest)
+    elsewhere = dataclasses.replace(manifest, position=manifest.position + 1)
+    with pytest.raises(ExportMismatch, match="not of"):
+        load(clean_db.product_dsn, rebuild_id, elsewhere, store.get)
+    first = manifest.chunks[0]
+    unknown = dataclasses.replace(first, kinds={**first.kinds, "catalog_class": 0})
+    with pytest.raises(ExportMismatch, match="no projection loads"):
+        load(
+            clean_db.product_dsn,
+            rebuild_id,
+            dataclasses.replace(manifest, chunks=(unknown,)),
+            store.get,
+        )
+    # one record counted as another kind: the sum adds up, the inserts do not
+    some = next(iter(first.kinds))
+    other = next(k for k in ("listing_mapping", "catalog_item") if k != some)
+    moved = {**first.kinds, some: first.kinds[some] - 1}
+    moved[other] = moved.get(other, 0) + 1
+    miscounted = dataclasses.replace(manifest, chunks=(dataclasses.replace(first, kinds=moved),))
+    with pytest.raises(ExportMismatch, match="inserted"):
+        load(clean_db.product_dsn, rebuild_id, miscounted, store.get)
+    twice = dataclasses.replace(manifest, chunks=(first, first))
+    with pytest.raises(ExportMismatch, match="twice"):
+        load(clean_db.product_dsn, rebuild_id, twice, store.get)
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        row = sql.get(conn, rebuild_id)
+    assert row is not None and (row.phase, row.chunks_loaded) == ("loading", 1)
+    assert sum(map(len, _rows(clean_db, 2).values())) == first.records  # the first chunk only
     assert _rows(clean_db, 1) == {t: [] for t in PROJECTED}  # serving untouched

@@ -4,11 +4,14 @@ lease's export becomes ready; every chunk is checked by its SHA-256."""
 
 from __future__ import annotations
 
-import dataclasses
+import json
+import re
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 
 import psycopg
 import pytest
@@ -31,10 +34,19 @@ from producers.resolver.catalog_items import ItemChange
 from producers.resolver.exceptions import DomainError
 from producers.retention import leases
 from schemas.codec import CODEC
-from schemas.events import CatalogItemRetired, CatalogItemSplit, Envelope
-from schemas.exports import ExportCorrupt, Manifest, prefix, unframe
+from schemas.events import (
+    AttributeDefined,
+    AttributeValueSet,
+    CatalogItemRetired,
+    CatalogItemSplit,
+    CatalogItemUpserted,
+    Envelope,
+    ListingMapped,
+    ShippingPolicyVersioned,
+)
+from schemas.exports import KINDS, ExportCorrupt, Manifest, check_chunk, prefix
 from schemas.http.auth import token_hash
-from schemas.ids import StreamId
+from schemas.ids import StreamId, definition_id, value_id
 from tests.fixtures.decisions import accept
 
 TENANT, CATALOG = "x", "catalog1"
@@ -111,45 +123,97 @@ def _slow(current, settings: DatabaseSettings):  # type: ignore[no-untyped-def]
     return check
 
 
-def _key(event: Envelope) -> Key:
-    a = event.aggregate
-    if a.type == "shipping_policy":  # every version is kept, each its own row
-        return (a.type, a.id, str(a.revision))
-    return (a.type, a.id)
-
-
-def _comparable(event: Envelope) -> tuple[int, object]:
-    payload = event.payload
-    if isinstance(payload, CatalogItemSplit):
+def _record(event: Envelope) -> tuple[Key, dict[str, object]] | None:
+    """The export record the event's aggregate has after it (None: not exported)."""
+    a, p = event.aggregate, event.payload
+    common: dict[str, object] = {"kind": a.type, "revision": a.revision}
+    if isinstance(p, CatalogItemUpserted):
+        fields = dict(
+            id=a.id, class_id=p.class_id, status=p.status, title=p.title,
+            parent_item_id=p.parent_item_id, attributes=dict(p.attributes),
+        )  # fmt: skip
+    elif isinstance(p, AttributeDefined):
+        fields = dict(
+            attribute_key=p.attribute_key, version=p.version, label=p.label,
+            value_type=p.value_type, allowed_values=list(p.allowed_values),
+            applies_to=sorted(p.applies_to), status=p.status, decision_id=str(p.decision_id),
+        )  # fmt: skip
+    elif isinstance(p, AttributeValueSet):
+        fields = dict(
+            item_id=p.item_id, attribute_key=p.attribute_key,
+            definition_version=p.definition_version, value_type=p.value_type, value=p.value,
+            item_revision=p.item_revision, decision_id=str(p.decision_id),
+        )  # fmt: skip
+    elif isinstance(p, ListingMapped):
+        fields = dict(
+            id=a.id, item_id=p.item_id, item_revision=p.item_revision,
+            decision_id=str(p.decision_id),
+        )  # fmt: skip
+    elif isinstance(p, ShippingPolicyVersioned):
+        # every version is kept, each its own record; its version is the revision
+        record = dict(
+            kind=a.type, id=a.id, version=a.revision, scope=p.scope,
+            effective_from=p.effective_from, effective_to=p.effective_to,
+            terms=dict(p.terms), decision_id=str(p.decision_id),
+        )  # fmt: skip
+        return (a.type, a.id, str(a.revision)), record
+    elif isinstance(p, CatalogItemSplit):
         # the resolver keeps a split's successors as a set; exports list them sorted
-        payload = dataclasses.replace(
-            payload, successor_item_ids=tuple(sorted(payload.successor_item_ids))
-        )
-    return event.aggregate.revision, payload
+        fields = dict(
+            id=a.id, source_item_id=p.source_item_id, source_revision=p.source_revision,
+            successor_item_ids=sorted(p.successor_item_ids), remaps=dict(p.remaps),
+            decision_id=str(p.decision_id),
+        )  # fmt: skip
+    else:
+        return None  # decisions and catalog classes: no product projection keeps them
+    return (a.type, a.id), {**common, **fields}
 
 
 def _replay(settings: DatabaseSettings, stream: StreamId, through: int) -> dict[Key, object]:
-    """What events 1..through leave as each aggregate's latest state."""
+    """What events 1..through leave as each aggregate's export record."""
     with psycopg.connect(settings.resolver_dsn) as conn:
         rows = conn.execute(
             "SELECT value FROM outbox WHERE tenant_id = %s AND catalog_id = %s"
             " AND history_epoch = %s AND position <= %s ORDER BY position",
             (*stream, through),
         ).fetchall()
-    state: dict[Key, tuple[int, object]] = {}
+    state: dict[Key, dict[str, object]] = {}
     for (value,) in rows:
         event = CODEC.decode_value(bytes(value))
-        if event.aggregate.type == "decision":
-            continue  # not part of any product projection
         if isinstance(event.payload, CatalogItemRetired):
-            _, before = state[_key(event)]
-            state[_key(event)] = (
-                event.aggregate.revision,
-                dataclasses.replace(before, status="retired"),  # type: ignore[type-var]
-            )
+            key = (event.aggregate.type, event.aggregate.id)
+            state[key] = {**state[key], "status": "retired", "revision": event.aggregate.revision}
             continue
-        state[_key(event)] = _comparable(event)
+        found = _record(event)
+        if found is not None:
+            state[found[0]] = found[1]
     return dict(state)
+
+
+_COPY_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _parse(line: bytes) -> dict[str, object]:
+    """One chunk line: COPY's text escaping undone, then the JSON."""
+    text = re.sub(r"\\(.)", lambda m: _COPY_ESCAPES.get(m[1], m[1]), line.decode())
+    record: dict[str, object] = json.loads(text)
+    assert set(record) == {"kind", *KINDS[str(record["kind"])]}, record
+    if record["kind"] == "shipping_policy":
+        for name in ("effective_from", "effective_to"):
+            at = record[name]
+            record[name] = None if at is None else datetime.fromisoformat(str(at))
+    return record
+
+
+def _key_of(record: dict[str, object]) -> Key:
+    kind = str(record["kind"])
+    if kind == "attribute_definition":
+        return (kind, definition_id(str(record["attribute_key"]), int(str(record["version"]))))
+    if kind == "attribute_value":
+        return (kind, value_id(str(record["item_id"]), str(record["attribute_key"])))
+    if kind == "shipping_policy":
+        return (kind, str(record["id"]), str(record["version"]))
+    return (kind, str(record["id"]))
 
 
 def _exported(
@@ -157,12 +221,20 @@ def _exported(
 ) -> tuple[Manifest, dict[Key, object]]:
     manifest = Manifest.from_bytes(store.get(manifest_key), manifest_sha)
     state: dict[Key, object] = {}
+    kinds_seen: list[str] = []
     for chunk in manifest.chunks:
-        for record in unframe(store.get(chunk.key), chunk.sha256):
-            event = CODEC.decode_value(record)
-            assert event.position == manifest.position and event.dependencies == ()
-            assert _key(event) not in state, f"{_key(event)} exported twice"
-            state[_key(event)] = _comparable(event)
+        data = check_chunk(store.get(chunk.key), chunk.sha256, chunk.records)
+        counted: Counter[str] = Counter()
+        for line in data.splitlines():
+            record = _parse(line)
+            key = _key_of(record)
+            assert key not in state, f"{key} exported twice"
+            state[key] = record
+            counted[str(record["kind"])] += 1
+            if not kinds_seen or kinds_seen[-1] != record["kind"]:
+                kinds_seen.append(str(record["kind"]))
+        assert dict(counted) == chunk.kinds
+    assert kinds_seen == [k for k in KINDS if k in kinds_seen], "kinds come in export order"
     return manifest, state
 
 
@@ -223,7 +295,7 @@ def test_a_corrupted_chunk_or_manifest_is_refused(
     data[-1] ^= 0xFF
     store.put(chunk.key, bytes(data))
     with pytest.raises(ExportCorrupt, match="checksum"):
-        list(unframe(store.get(chunk.key), chunk.sha256))
+        check_chunk(store.get(chunk.key), chunk.sha256, chunk.records)
     with pytest.raises(ExportCorrupt, match="checksum"):
         Manifest.from_bytes(store.get(done.manifest_key) + b" ", done.manifest_sha256)
 
