@@ -80,10 +80,15 @@ _DOCUMENTS = (
 )
 
 # The live path's keys: the batch's items, as binary arrays.
+# Each item is looked up by its key (LATERAL … LIMIT 1), never joined as a set: a
+# join is planned from the table's statistics, and while they are stale (a young
+# generation, a table autovacuum has not analysed yet) it reads the whole table per
+# batch.
 _REFRESH = _DOCUMENTS.format(
     keys="unnest(%b::text[], %b::text[], %b::text[]) AS k(tenant_id, catalog_id, item_id)"
-    " JOIN product_item i ON i.generation = %b AND i.tenant_id = k.tenant_id"
-    "  AND i.catalog_id = k.catalog_id AND i.item_id = k.item_id"
+    " CROSS JOIN LATERAL (SELECT * FROM product_item p WHERE p.generation = %b"
+    "  AND p.tenant_id = k.tenant_id AND p.catalog_id = k.catalog_id"
+    "  AND p.item_id = k.item_id LIMIT 1) i"
 )
 
 # A rebuild's load, for the staged item records: each document straight from its
