@@ -266,11 +266,13 @@ def test_a_rebuild_survives_sigkill_in_every_phase_under_load(
         wait_for(lambda: _progress(clean_db).get(REBUILT[0], 0) >= 200, "the first events", 90)
         watcher.start()
 
-        request = _request()
-        _publish(bootstrap, topics.control, request, request)  # one id, delivered twice
+        # One id delivered twice, then a second request in the same batch: the worker
+        # holding the control partition reads all three in one fetch, so the second
+        # meets the first unfinished (published later, after a kill, it could wait out
+        # the rebalances until the first is done, and rightly start a rebuild).
+        request, second = _request(), _request()
+        _publish(bootstrap, topics.control, request, request, second)
         wait_for(lambda: _rebuild(clean_db, request.command_id) is not None, "the row", 60)
-        second = _request()  # while the first is unfinished: answered, not started
-        _publish(bootstrap, topics.control, second)
 
         killed: list[str] = []
         for phase in KILL_IN:
@@ -328,13 +330,15 @@ def test_a_rebuild_survives_sigkill_in_every_phase_under_load(
     # The second request was answered as already rebuilding (once per delivery: a
     # rebalance may deliver the command again, and the answer is only informational).
     refusals = set(_refusals(kafka_settings.kafka_bootstrap, topics.status, second.command_id))
-    assert refusals == {"ALREADY_REBUILDING"}
-    assert len(killed) == len(KILL_IN), killed
     with psycopg.connect(clean_db.product_dsn) as conn:
         rows = conn.execute(
-            "SELECT count(*) FROM rebuild WHERE tenant_id = %s", (REBUILT[0],)
-        ).fetchone()
-    assert rows == (1,)  # the request delivered twice is one rebuild; the second refused
+            "SELECT rebuild_id, phase, created_at FROM rebuild WHERE tenant_id = %s",
+            (REBUILT[0],),
+        ).fetchall()
+    # The request delivered twice is one rebuild; the second was refused.
+    assert len(rows) == 1, (rows, refusals, killed)
+    assert refusals == {"ALREADY_REBUILDING"}, (refusals, killed)
+    assert len(killed) == len(KILL_IN), killed
     assert done.generation is not None and done.previous_generation == 1
     # No reader saw the new generation before the cutover committed, and the live
     # position never went back.
