@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from schemas.errors import GaplessError
 
 
@@ -31,3 +33,15 @@ class EpochNotIssued(GaplessError):
 
     code = "EPOCH_NOT_ISSUED"
     http_status = 409
+
+
+class StreamPaused(GaplessError):
+    """The catalog's processing is paused (a restore in progress, see ``gapless
+    status``): nothing was written. Retry after the resume."""
+
+    code = "STREAM_PAUSED"
+    http_status = 503
+
+    def __init__(self, message: str, pause_id: uuid.UUID) -> None:
+        super().__init__(message, headers={"Retry-After": "5"})
+        self.pause_id = pause_id

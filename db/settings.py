@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
-from schemas.settings import GaplessSettings
+from schemas.settings import GaplessSettings, KafkaSettings
+
+if TYPE_CHECKING:
+    from db.pauses import PauseWatch
 
 
 class DatabaseSettings(GaplessSettings):
@@ -47,3 +52,29 @@ class DatabaseSettings(GaplessSettings):
     def resolver_owner_dsn(self) -> str:
         """The resolver database as the owner of its tables (migrations, test set-up)."""
         return self.resolver_migration_dsn or self.resolver_dsn
+
+
+class PauseSettings(DatabaseSettings, KafkaSettings):
+    """What a process that honours catalog pauses (``db.pauses``) needs: the control
+    database that holds them and the control topic that announces them."""
+
+    pause_poll_seconds: float = Field(
+        default=2.0,
+        ge=0.2,
+        le=60.0,
+        description="GAPLESS_PAUSE_POLL_SECONDS: how often a process re-reads the catalog"
+        " pauses from the control database (a PAUSE on the control topic wakes it sooner).",
+    )
+
+    def pause_watch(self, role: str) -> PauseWatch:
+        """A process's watch of the catalog pauses, woken by the control topic; not
+        started (``start()`` it where the process starts its work)."""
+        from db.control_listener import listener
+        from db.pauses import PauseWatch
+
+        return PauseWatch(
+            self.control_dsn,
+            role,
+            poll_seconds=self.pause_poll_seconds,
+            listen=listener(self.kafka_bootstrap, self.control_topic),
+        )

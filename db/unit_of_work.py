@@ -8,6 +8,7 @@ accepted change can never commit without its events (INV-06).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, Self
 
@@ -16,6 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import FIRST_EPOCH, EpochSource
 from db.exceptions import EpochChanged, StreamFenced
+from db.pauses import PauseWatch
 from db.stream_writer import StreamWriter, lock_cursor
 from schemas.codec import EventCodec
 from schemas.events import Envelope
@@ -45,10 +47,18 @@ class UnitOfWork:
     releases every cursor lock and consumes no position.
     """
 
-    def __init__(self, pool: ConnectionPool, epochs: EpochSource, codec: EventCodec) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        epochs: EpochSource,
+        codec: EventCodec,
+        pauses: PauseWatch | None = None,
+    ) -> None:
         self._pool = pool
         self._epochs = epochs
         self._codec = codec
+        self._pauses = pauses
+        self._holds = ExitStack()
         self._conn: psycopg.Connection | None = None
         self._writers: dict[tuple[str, str], StreamWriter] = {}
         self._unissued: set[tuple[str, str]] = set()
@@ -56,6 +66,7 @@ class UnitOfWork:
         self.envelopes: list[Envelope] = []
 
     def __enter__(self) -> Self:
+        self._holds = ExitStack()
         self._conn = self._pool.getconn()
         self._committed = False
         self._writers.clear()
@@ -77,6 +88,7 @@ class UnitOfWork:
                 conn.rollback()
         finally:
             self._pool.putconn(conn)
+            self._holds.close()  # the work on paused-able catalogs has ended
 
     @property
     def tx(self) -> Transaction:
@@ -94,11 +106,16 @@ class UnitOfWork:
         changing the facts the events describe. A transaction touching several
         streams must request them in sorted order, so two such transactions cannot
         deadlock on each other's cursor rows. A cached epoch that was fenced meanwhile
-        is looked up again and the current epoch's stream is locked instead.
+        is looked up again and the current epoch's stream is locked instead. A paused
+        catalog raises ``StreamPaused`` before anything is locked; otherwise the work
+        is counted as in flight until the unit of work ends, so the pause is
+        acknowledged only after this commits or rolls back.
         """
         key = (tenant_id, catalog_id)
         writer = self._writers.get(key)
         if writer is None:
+            if self._pauses is not None:
+                self._holds.enter_context(self._pauses.working([key]))
             epoch, issued = self._epochs.epoch_for_write(tenant_id, catalog_id)
             try:
                 writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))

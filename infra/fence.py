@@ -4,37 +4,45 @@ After the resolver database is restored from a backup, the events it had publish
 since describe a history that no longer exists. ``fence_epoch`` (``gapless
 fence-epoch``) carries out, for one catalog and the epoch being fenced:
 
-1. issue the next epoch in the control database, the only authority
+1. pause the catalog's processing (``infra.pause``): writers, the capture worker,
+   the relay, the agents and the read API each acknowledge through the control
+   database that they hold the pause; serving answers ``STREAM_BEING_RESTORED``;
+2. issue the next epoch in the control database, the only authority
    (``db.epochs.issue_next``: once, logged with who, why and which epoch);
-2. fence the catalog's older streams in the resolver database
+3. fence the catalog's older streams in the resolver database
    (``db.fencing.fence_older_epochs``): no writer commits and no relay publishes
    into them any more; their rows stay as history, never relabelled;
-3. settle what the live consumer still holds open of the older epochs in the
+4. settle what the live consumer still holds open of the older epochs in the
    product database (parked events end ``ignored_old_epoch``, open quarantine
    entries ``superseded``): nothing of an old epoch is applied after the fence;
-4. ask for a rebuild of the catalog at the new epoch through the control topic,
+5. ask for a rebuild of the catalog at the new epoch through the control topic,
    with a request id derived from the catalog and the new epoch, so the same
-   procedure asked again is the same request (the agents carry each out once).
+   procedure asked again is the same request (the agents carry each out once);
+6. when the rebuild is done (followed with ``follow``, or found done when the
+   procedure runs again), resume the catalog.
 
-Every step is idempotent, so after a crash between two of them the operator runs
-the same command again and it completes the rest. Pausing writers, the relay, the
-agents and serving through the control topic (issue 12's first step) is not built
-yet: writers that go on write to the new epoch from position 1, and the rebuild's
-cutover covers what the live consumer applies meanwhile.
+Every step is idempotent (the pause's id too is derived from the catalog and the
+fenced epoch), so after a crash between two of them, or a procedure that stopped
+at 5 without following the rebuild, the operator runs the same command again and it
+completes the rest; once resumed, running it again changes nothing.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
 
-from db.epochs import issue_next
+from db import rebuilds
+from db.epochs import current_epochs, issue_next
+from db.exceptions import EpochNotIssued
 from db.fencing import Fenced, Settled, fence_older_epochs, settle_old_epochs
 from db.settings import DatabaseSettings
 from infra.control import publish, rebuild_command
+from infra.pause import PauseReport, pause_catalog, resume_catalog
 from schemas.settings import KafkaSettings
 
 Echo = Callable[[str], None]
@@ -53,6 +61,10 @@ class FenceReport:
     fenced: list[Fenced] = field(default_factory=list)
     settled: Settled = field(default_factory=lambda: Settled(0, 0))
     rebuild_id: uuid.UUID | None = None
+    rebuild_phase: str | None = None
+    paused: PauseReport | None = None
+    resumed: PauseReport | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -68,11 +80,26 @@ class FenceReport:
             "parked_settled": self.settled.parked,
             "quarantine_settled": self.settled.quarantined,
             "rebuild_id": str(self.rebuild_id) if self.rebuild_id else None,
+            "rebuild_phase": self.rebuild_phase,
+            "pause": self.paused.as_dict() if self.paused else None,
+            "resume": self.resumed.as_dict() if self.resumed else None,
+            "state": "resumed" if self.resumed else "paused",
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
 
 def rebuild_id_for(tenant_id: str, catalog_id: str, epoch: int) -> uuid.UUID:
     return uuid.uuid5(_REQUESTS, f"fence:{tenant_id}/{catalog_id}@{epoch}")
+
+
+def pause_id_for(tenant_id: str, catalog_id: str, superseded: int) -> uuid.UUID:
+    return uuid.uuid5(_REQUESTS, f"fence-pause:{tenant_id}/{catalog_id}@{superseded}")
+
+
+def _rebuild_phase(product_dsn: str, rebuild_id: uuid.UUID) -> str | None:
+    with psycopg.connect(product_dsn) as conn:
+        row = rebuilds.get(conn, rebuild_id)
+    return None if row is None else row.phase
 
 
 def fence_epoch(
@@ -85,14 +112,48 @@ def fence_epoch(
     actor: str,
     reason: str,
     echo: Echo,
+    follow: Callable[[uuid.UUID], str | None] | None = None,
+    pause_timeout_s: float = 60.0,
 ) -> FenceReport:
-    """Steps 1-4 above, each committed before the next."""
+    """Steps 1-6 above, each committed before the next. ``follow`` waits for the
+    rebuild to end and returns its last phase; without it the procedure resumes
+    only when it finds the rebuild done already (run it again later)."""
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        report.seconds[name] = now - clock
+        clock = now
+
+    report = FenceReport(tenant_id, catalog_id, superseded, superseded + 1, False)
+    with psycopg.connect(databases.control_dsn) as conn:  # nothing to pause for a typo
+        current = current_epochs(conn, [(tenant_id, catalog_id)]).get((tenant_id, catalog_id))
+    if current is None or current < superseded:
+        raise EpochNotIssued(
+            f"{tenant_id}/{catalog_id} has no epoch {superseded} to fence"
+            f" (current: {current or 'none'})"
+        )
+    paused = pause_catalog(
+        databases,
+        kafka,
+        tenant_id,
+        catalog_id,
+        actor,
+        f"restore: fence of epoch {superseded}: {reason}",
+        echo,
+        pause_timeout_s,
+        pause_id_for(tenant_id, catalog_id, superseded),
+    )
+    report.paused = paused
+    lap("pause")
+    echo(f"1/6 {tenant_id}/{catalog_id} {paused.state}")
     with psycopg.connect(databases.control_dsn) as conn:
         issued = issue_next(conn, tenant_id, catalog_id, superseded, actor, reason)
         conn.commit()
-    report = FenceReport(tenant_id, catalog_id, superseded, issued.epoch, issued.issued_now)
+    report.epoch, report.issued_now = issued.epoch, issued.issued_now
     echo(
-        f"1/4 epoch {issued.epoch} of {tenant_id}/{catalog_id}"
+        f"2/6 epoch {issued.epoch} of {tenant_id}/{catalog_id}"
         f" {'issued' if issued.issued_now else 'was already issued'}"
     )
     with psycopg.connect(databases.resolver_owner_dsn) as conn:
@@ -100,23 +161,51 @@ def fence_epoch(
         conn.commit()
     for f in report.fenced:
         echo(
-            f"2/4 fenced {f.stream}: its history ends at {f.position}"
+            f"3/6 fenced {f.stream}: its history ends at {f.position}"
             f" ({f.position - f.published} rows never published, kept)"
         )
     if not report.fenced:
-        echo("2/4 no stream left to fence")
+        echo("3/6 no stream left to fence")
     with psycopg.connect(databases.product_dsn) as conn:
         report.settled = settle_old_epochs(conn, consumer, tenant_id, catalog_id, issued.epoch)
         conn.commit()
     echo(
-        f"3/4 {report.settled.parked} parked old-epoch event(s) ignored,"
+        f"4/6 {report.settled.parked} parked old-epoch event(s) ignored,"
         f" {report.settled.quarantined} quarantine entr(ies) superseded"
     )
+    lap("fence")
     rebuild_id = rebuild_id_for(tenant_id, catalog_id, issued.epoch)
-    command = rebuild_command(
-        tenant_id, catalog_id, actor, f"fence of epoch {superseded}: {reason}", consumer, rebuild_id
-    )
-    publish(kafka.kafka_bootstrap, command, kafka.control_topic)
     report.rebuild_id = rebuild_id
-    echo(f"4/4 rebuild at epoch {issued.epoch} requested: {rebuild_id}")
+    report.rebuild_phase = _rebuild_phase(databases.product_dsn, rebuild_id)
+    if paused.state == "resumed":
+        echo("5/6 the rebuild was done before; 6/6 resumed before: nothing left to do")
+        return report
+    if report.rebuild_phase is None:
+        command = rebuild_command(
+            tenant_id,
+            catalog_id,
+            actor,
+            f"fence of epoch {superseded}: {reason}",
+            consumer,
+            rebuild_id,
+        )
+        publish(kafka.kafka_bootstrap, command, kafka.control_topic)
+        echo(f"5/6 rebuild at epoch {issued.epoch} requested: {rebuild_id}")
+    else:
+        echo(f"5/6 rebuild at epoch {issued.epoch}: {rebuild_id} is {report.rebuild_phase}")
+    if follow is not None and report.rebuild_phase not in ("done", "failed", "cancelled"):
+        report.rebuild_phase = follow(rebuild_id)
+    lap("rebuild")
+    if report.rebuild_phase != "done":
+        echo(
+            f"6/6 not resumed: the rebuild is {report.rebuild_phase or 'requested'};"
+            " the catalog stays paused. Run this command again when it is done (or with"
+            " --wait to follow it); if it failed, see `gapless rebuild status`."
+        )
+        return report
+    report.resumed = resume_catalog(
+        databases, kafka, tenant_id, catalog_id, actor, echo, pause_timeout_s
+    )
+    lap("resume")
+    echo(f"6/6 {tenant_id}/{catalog_id} resumed at epoch {issued.epoch}")
     return report

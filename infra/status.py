@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from db import evidence as evidence_sql
+from db import pauses
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
 from producers.retention.report import StreamRetention, as_json, stream_report
@@ -203,3 +204,35 @@ def lines(status: StreamStatus) -> list[str]:
             f"{caught}{pause}{error}"
         )
     return out
+
+
+def paused(settings: DatabaseSettings) -> list[dict[str, Any]]:
+    """Open pauses (``db.pauses``), each with the live processes holding it or not."""
+    with psycopg.connect(settings.control_dsn, autocommit=True) as conn:
+        found = []
+        for pause in pauses.open_pauses(conn):
+            holders = pauses.holders(conn, pause.pause_id)
+            found.append(
+                {
+                    "pause_id": str(pause.pause_id),
+                    "tenant_id": pause.tenant_id,
+                    "catalog_id": pause.catalog_id,
+                    "paused_by": pause.paused_by,
+                    "reason": pause.reason,
+                    "paused_at": pause.paused_at.isoformat(),
+                    "acknowledged_by": [h.instance_id for h in holders if h.acknowledged],
+                    "not_acknowledged_by": [h.instance_id for h in holders if not h.acknowledged],
+                }
+            )
+    return found
+
+
+def pause_lines(pause: dict[str, Any]) -> list[str]:
+    held, missing = pause["acknowledged_by"], pause["not_acknowledged_by"]
+    lines = [
+        f"PAUSED {pause['tenant_id']}/{pause['catalog_id']} since {pause['paused_at']}"
+        f" by {pause['paused_by']}: {pause['reason']}",
+        f"    held by {len(held)} of {len(held) + len(missing)} process(es)"
+        + (f"; waiting for {', '.join(missing)}" if missing else ""),
+    ]
+    return lines

@@ -36,9 +36,11 @@ def create_app(settings: AgentSettings) -> Any:
         broker_session_timeout=settings.agents_session_timeout_seconds,
         broker_heartbeat_interval=settings.agents_session_timeout_seconds / 4,
     )
-    events_agent.register(app, settings)
+    # The live consumer honours catalog pauses (a rebuild does not: it ends a restore).
+    pauses = settings.pause_watch("agents").start()
+    events_agent.register(app, settings, pauses)
     client = recovery.resolver_client(settings)
-    recovery.register(app, settings, client)
+    recovery.register(app, settings, client, pauses)
     rebuilds.register(app, settings, client)
     housekeeping.register(app, settings)
     health.register(app, settings.product_dsn)

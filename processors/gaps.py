@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 import psycopg
 
+from db.pauses import PauseWatch
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.applier.progress import Stream
@@ -67,6 +68,7 @@ class GapCloser:
     consumer: str
     threshold_s: float = 5.0
     page_size: int = 500
+    pauses: PauseWatch | None = None  # a paused catalog's gaps wait for the resume
     _seen: dict[Stream, _Seen] = field(default_factory=dict)
     # Streams pruned past this consumer's progress, by that progress: not asked
     # again until the progress moves (a rebuild).
@@ -152,7 +154,10 @@ class GapCloser:
     def close_once(self) -> dict[Stream, BatchResult]:
         """One pass over stalled streams; returns what was applied per stream."""
         results: dict[Stream, BatchResult] = {}
+        paused = self.pauses.paused_keys() if self.pauses is not None else frozenset()
         for stream, position in self.candidates().items():
+            if (stream[0], stream[1]) in paused:
+                continue
             try:
                 result = self.close_stream(stream, position)
             except ResolverUnavailable as exc:

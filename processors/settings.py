@@ -6,9 +6,9 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from db.settings import DatabaseSettings
+from db.settings import PauseSettings
 from schemas.http.settings import ApiTokenSettings
-from schemas.settings import GaplessSettings, KafkaSettings, ObjectStoreSettings
+from schemas.settings import GaplessSettings, ObjectStoreSettings
 
 
 class LiveConsumerSettings(GaplessSettings):
@@ -21,7 +21,7 @@ class LiveConsumerSettings(GaplessSettings):
     )
 
 
-class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings, LiveConsumerSettings):
+class AgentSettings(PauseSettings, ObjectStoreSettings, LiveConsumerSettings):
     # The resolver token must not end up in an error message.
     model_config = SettingsConfigDict(hide_input_in_errors=True)
 
@@ -162,7 +162,7 @@ class AgentSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings, LiveCo
     )
 
 
-class ReadApiSettings(DatabaseSettings, LiveConsumerSettings, ApiTokenSettings):
+class ReadApiSettings(PauseSettings, LiveConsumerSettings, ApiTokenSettings):
     """The product read API (``gapless read-api``): it reads the product database, and
     the control database for each catalog's current history epoch."""
 

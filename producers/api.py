@@ -1,8 +1,9 @@
 """The resolver API process: app assembly (its composition root).
 
 ``create_app`` wires settings, the resolver connection pool, the control-database
-epoch source, bearer-token authentication, the error format and the routers;
-``gapless resolver-api`` serves it with uvicorn.
+epoch source, the watch of catalog pauses (``db.pauses``), bearer-token
+authentication, the error format and the routers; ``gapless resolver-api`` serves it
+with uvicorn.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ captures with a signed JWT of a registered credential instead. Every error answe
 `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
 `PRIOR_DECISION_NOT_FOUND`, `INVALID_CLASS`, `PARENT_CLASS_NOT_FOUND`,
 `ATTRIBUTE_DEFINITION_INVALID`, `ATTRIBUTE_VALUE_INVALID` (422), `CURSOR_PRUNED`,
-`LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE` (503), …
+`LEASE_EXPIRED`, `LEASE_RELEASED`, `EPOCH_NOT_CURRENT` (410), `UNAVAILABLE`,
+`STREAM_PAUSED` (503: the catalog is paused for a restore; retry after `Retry-After`), …
 """
 
 
@@ -79,6 +81,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
         name="resolver-api-uow",
     )
     epochs = EpochSource(settings.control_dsn)
+    pauses = settings.pause_watch("resolver-api")
     exports = ExportRunner(
         settings.resolver_dsn, settings.control_dsn, exports_settings or ExportSettings()
     )
@@ -90,9 +93,11 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         pool.open()
         uow_pool.open()
+        pauses.start()
         try:
             yield
         finally:
+            pauses.stop()
             enqueuer.close()
             exports.close()
             uow_pool.close()
@@ -107,7 +112,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     )
     app.state.grants = settings.grants()
     app.state.resources = Resources(
-        pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS
+        pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS, pauses
     )
     install_error_handlers(
         app,

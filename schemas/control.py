@@ -18,7 +18,7 @@ from schemas.codec import AVRO_DIR, SingleObjectFormat
 
 COMMAND = "gapless.control.ControlCommand"
 STATUS = "gapless.control.RebuildStatus"
-Kind = Literal["rebuild", "cancel"]
+Kind = Literal["rebuild", "cancel", "pause", "resume"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +37,12 @@ class ControlCommand:
         return f"{self.tenant_id}/{self.catalog_id}".encode()
 
 
+_KINDS: dict[str, Kind] = {
+    "REBUILD": "rebuild",
+    "CANCEL": "cancel",
+    "PAUSE": "pause",
+    "RESUME": "resume",
+}
 _FORMAT = SingleObjectFormat(COMMAND, AVRO_DIR)
 _STATUS_FORMAT = SingleObjectFormat(STATUS, AVRO_DIR)
 
@@ -68,7 +74,7 @@ def decode(data: bytes) -> ControlCommand:
     at = record["requested_at"]
     return ControlCommand(
         command_id=uuid.UUID(str(record["command_id"])),
-        kind="rebuild" if record["kind"] == "REBUILD" else "cancel",
+        kind=_KINDS[record["kind"]],
         tenant_id=record["tenant_id"],
         catalog_id=record["catalog_id"],
         consumer=record["consumer"],

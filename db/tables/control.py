@@ -11,10 +11,12 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Index,
     MetaData,
     PrimaryKeyConstraint,
     Table,
     Text,
+    Uuid,
     func,
     text,
 )
@@ -48,4 +50,50 @@ history_epoch_log = Table(
     Column("issued_by", Text, nullable=False, server_default=text("'writer'")),
     Column("superseded_epoch", BigInteger),
     PrimaryKeyConstraint("tenant_id", "catalog_id", "epoch"),
+)
+
+# Pauses of a catalog's processing (a restore in progress): one open row per catalog
+# at a time; a resumed pause stays as audit.
+stream_pause = Table(
+    "stream_pause",
+    metadata,
+    Column("pause_id", Uuid, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("paused_by", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("paused_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("resumed_by", Text),
+    Column("resumed_at", DateTime(timezone=True)),
+    Index(
+        "stream_pause_one_open",
+        "tenant_id",
+        "catalog_id",
+        unique=True,
+        postgresql_where=text("resumed_at IS NULL"),
+    ),
+)
+
+# The running processes that honour pauses, each seen at its last check.
+process_instance = Table(
+    "process_instance",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("role", Text, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("seen_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# A process's acknowledgement that it holds a pause (``paused``: it starts no more
+# work on the catalog and none it started is still running) or let it go.
+pause_ack = Table(
+    "pause_ack",
+    metadata,
+    Column("pause_id", Uuid, nullable=False),
+    Column("instance_id", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("acked_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("pause_id", "instance_id", "state"),
+    CheckConstraint("state IN ('paused', 'resumed')", name="pause_ack_state"),
 )

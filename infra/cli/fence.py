@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 
 import click
 
@@ -24,7 +25,26 @@ from infra.config import load
 @click.option(
     "--consumer", help="Whose projections (default: the agents' GAPLESS_AGENTS_CONSUMER)."
 )
-@click.option("--wait", is_flag=True, help="Follow the rebuild at the new epoch to its end.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the rebuild at the new epoch to its end, then resume the catalog"
+    " (without it, run the command again once the rebuild is done).",
+)
+@click.option(
+    "--pause-timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for every live process to acknowledge the pause (and the resume).",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds to follow the rebuild.",
+)
 @click.option("--json", "as_json", is_flag=True, help="The outcome as one JSON object.")
 def fence_epoch(
     tenant: str,
@@ -33,16 +53,22 @@ def fence_epoch(
     reason: str,
     consumer: str | None,
     wait: bool,
+    pause_timeout: float,
+    timeout: float,
     as_json: bool,
 ) -> None:
-    """After a restore of the resolver database: issue the next epoch, fence the old
-    history (no more writes or publishing), settle what the agents hold of it, and
-    rebuild the catalog's projections at the new epoch. Safe to run again."""
+    """After a restore of the resolver database: pause the catalog (every process
+    acknowledges), issue the next epoch, fence the old history (no more writes or
+    publishing), settle what the agents hold of it, rebuild the catalog's projections
+    at the new epoch and, once the rebuild is done, resume. Safe to run again: it
+    completes what is left. Exit 0 resumed, 1 the rebuild failed or a process did
+    not acknowledge, 2 bad input, 3 still paused (the rebuild is not done yet)."""
     from db.exceptions import EpochNotIssued
     from db.settings import DatabaseSettings
     from infra.cli.rebuild import StatusWatch, follow_rebuild
     from infra.control import ControlTopicUnavailable
     from infra.fence import fence_epoch as run
+    from infra.pause import PauseNotAcknowledged
     from processors.settings import AgentSettings
     from schemas.settings import KafkaSettings
 
@@ -50,6 +76,18 @@ def fence_epoch(
     kafka = guarded(lambda: load(KafkaSettings))
     agents = guarded(lambda: load(AgentSettings))
     answers = StatusWatch() if wait else None
+
+    def follow(rebuild_id: uuid.UUID) -> str | None:
+        import psycopg
+
+        from db import rebuilds
+
+        assert answers is not None
+        follow_rebuild(rebuild_id, answers, timeout, as_json)
+        with psycopg.connect(databases.product_dsn) as conn:
+            row = rebuilds.get(conn, rebuild_id)
+        return None if row is None else row.phase
+
     try:
         report = run(
             databases,
@@ -61,9 +99,23 @@ def fence_epoch(
             actor(),
             reason,
             echo,
+            follow if wait else None,
+            pause_timeout,
         )
     except (EpochNotIssued, ControlTopicUnavailable) as exc:
         fail(exc)
-    emit(as_json, report.as_dict(), f"epoch {report.epoch}: rebuild {report.rebuild_id}")
-    if answers is not None and report.rebuild_id is not None:
-        sys.exit(follow_rebuild(report.rebuild_id, answers, 3600.0, as_json))
+    except PauseNotAcknowledged as exc:
+        click.secho(f"error: {exc.code}: {exc}", fg="red", err=True)
+        sys.exit(1)
+    state = "resumed" if report.resumed else "paused"
+    emit(
+        as_json,
+        report.as_dict(),
+        f"epoch {report.epoch}: rebuild {report.rebuild_id} {report.rebuild_phase}; {state}",
+    )
+    if report.resumed is None and report.paused is not None and report.paused.state == "resumed":
+        return  # the procedure was complete before
+    if report.rebuild_phase in ("failed", "cancelled"):
+        sys.exit(1)
+    if report.resumed is None:
+        sys.exit(3)

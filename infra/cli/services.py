@@ -43,18 +43,20 @@ def down() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--services-only", is_flag=True, help="Only the local services.")
 def status(as_json: bool, services_only: bool) -> None:
-    """Local services, then per stream: committed, published, retention floor and what
-    holds it, leases, and each consumer's durable progress, lag, parked and quarantined."""
+    """Local services, paused catalogs and who holds each pause, then per stream:
+    committed, published, retention floor and what holds it, leases, and each
+    consumer's durable progress, lag, parked and quarantined."""
     from dataclasses import asdict
 
     from db.settings import DatabaseSettings
     from infra.local import status as service_status
-    from infra.status import collect, lines, missing_evidence, to_json
+    from infra.status import collect, lines, missing_evidence, pause_lines, paused, to_json
 
     services = guarded(service_status)
     streams: list[Any] = []
     unattributed = 0
     missing: int | None = None
+    pauses: list[dict[str, Any]] = []
     problem = None
     if not services_only:
         use_local_services()
@@ -62,6 +64,7 @@ def status(as_json: bool, services_only: bool) -> None:
             settings = load(DatabaseSettings)
             streams, unattributed = collect(settings)
             missing = missing_evidence(settings)
+            pauses = paused(settings)
         except Exception as exc:  # the databases may be down: say so, keep the rest
             problem = f"streams unavailable: {exc}"
     if as_json:
@@ -69,6 +72,7 @@ def status(as_json: bool, services_only: bool) -> None:
             json.dumps(
                 {
                     "services": [asdict(s) for s in services],
+                    "pauses": pauses,
                     "streams": [to_json(s) for s in streams],
                     "undecodable_quarantined": unattributed,
                     "evidence_missing": missing,
@@ -82,6 +86,9 @@ def status(as_json: bool, services_only: bool) -> None:
         click.echo(f"{mark} {s.name:<9} {s.address:<24} {s.detail}")
     if problem:
         echo(problem)
+    for pause in pauses:
+        for line in pause_lines(pause):
+            click.echo(click.style(line, fg="yellow") if line.startswith("PAUSED") else line)
     for stream in streams:
         for line in lines(stream):
             click.echo(line)

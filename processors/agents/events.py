@@ -10,6 +10,7 @@ import psycopg
 from prometheus_client import Counter
 
 from db.epochs import EpochSource
+from db.pauses import PauseWatch
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.settings import AgentSettings
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 EVENTS = Counter("gapless_applier_events_total", "Events by outcome", ["outcome"])
 
 
-def register(app: Any, settings: AgentSettings) -> None:
+def register(app: Any, settings: AgentSettings, pauses: PauseWatch | None = None) -> None:
     topic = app.topic(
         settings.events_topic,
         key_type=bytes,
@@ -34,6 +35,7 @@ def register(app: Any, settings: AgentSettings) -> None:
         EpochSource(settings.control_dsn),
         CODEC,
         consumer=settings.agents_consumer,
+        pauses=pauses,
     )
 
     @app.on_rebalance_complete.connect  # type: ignore[untyped-decorator]
@@ -120,3 +122,4 @@ def count(result: BatchResult) -> None:
     EVENTS.labels("released").inc(result.released)
     EVENTS.labels("ignored").inc(result.ignored)
     EVENTS.labels("quarantined").inc(result.quarantined)
+    EVENTS.labels("deferred_paused").inc(result.deferred)

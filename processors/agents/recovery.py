@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from db.epochs import EpochSource
+from db.pauses import PauseWatch
 from processors.applier.batch import Applier
 from processors.gaps import GapCloser
 from processors.reporter import ProgressReporter
@@ -37,7 +38,9 @@ def resolver_client(settings: AgentSettings) -> ResolverClient:
     )
 
 
-def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
+def register(
+    app: Any, settings: AgentSettings, client: ResolverClient, pauses: PauseWatch | None = None
+) -> None:
     reporter = ProgressReporter(settings.product_dsn, client, settings.agents_consumer)
     # Its own applier (own connection): it runs while the agent's batch may be open.
     closer = GapCloser(
@@ -48,9 +51,11 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
             EpochSource(settings.control_dsn),
             CODEC,
             consumer=settings.agents_consumer,
+            pauses=pauses,
         ),
         settings.agents_consumer,
         threshold_s=settings.agents_gap_threshold_seconds,
+        pauses=pauses,
     )
 
     @app.timer(interval=settings.agents_report_interval_seconds)  # type: ignore[untyped-decorator]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
 
 from db.epochs import EpochSource
+from db.pauses import PauseWatch
 from processors.applier import inbox, offsets, parking, progress, skips
 from processors.applier.exceptions import EpochUnknown
 from processors.applier.messages import RawMessage
@@ -53,6 +55,7 @@ class BatchResult:
     released: int = 0
     ignored: int = 0
     quarantined: int = 0
+    deferred: int = 0  # of paused catalogs: left for the gap closer after the resume
     progress: dict[progress.Stream, int] = field(default_factory=dict)
 
 
@@ -88,8 +91,10 @@ class Applier:
         epochs: EpochSource,
         codec: EventCodec,
         consumer: str = DEFAULT_CONSUMER,
+        pauses: PauseWatch | None = None,
     ) -> None:
         self.consumer = consumer
+        self._pauses = pauses
         self._dsn = product_dsn
         self._epochs = epochs
         self._codec = codec
@@ -121,7 +126,11 @@ class Applier:
         nothing of the batch is committed and the messages must be delivered again.
         A message that cannot be decoded, or whose event fails to apply on its own,
         is quarantined (committed) instead of raising; so is a parked event whose
-        release fails, and an event that would park on a skipped one.
+        release fails, and an event that would park on a skipped one. An event of a
+        paused catalog (``pauses``) in its current epoch is left out, unrecorded: its
+        stream's progress stays before it, and after the resume the gap closer fetches
+        it from the resolver (the messages' offsets are recorded, so Kafka does not
+        deliver it again). One of an older epoch is judged as ever (ignored, audited).
         """
         result = BatchResult(received=len(messages))
         decoded: list[_Decoded] = []
@@ -133,6 +142,38 @@ class Applier:
                 decoded.append(_Decoded(message, self._codec.decode_value(message.value)))
             except CodecError as exc:
                 undecodable.append((message, exc))
+        keys = {(d.event.tenant_id, d.event.catalog_id) for d in decoded}
+        with self._unpaused(keys) as allowed:
+            if len(allowed) < len(keys):
+                # A paused catalog's events of its current epoch wait; those of an
+                # older one go on to their terminal, audited ``ignored_old_epoch``.
+                epochs = self._epochs.epochs(keys - allowed, refresh=True)
+
+                def waits(d: _Decoded) -> bool:
+                    key = (d.event.tenant_id, d.event.catalog_id)
+                    return key not in allowed and d.event.history_epoch >= epochs.get(key, 0)
+
+                kept = [d for d in decoded if not waits(d)]
+                result.deferred = len(decoded) - len(kept)
+                decoded = kept
+            return self._apply_decoded(messages, decoded, undecodable, result)
+
+    @contextmanager
+    def _unpaused(self, keys: set[tuple[str, str]]) -> Iterator[frozenset[tuple[str, str]]]:
+        """The catalogs of ``keys`` not paused, counted as in flight (``db.pauses``)."""
+        if self._pauses is None:
+            yield frozenset(keys)
+            return
+        with self._pauses.working_on_unpaused(keys) as allowed:
+            yield allowed
+
+    def _apply_decoded(
+        self,
+        messages: Sequence[RawMessage],
+        decoded: list[_Decoded],
+        undecodable: list[tuple[RawMessage, CodecError]],
+        result: BatchResult,
+    ) -> BatchResult:
         current, unknown_epoch = self._check_epochs(decoded)
         held = {id(d) for d in unknown_epoch}
         decoded = [d for d in decoded if id(d) not in held]

@@ -40,20 +40,24 @@ Every error answers `{"code": "...", "message": "..."}` with a stable code:
 `CURSOR_INVALID` (400), `UNAUTHENTICATED` (401), `TENANT_SCOPE_DENIED`,
 `ROLE_DENIED` (403), `CATALOG_NOT_SERVED` (404: the catalog has no history yet, or
 nothing of it has been applied), `PRODUCT_ITEM_NOT_FOUND`, `NOT_FOUND` (404),
-`VALIDATION_FAILED` (422), `UNAVAILABLE` (503).
+`VALIDATION_FAILED` (422), `UNAVAILABLE`, `STREAM_BEING_RESTORED` (503: the catalog
+is paused while it is restored; try again after `Retry-After`).
 """
 
 
 def create_app(settings: ReadApiSettings) -> FastAPI:
     pool = snapshot_pool(settings.product_dsn, settings.read_api_pool_size, "read-api")
     epochs = EpochSource(settings.control_dsn)
+    pauses = settings.pause_watch("read-api")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         pool.open()
+        pauses.start()
         try:
             yield
         finally:
+            pauses.stop()
             pool.close()
             epochs.close()
 
@@ -64,7 +68,7 @@ def create_app(settings: ReadApiSettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.grants = settings.grants()
-    app.state.reader = SnapshotReader(pool, epochs, settings.agents_consumer)
+    app.state.reader = SnapshotReader(pool, epochs, settings.agents_consumer, pauses)
     install_error_handlers(
         app,
         unavailable=(psycopg.OperationalError,),  # PoolTimeout is one

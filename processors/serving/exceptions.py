@@ -30,3 +30,11 @@ class CursorInvalid(ServingError):
 
     code = "CURSOR_INVALID"
     http_status = 400
+
+
+class CatalogBeingRestored(ServingError):
+    """The catalog is paused while its history is restored and its projections are
+    rebuilt: nothing of it is served until the resume (``Retry-After``)."""
+
+    code = "STREAM_BEING_RESTORED"
+    http_status = 503

@@ -33,7 +33,8 @@ from psycopg_pool import ConnectionPool
 
 from db import serving as sql
 from db.epochs import EpochSource
-from processors.serving.exceptions import CatalogNotServed
+from db.pauses import PauseWatch
+from processors.serving.exceptions import CatalogBeingRestored, CatalogNotServed
 
 T = TypeVar("T")
 
@@ -60,10 +61,17 @@ def snapshot_pool(dsn: str, size: int, name: str) -> ConnectionPool:
 
 
 class SnapshotReader:
-    def __init__(self, pool: ConnectionPool, epochs: EpochSource, consumer: str) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        epochs: EpochSource,
+        consumer: str,
+        pauses: PauseWatch | None = None,
+    ) -> None:
         self.pool = pool
         self.epochs = epochs
         self.consumer = consumer
+        self.pauses = pauses
 
     def read(
         self,
@@ -71,7 +79,17 @@ class SnapshotReader:
         catalog_id: str,
         rows: Callable[[psycopg.Connection, sql.Served], T],
     ) -> tuple[sql.Served, T]:
-        """Steps 1-4 above: the serving generation and what ``rows`` reads of it."""
+        """Steps 1-4 above: the serving generation and what ``rows`` reads of it. A
+        catalog paused for a restore answers ``STREAM_BEING_RESTORED`` rather than
+        data the restore is replacing."""
+        pause = self.pauses.paused(tenant_id, catalog_id) if self.pauses is not None else None
+        if pause is not None:
+            raise CatalogBeingRestored(
+                f"catalog {catalog_id!r} of tenant {tenant_id!r} is being restored (paused"
+                f" by {pause.paused_by} at {pause.paused_at:%Y-%m-%d %H:%M:%S%z}: {pause.reason});"
+                " try again after it is resumed",
+                headers={"Retry-After": "5"},
+            )
         epoch = self.epochs.epochs([(tenant_id, catalog_id)]).get((tenant_id, catalog_id))
         if epoch is None:
             raise CatalogNotServed(

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from db.pauses import PauseWatch
 from db.unit_of_work import UnitOfWork
 from schemas.codec import CODEC
 
@@ -31,9 +32,11 @@ class Resources:
     epochs: EpochSource
     lease_max_ttl_seconds: int
     claim_fields: frozenset[str]
+    pauses: PauseWatch | None = None
 
     def unit_of_work(self) -> UnitOfWork:
-        return UnitOfWork(self.uow_pool, self.epochs, CODEC)
+        """A unit of work that refuses paused catalogs (``STREAM_PAUSED``, 503)."""
+        return UnitOfWork(self.uow_pool, self.epochs, CODEC, self.pauses)
 
 
 def resources(request: Request) -> Resources:

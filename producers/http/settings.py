@@ -5,12 +5,12 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from db.settings import DatabaseSettings
+from db.settings import PauseSettings
 from producers.capture.settings import IntakeSettings
 from schemas.http.settings import ApiTokenSettings
 
 
-class ApiSettings(DatabaseSettings, IntakeSettings, ApiTokenSettings):
+class ApiSettings(PauseSettings, IntakeSettings, ApiTokenSettings):
     # A token pasted where its hash belongs must not end up in an error message.
     model_config = SettingsConfigDict(hide_input_in_errors=True)
 

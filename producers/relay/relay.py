@@ -7,7 +7,8 @@ import logging
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import psycopg
 from prometheus_client import Counter, Gauge
@@ -21,6 +22,7 @@ from db.outbox import (
     streams_with_unpublished,
     try_claim_stream,
 )
+from db.pauses import PauseWatch
 from db.stream_writer import NOTIFY_CHANNEL
 from producers.relay.exceptions import OutboxGap, RelayError
 from producers.relay.publisher import Publisher
@@ -60,8 +62,10 @@ class Relay:
         poll_seconds: float = 1.0,
         after_publish: AfterPublish | None = None,
         reconnect: Reconnect | None = None,
+        pauses: PauseWatch | None = None,
     ) -> None:
         self._dsn = dsn
+        self._pauses = pauses
         self._publisher = publisher
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds
@@ -93,6 +97,9 @@ class Relay:
     def publish_streams(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
         """Publish up to ``batch_size`` rows from several streams in one transaction.
 
+        0. leave out the streams of paused catalogs (``db.pauses``), and count the
+           others as in flight until the batch ends, so a pause is acknowledged only
+           once nothing of it is being published;
         1. claim each stream (advisory lock for this transaction) or skip it, and skip
            it too if its epoch is fenced (the fence takes the same claim, so a batch
            in flight finishes before a fence and none starts after it); read its
@@ -112,6 +119,21 @@ class Relay:
         the relay close to a bare producer. Nothing here locks a row a writer locks,
         so writers and the relay never wait for each other.
         """
+        keys = {(s.tenant_id, s.catalog_id) for s in streams}
+        with self._unpaused(keys) as allowed:
+            return self._publish_claimed(
+                conn, [s for s in streams if (s.tenant_id, s.catalog_id) in allowed]
+            )
+
+    @contextmanager
+    def _unpaused(self, keys: set[tuple[str, str]]) -> Iterator[frozenset[tuple[str, str]]]:
+        if self._pauses is None:
+            yield frozenset(keys)
+            return
+        with self._pauses.working_on_unpaused(keys) as allowed:
+            yield allowed
+
+    def _publish_claimed(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
         claimed: list[tuple[StreamId, list[OutboxRow]]] = []
         with conn.transaction():
             budget = self._batch_size

@@ -8,6 +8,7 @@ import threading
 import time
 from types import FrameType
 
+from db.pauses import PauseWatch
 from producers.relay.health import serve
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
@@ -16,7 +17,7 @@ from producers.relay.settings import RelaySettings
 log = logging.getLogger(__name__)
 
 
-def build(settings: RelaySettings) -> Relay:
+def build(settings: RelaySettings, pauses: PauseWatch | None = None) -> Relay:
     publisher = Publisher(
         settings.kafka_bootstrap, settings.events_topic, settings.relay_delivery_timeout_seconds
     )
@@ -25,6 +26,7 @@ def build(settings: RelaySettings) -> Relay:
         publisher,
         batch_size=settings.relay_batch_size,
         poll_seconds=settings.relay_poll_seconds,
+        pauses=pauses,
     )
 
 
@@ -42,7 +44,8 @@ def run(settings: RelaySettings) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    relay = build(settings)
+    pauses = settings.pause_watch("relay").start()
+    relay = build(settings, pauses)
     server = None
     if settings.relay_http_port:
         stale_after = max(30.0, settings.relay_poll_seconds * 10)
@@ -58,4 +61,5 @@ def run(settings: RelaySettings) -> None:
     finally:
         if server is not None:
             server.shutdown()
+        pauses.stop()
         log.info("relay stopped")

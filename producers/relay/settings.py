@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from db.settings import DatabaseSettings
-from schemas.settings import KafkaSettings
+from db.settings import PauseSettings
 
 DEFAULT_BATCH_SIZE = 1000
 """Rows per claim, per wait for delivery reports and per published-position update.
@@ -17,7 +16,7 @@ more. A crash re-publishes at most one batch of a stream.
 """
 
 
-class RelaySettings(DatabaseSettings, KafkaSettings):
+class RelaySettings(PauseSettings):
     relay_batch_size: int = Field(
         default=DEFAULT_BATCH_SIZE, ge=1, le=100_000, description="GAPLESS_RELAY_BATCH_SIZE"
     )

@@ -20,6 +20,8 @@ from datetime import datetime
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from db.exceptions import StreamPaused
+from db.pauses import PauseWatch
 from db.repositories import capture_items as items
 from db.repositories import capture_jobs as jobs
 from db.repositories.capture_items import NewResult, ResultKey, SourceItemVersion
@@ -47,6 +49,9 @@ from schemas.events import Envelope
 from schemas.jobs import CAPTURE_JOB
 
 log = logging.getLogger(__name__)
+
+PAUSED_RETRY_SECONDS = 5.0
+"""How soon a job stopped by a paused catalog is tried again (no attempt counted)."""
 
 # Parse one capture's bytes with the named adapter (``parse_capture`` in production);
 # raises ``AdapterError`` when the capture as a whole is unusable.
@@ -80,7 +85,8 @@ def claims_of(product: ExtractedProduct) -> list[tuple[str, str, str]]:
 class RunReport:
     """How one run ended: ``done``, ``retrying``, ``failed`` (the job's new status),
     ``not_claimed`` (finished, under another live claim, or not due), ``stale``
-    (another run moved the checkpoint first), ``claim_lost`` or ``aborted``."""
+    (another run moved the checkpoint first), ``paused`` (its catalog is paused: the
+    job is ``retrying`` and counts no attempt), ``claim_lost`` or ``aborted``."""
 
     job_id: uuid.UUID
     result: str
@@ -108,8 +114,9 @@ class _ItemUnit(UnitOfWork):
         epochs: EpochSource,
         codec: EventCodec,
         move: Callable[[Transaction], None] | None,
+        pauses: PauseWatch | None = None,
     ) -> None:
-        super().__init__(pool, epochs, codec)
+        super().__init__(pool, epochs, codec, pauses)
         self._move = move
 
     def commit(self) -> list[Envelope]:
@@ -169,8 +176,10 @@ class CaptureWorker:
         claim_seconds: float,
         item_retries: RetryPolicy,
         job_retries: RetryPolicy,
+        pauses: PauseWatch | None = None,
     ) -> None:
         self._pool = pool  # autocommit connections for the short job transactions
+        self._pauses = pauses
         self._uow_pool = uow_pool
         self._epochs = epochs
         self._codec = codec
@@ -254,23 +263,37 @@ class CaptureWorker:
         with self._short() as tx:
             retries = items.due_retries(tx, job.job_id, run.parser_version, start)
         where = {p.source_item_id: i for i, p in reversed(list(enumerate(run.products)))}
-        for row in retries:
-            if (index := where.get(row.source_item_id)) is not None:
+        try:
+            held = start
+            for row in retries:
+                if (index := where.get(row.source_item_id)) is not None:
+                    self._renew_if_old(run)
+                    self._settle(run, index, None)
+            for index in range(start, len(run.products)):
                 self._renew_if_old(run)
-                self._settle(run, index, None)
-        held = start
-        for index in range(start, len(run.products)):
-            self._renew_if_old(run)
-            try:
-                self._settle(run, index, (held, index + 1))
-            except CheckpointLost as lost:
-                # Another run got further first: never write over its progress.
-                report.checkpoint = lost.winner
-                report.result = "stale"
-                self._finish(job, "retrying", retry_in_seconds=0)
-                return
-            held = index + 1
-            report.checkpoint = held
+                try:
+                    self._settle(run, index, (held, index + 1))
+                except CheckpointLost as lost:
+                    # Another run got further first: never write over its progress.
+                    report.checkpoint = lost.winner
+                    report.result = "stale"
+                    self._finish(job, "retrying", retry_in_seconds=0)
+                    return
+                held = index + 1
+                report.checkpoint = held
+        except StreamPaused as paused:
+            # The catalog is paused: the products settled so far stay settled, the
+            # checkpoint holds, and the job waits (no attempt counted) for the resume.
+            report.result = "paused"
+            report.error_code = paused.code
+            self._finish(
+                job,
+                "retrying",
+                retry_in_seconds=PAUSED_RETRY_SECONDS,
+                error_code=paused.code,
+                error=paused.message,
+            )
+            return
         self._end(run)
 
     # --- job level ----------------------------------------------------------------
@@ -366,7 +389,9 @@ class CaptureWorker:
             assert move is not None
             checkpoints.advance(tx, run.ref, *move)
 
-        return _ItemUnit(self._uow_pool, self._epochs, self._codec, advance if move else None)
+        return _ItemUnit(
+            self._uow_pool, self._epochs, self._codec, advance if move else None, self._pauses
+        )
 
     def _settle(self, run: _Run, index: int, move: tuple[int, int] | None) -> None:
         """Give product ``index`` an outcome, moving the checkpoint by ``move`` in the
@@ -378,7 +403,7 @@ class CaptureWorker:
         new = run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
         try:
             outcome = self._attempt(run, new, product, move)
-        except CheckpointLost:
+        except (CheckpointLost, StreamPaused):
             raise
         except Exception as exc:
             failure = classify(exc)

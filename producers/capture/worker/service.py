@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from db.pauses import PauseWatch
 from producers.capture.jobs_metrics import IntakeCollector
 from producers.capture.worker.consumer import JobLoop, due_job_ids, job_consumer
 from producers.capture.worker.metrics import FailuresCollector
@@ -40,8 +41,11 @@ class Wiring:
     uow_pool: ConnectionPool
     epochs: EpochSource
     slots: ClusterSlots | None
+    pauses: PauseWatch | None = None
 
     def close(self) -> None:
+        if self.pauses is not None:
+            self.pauses.stop()
         for pool in (self.uow_pool, self.pool):
             pool.close()
         if self.slots is not None:
@@ -75,6 +79,7 @@ def build(
         else None
     )
     epochs = EpochSource(s.control_dsn)
+    pauses = s.pause_watch("capture-worker").start()
     retries = (s.worker_retry_base_seconds, s.worker_retry_cap_seconds)
     worker = CaptureWorker(
         pool,
@@ -88,8 +93,9 @@ def build(
         claim_seconds=s.worker_claim_seconds,
         item_retries=RetryPolicy(s.worker_item_max_attempts, *retries),
         job_retries=RetryPolicy(s.worker_job_max_attempts, *retries),
+        pauses=pauses,
     )
-    return Wiring(worker, pool, uow_pool, epochs, slots)
+    return Wiring(worker, pool, uow_pool, epochs, slots, pauses)
 
 
 def run(

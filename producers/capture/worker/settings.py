@@ -7,8 +7,8 @@ import socket
 
 from pydantic import AliasChoices, Field
 
-from db.settings import DatabaseSettings
-from schemas.settings import KafkaSettings, ObjectStoreSettings
+from db.settings import PauseSettings
+from schemas.settings import ObjectStoreSettings
 from schemas.topics import JOBS_TOPIC
 
 
@@ -16,7 +16,7 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class WorkerSettings(DatabaseSettings, KafkaSettings, ObjectStoreSettings):
+class WorkerSettings(PauseSettings, ObjectStoreSettings):
     """``gapless resolver-worker``: processes capture jobs from ``intake.jobs.v1``
     (hides what was given in errors, as ``ObjectStoreSettings`` does: the S3 keys)."""
 

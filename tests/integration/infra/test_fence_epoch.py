@@ -59,7 +59,7 @@ def _commands(bootstrap: str, topic: str, count: int) -> list[control.ControlCom
     return found
 
 
-def _fence(*extra: str) -> dict[str, object]:
+def _fence(*extra: str, exit_code: int = 3) -> dict[str, object]:
     result = CliRunner().invoke(
         main,
         [
@@ -74,7 +74,7 @@ def _fence(*extra: str) -> dict[str, object]:
             *extra,
         ],
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == exit_code, result.output  # 3: paused until the rebuild
     body: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
     return body
 
@@ -108,10 +108,15 @@ def test_fence_epoch_fences_settles_and_asks_for_a_rebuild_once(
     again = _fence("--epoch", "1")  # after a crash, or by mistake: nothing more
     assert (again["epoch"], again["issued_now"], again["fenced"]) == (2, False, [])
     assert again["rebuild_id"] == str(expected)
-    commands = _commands(kafka_settings.kafka_bootstrap, control_topic, 2)
+    assert first["state"] == again["state"] == "paused"  # no agents here: no rebuild yet
+    pause = first["pause"]
+    assert isinstance(pause, dict) and pause["changed_now"] is True
+    assert again["pause"] == {**pause, "changed_now": False, "seconds": again["pause"]["seconds"]}  # type: ignore[index]
+    commands = _commands(kafka_settings.kafka_bootstrap, control_topic, 4)
     assert [(c.kind, c.command_id, c.tenant_id) for c in commands] == [
-        ("rebuild", expected, TENANT)
-    ] * 2  # the same request twice: the agents carry it out once
+        ("pause", uuid.UUID(str(pause["pause_id"])), TENANT),
+        ("rebuild", expected, TENANT),
+    ] * 2  # the same requests twice: the agents carry a rebuild out once
 
     wrong = CliRunner().invoke(
         main,
