@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 from typing import Any
 
 import faust
@@ -38,6 +39,7 @@ def create_app(settings: AgentSettings) -> Any:
     )
     # The live consumer honours catalog pauses (a rebuild does not: it ends a restore).
     pauses = settings.pause_watch("agents").start()
+    atexit.register(pauses.stop)  # a clean stop is not waited for by the next pause
     events_agent.register(app, settings, pauses)
     client = recovery.resolver_client(settings)
     recovery.register(app, settings, client, pauses)

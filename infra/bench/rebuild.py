@@ -75,7 +75,7 @@ def _loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _process_env(box: Sandbox, api_port: int, web_port: int) -> dict[str, str]:
+def process_env(box: Sandbox, api_port: int, web_port: int) -> dict[str, str]:
     """The environment of every deployed process: this one's (local services, S3
     keys, tokens), pointed at the sandbox's databases, topics and ports."""
     dbs = box.databases
@@ -255,7 +255,7 @@ def measure_rebuild(box: Sandbox, items: int, echo: Echo) -> RebuildFigures:
         box.databases.product_dsn, tenant, CATALOG, items, position, CHUNK_RECORDS, echo
     )
     api_port, web_port = free_port(), free_port()
-    env = _process_env(box, api_port, web_port)
+    env = process_env(box, api_port, web_port)
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     health = {

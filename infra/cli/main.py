@@ -10,6 +10,7 @@ from infra.cli import (
     collectors,
     consumers,
     demo,
+    drill,
     evidence,
     fence,
     parked,
@@ -60,6 +61,7 @@ for command in (
     tail.tail,
     demo.demo,
     bench.bench,
+    drill.drill,
 ):
     main.add_command(command)
 
