@@ -17,12 +17,27 @@ from infra.cli.output import echo, guarded
 @click.option(
     "--chaos/--no-chaos", default=True, show_default=True, help="Kill -9 relay and agents once."
 )
+@click.option(
+    "--drill/--no-drill",
+    default=True,
+    show_default=True,
+    help="End with a restore drill on one stream of its own (about a minute).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo(
-    events: int, tenants: int, writers: int, keep_running: bool, chaos: bool, as_json: bool
+    events: int,
+    tenants: int,
+    writers: int,
+    keep_running: bool,
+    chaos: bool,
+    drill: bool,
+    as_json: bool,
 ) -> None:
-    """Run the whole pipeline on a realistic workload and check the projection."""
+    """Run the whole pipeline on a realistic workload and check the projection; end
+    with a restore drill."""
     from infra.demo.run import run_demo
 
-    ok = guarded(lambda: run_demo(events, tenants, writers, keep_running, as_json, echo, chaos))
+    ok = guarded(
+        lambda: run_demo(events, tenants, writers, keep_running, as_json, echo, chaos, drill)
+    )
     sys.exit(0 if ok else 1)

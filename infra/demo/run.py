@@ -19,7 +19,10 @@
 6. compare the projections (items, listing mappings, shipping policy versions,
    splits, attribute definitions and values), each catalog in the generation it is
    served from, with the resolver's accepted state row by row;
-7. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
+7. end with a restore drill on one stream of its own (``infra.drill.restore``: a
+   ``pg_dump`` under load restored in place, the epoch fenced, the catalog rebuilt
+   and resumed), unless ``--no-drill``;
+8. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def run_demo(
     as_json: bool,
     echo: Echo,
     chaos: bool = True,
+    drill: bool = True,
 ) -> bool:
     from infra.local import down, status, up
     from infra.provision import provision
@@ -126,8 +130,14 @@ def run_demo(
         agents.stop()
         relay.stop()
         api.stop()
-        if started_here and not keep_running:
+        if started_here and not keep_running and not drill:
             down(echo)
+    if drill:
+        try:
+            summary["restore_drill"] = _restore_drill(echo)
+        finally:
+            if started_here and not keep_running:
+                down(echo)
     summary["workload_events"] = stats.events
     checks = {
         "caught_up": caught_up,
@@ -144,10 +154,38 @@ def run_demo(
         "rebuild_done": summary["rebuild"]["phase"] == "done",
         "rebuild_cutover": summary["rebuild"]["cutover_check"],
     }
+    if drill:
+        checks["restore_drill"] = bool(summary["restore_drill"]["drill_ok"])
     summary["failed_checks"] = [name for name, passed in checks.items() if not passed]
     ok = not summary["failed_checks"]
     _print(summary, mismatches, ok, as_json)
     return ok
+
+
+def _restore_drill(echo: Echo) -> dict[str, object]:
+    """Step 8: the restore drill on one stream of its own (``infra.drill.restore``)."""
+    from infra.bench.sandbox import sandbox
+    from infra.drill.restore import run_drill
+
+    echo("restore drill: backup under load, restore in place, fence, rebuild, resume…")
+    with sandbox(echo, extra_topics={"events": 6, "control": 1, "status": 1}) as box:
+        report = run_drill(box, echo)
+    keep = (
+        "drill_ok",
+        "drill_pause_s",
+        "drill_fence_s",
+        "drill_rebuild_s",
+        "drill_resume_s",
+        "drill_recovery_s",
+        "events_lost_to_restore",
+        "old_epoch_deliveries",
+        "old_epoch_applied",
+        "new_epoch_first_position",
+        "rows_compared",
+        "mismatched_rows",
+        "failures",
+    )
+    return {k: v for k, v in report.as_dict().items() if k in keep}
 
 
 def _write(
@@ -391,9 +429,10 @@ def _print(summary: dict[str, Any], mismatches: list[str], ok: bool, as_json: bo
     else:
         width = max(len(k) for k in summary)
         for key, value in summary.items():
-            if key == "rebuild" and isinstance(value, dict):  # one line per figure
-                for part, figure in value.items():
-                    name = f"rebuild {part.replace('_', ' ')}"
+            if key in ("rebuild", "restore_drill") and isinstance(value, dict):
+                for part, figure in value.items():  # one line per figure
+                    label = part.removeprefix("drill_").replace("_", " ")
+                    name = f"{key.replace('_', ' ')} {label}"
                     click.echo(f"{name:<{width}}  {figure}")
                 continue
             click.echo(f"{key.replace('_', ' '):<{width}}  {value}")
@@ -403,6 +442,11 @@ def _print(summary: dict[str, Any], mismatches: list[str], ok: bool, as_json: bo
     detail = (
         f"{summary['events_committed']} events, projection matches accepted state,"
         f" {summary['rebuild']['stream']} rebuilt and cut over"
+        + (
+            f", restore drill recovered in {summary['restore_drill']['drill_recovery_s']} s"
+            if "restore_drill" in summary
+            else ""
+        )
         if ok
         else f"failed: {', '.join(summary['failed_checks'])}; mismatched_rows="
         f"{summary['mismatched_rows']} quarantined={summary['quarantined']}"

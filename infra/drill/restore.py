@@ -11,8 +11,8 @@ as subprocesses:
    (a consumer lagging behind) while more events reach Kafka; the writers stop;
 4. pause the catalog (``infra.pause``; timed: ``drill_pause_s``) and probe it: the
    decision API answers ``STREAM_PAUSED``, the read API ``STREAM_BEING_RESTORED``;
-5. restore the backup in place (the database dropped and restored with
-   ``pg_restore``): its history ends at W_b again, though Kafka and the projections
+5. restore the backup in place (``pg_restore`` into a new database that then takes
+   the old one's name): its history ends at W_b again, though Kafka and the projections
    hold events after it;
 6. run the fence procedure (``infra.fence``: joins the pause, issues the next epoch,
    fences the old streams; ``drill_fence_s``), start the agents again, which meet
@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from db import rebuilds
@@ -151,15 +151,25 @@ def _pg(tool: str, dsn: str, *args: str) -> None:
 
 
 def _restore_in_place(owner_dsn: str, backup: Path) -> None:
-    """Drop the database (ending every session in it), create it again and
-    ``pg_restore`` the backup into it: what an operator restoring in place does."""
+    """``pg_restore`` the backup into a new database, then put it in the old one's
+    place (drop it, ending every session in it, and rename the new one): what an
+    operator restoring in place does, with the database missing for a moment only."""
     name = str(conninfo_to_dict(owner_dsn)["dbname"])
+    staging = f"{name}_restoring"
     admin = conninfo_to_dict(owner_dsn)
     admin["dbname"] = "postgres"
     with psycopg.connect(**admin, autocommit=True) as conn:  # type: ignore[arg-type]
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(staging)))
+    target = conninfo_to_dict(owner_dsn)
+    target["dbname"] = staging
+    _pg("pg_restore", make_conninfo("", **target), "--exit-on-error", str(backup))
+    with psycopg.connect(**admin, autocommit=True) as conn:  # type: ignore[arg-type]
         conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    _pg("pg_restore", owner_dsn, "--exit-on-error", str(backup))
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+                sql.Identifier(staging), sql.Identifier(name)
+            )
+        )
 
 
 class _Writers:

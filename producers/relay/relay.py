@@ -201,7 +201,9 @@ class Relay:
         ``connected`` turns false, and after a bounded, jittered pause
         (``schemas.backoff.Reconnect``) the relay connects and listens again. A pass cut
         off mid-batch never committed its position moves, so the next pass publishes
-        those rows again and consumers drop the duplicates by event id.
+        those rows again and consumers drop the duplicates by event id. Any other
+        database error (a database restored in place, its tables briefly missing)
+        is logged and retried the same way.
         """
         listener: psycopg.Connection | None = None
         try:
@@ -226,6 +228,15 @@ class Relay:
                     if listener is not None:
                         listener.close()
                         listener = None
+                    self._close()
+                    stop.wait(pause)
+                except psycopg.Error as exc:
+                    # A database that answers but not as the relay expects: its tables
+                    # missing while it is restored in place, say. Nothing was
+                    # committed; the relay reports it and tries again, it never exits.
+                    FAILURES.inc()
+                    pause = self._reconnect.failed()
+                    log.error("relay pass failed (%s); trying again in %.1fs", exc, pause)
                     self._close()
                     stop.wait(pause)
         finally:
