@@ -37,9 +37,9 @@ class ControlListener:
         return self
 
     def stop(self) -> None:
+        """Ask the thread to end (within a poll, about a second); not waited for, so
+        a process or a test client stops at once."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -67,7 +67,7 @@ class ControlListener:
                 [TopicPartition(self._topic, p, OFFSET_END) for p in described.partitions]
             )
             while not self._stop.is_set():
-                message = consumer.poll(1.0)
+                message = consumer.poll(0.5)
                 if message is None or message.error() is not None:
                     continue
                 value = message.value()
