@@ -36,8 +36,10 @@ def demo(
     """Run the whole pipeline on a realistic workload and check the projection; end
     with a restore drill."""
     from infra.demo.run import run_demo
+    from infra.drill.restore import demo_drill
 
+    ends = demo_drill if drill else None
     ok = guarded(
-        lambda: run_demo(events, tenants, writers, keep_running, as_json, echo, chaos, drill)
+        lambda: run_demo(events, tenants, writers, keep_running, as_json, echo, chaos, ends)
     )
     sys.exit(0 if ok else 1)

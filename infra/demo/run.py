@@ -68,8 +68,10 @@ def run_demo(
     as_json: bool,
     echo: Echo,
     chaos: bool = True,
-    drill: bool = True,
+    drill: Callable[[Echo], dict[str, Any]] | None = None,
 ) -> bool:
+    """``drill``: step 7, run after the demo's processes stopped (``infra.drill``'s
+    ``demo_drill``; the CLI passes it), its summary added to the demo's."""
     from infra.local import down, status, up
     from infra.provision import provision
 
@@ -130,11 +132,11 @@ def run_demo(
         agents.stop()
         relay.stop()
         api.stop()
-        if started_here and not keep_running and not drill:
+        if started_here and not keep_running and drill is None:
             down(echo)
-    if drill:
+    if drill is not None:
         try:
-            summary["restore_drill"] = _restore_drill(echo)
+            summary["restore_drill"] = drill(echo)
         finally:
             if started_here and not keep_running:
                 down(echo)
@@ -154,38 +156,12 @@ def run_demo(
         "rebuild_done": summary["rebuild"]["phase"] == "done",
         "rebuild_cutover": summary["rebuild"]["cutover_check"],
     }
-    if drill:
+    if drill is not None:
         checks["restore_drill"] = bool(summary["restore_drill"]["drill_ok"])
     summary["failed_checks"] = [name for name, passed in checks.items() if not passed]
     ok = not summary["failed_checks"]
     _print(summary, mismatches, ok, as_json)
     return ok
-
-
-def _restore_drill(echo: Echo) -> dict[str, object]:
-    """Step 8: the restore drill on one stream of its own (``infra.drill.restore``)."""
-    from infra.bench.sandbox import sandbox
-    from infra.drill.restore import run_drill
-
-    echo("restore drill: backup under load, restore in place, fence, rebuild, resume…")
-    with sandbox(echo, extra_topics={"events": 6, "control": 1, "status": 1}) as box:
-        report = run_drill(box, echo)
-    keep = (
-        "drill_ok",
-        "drill_pause_s",
-        "drill_fence_s",
-        "drill_rebuild_s",
-        "drill_resume_s",
-        "drill_recovery_s",
-        "events_lost_to_restore",
-        "old_epoch_deliveries",
-        "old_epoch_applied",
-        "new_epoch_first_position",
-        "rows_compared",
-        "mismatched_rows",
-        "failures",
-    )
-    return {k: v for k, v in report.as_dict().items() if k in keep}
 
 
 def _write(
