@@ -12,14 +12,14 @@ A fenced stream (its history epoch abandoned after a restore, ``db.fencing``) is
 kept as history, never relabelled: for ``GAPLESS_FENCED_RETENTION_SECONDS`` from
 its ``fenced_at`` (by the database clock) no row of it is pruned, published or not,
 so what the abandoned history said stays readable in the outbox while an operator
-looks into the restore. After that period every row of it goes,
-in bounded batches as the live pruning, regardless of its consumers' progress (on a
-dead epoch it never moves again), standing consumers and leases (none can be
-renewed or advanced on a fenced epoch): they must not pin it for ever. Its
-``stream_retention`` row stays (``pruned_through`` ends at the end of its history,
-so a consumer reporting below it is told the events are gone), and so do its
-consumer registrations and leases, as records that hold nothing any more; the
-fenced cursor row itself is never touched (it keeps writers out).
+looks into the restore. After that period every row of it goes, in bounded batches
+as the live pruning, regardless of its consumers' progress (on a dead epoch it never
+moves again), standing consumers and leases (none can be renewed or advanced on a
+fenced epoch): they must not pin it for ever. Its ``stream_retention`` row stays
+(``pruned_through`` ends at the end of its history, so a first report below it is
+refused as needing a rebuild), and so do its consumer registrations and leases, as
+records that hold nothing any more; the fenced cursor row itself is never touched
+(it keeps writers out).
 """
 
 from __future__ import annotations
