@@ -85,7 +85,15 @@ def settle_old_epochs(
     """Product database, the caller's transaction: what ``consumer`` still holds open
     of the catalog's epochs below ``epoch``. Parked events get the audited terminal
     outcome ``ignored_old_epoch`` and leave parking; open quarantine entries become
-    ``superseded``. Nothing of an old epoch is ever applied after the fence."""
+    ``superseded``. Nothing of an old epoch is ever applied after the fence. The
+    settlement is recorded once per catalog and epoch (``superseded_epoch``, the
+    first time kept): the old epochs' rows are history from then on
+    (``db.inbox_pruning``)."""
+    conn.execute(
+        "INSERT INTO superseded_epoch (tenant_id, catalog_id, epoch) VALUES (%s, %s, %s)"
+        " ON CONFLICT DO NOTHING",
+        (tenant_id, catalog_id, epoch),
+    )
     parked = conn.execute(
         "WITH gone AS (DELETE FROM parked_event WHERE consumer = %(c)s AND tenant_id = %(t)s"
         "  AND catalog_id = %(k)s AND history_epoch < %(e)s RETURNING event_id),"

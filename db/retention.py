@@ -349,15 +349,54 @@ def unreleased_leases(conn: psycopg.Connection, stream: StreamId | None = None) 
 # Pruning --------------------------------------------------------------------------
 
 
-def prunable_streams(conn: psycopg.Connection) -> list[StreamId]:
-    """Streams with published events above their pruned-through position."""
+def prunable_streams(conn: psycopg.Connection, fenced_seconds: float) -> list[StreamId]:
+    """Streams a prune pass may shorten: live ones with published events above their
+    pruned-through position, and fenced ones whose ``fenced_seconds`` since the fence
+    are over (by the database clock) with rows left above it. A fenced stream still
+    kept as history is left out."""
     rows = conn.execute(
         "SELECT p.tenant_id, p.catalog_id, p.history_epoch FROM stream_publication p"
         " LEFT JOIN stream_retention r USING (tenant_id, catalog_id, history_epoch)"
-        " WHERE p.published_position > coalesce(r.pruned_through, 0)"
-        " ORDER BY p.tenant_id, p.catalog_id, p.history_epoch"
+        " LEFT JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
+        " WHERE p.published_position > coalesce(r.pruned_through, 0) AND c.fenced_at IS NULL"
+        " UNION"
+        " SELECT c.tenant_id, c.catalog_id, c.history_epoch FROM stream_cursor c"
+        " LEFT JOIN stream_retention r USING (tenant_id, catalog_id, history_epoch)"
+        " WHERE c.fenced_at IS NOT NULL AND c.position > coalesce(r.pruned_through, 0)"
+        " AND c.fenced_at <= clock_timestamp() - make_interval(secs => %s)"
+        " ORDER BY 1, 2, 3",
+        (fenced_seconds,),
     ).fetchall()
     return [StreamId(t, c, int(e)) for t, c, e in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class FenceState:
+    """A fenced stream as retention sees it."""
+
+    fenced_at: datetime
+    history_end: int
+    """Its committed cursor: no row lies above it, and none will (it takes no writes)."""
+    kept_until: datetime
+    kept: bool
+    """Its retention period since the fence is not over (by the database clock)."""
+
+
+def fence_state(
+    conn: psycopg.Connection, stream: StreamId, fenced_seconds: float
+) -> FenceState | None:
+    """The stream's fence, or None for a live stream. The cursor row is read without
+    locking it: retention never waits for writers (and a fenced one has none)."""
+    row = conn.execute(
+        "SELECT fenced_at, position, fenced_at + make_interval(secs => %s),"
+        " fenced_at + make_interval(secs => %s) > clock_timestamp()"
+        f" FROM stream_cursor WHERE {_WHERE_STREAM} AND fenced_at IS NOT NULL",
+        (fenced_seconds, fenced_seconds, *_key(stream)),
+    ).fetchone()
+    if row is None:
+        return None
+    fenced_at, end, until, kept = row
+    return FenceState(fenced_at, int(end), until, bool(kept))
 
 
 def first_younger_than(

@@ -54,6 +54,28 @@ class DatabaseSettings(GaplessSettings):
         return self.resolver_migration_dsn or self.resolver_dsn
 
 
+FENCED_RETENTION_SECONDS = 30 * 86_400.0
+"""How long a fenced history epoch's rows are kept by default: 30 days from the fence."""
+
+MAX_FENCED_RETENTION_SECONDS = 10 * 365 * 86_400.0
+"""Ten years: a longer period is a unit mistake (milliseconds given for seconds)."""
+
+
+class FencedRetentionSettings(GaplessSettings):
+    """How long an abandoned (fenced) history epoch is kept as history, on both sides:
+    the resolver's pruner keeps its outbox rows, the agents its inbox rows (the audit
+    of its deliveries) and progress. Set it alike for both."""
+
+    fenced_retention_seconds: float = Field(
+        default=FENCED_RETENTION_SECONDS,
+        ge=0,
+        le=MAX_FENCED_RETENTION_SECONDS,
+        description="GAPLESS_FENCED_RETENTION_SECONDS: how long a fenced stream (a history"
+        " epoch abandoned after a restore) is kept whole as history, from its fence; then"
+        " all of it is pruned, whatever its consumers and leases say.",
+    )
+
+
 class PauseSettings(DatabaseSettings, KafkaSettings):
     """What a process that honours catalog pauses (``db.pauses``) needs: the control
     database that holds them and the control topic that announces them."""

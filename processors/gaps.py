@@ -13,6 +13,10 @@ written before this consumer was deployed) has no progress row here, yet the
 resolver retains its events for a standing consumer; it is filled from position 0.
 Streams the resolver says are caught up (committed = progress) are not fetched.
 When the resolver's list is unavailable, the local progress rows are used alone.
+A stream of an epoch a settled fence superseded (``superseded_epoch``) is history: it
+is never filled (every event of it would only be ignored, and once the resolver has
+pruned it after the fenced retention period, asking would raise a false rebuild
+alarm for a dead stream).
 A retained copy whose bytes an operator already skipped (an undecodable message) is
 recorded skipped, not quarantined again.
 """
@@ -26,6 +30,7 @@ from urllib.parse import quote
 
 import psycopg
 
+from db.inbox_pruning import superseded_catalogs
 from db.pauses import PauseWatch
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
@@ -74,9 +79,11 @@ class GapCloser:
     # again until the progress moves (a rebuild).
     _gone: dict[Stream, int] = field(default_factory=dict)
 
-    def _streams(self) -> tuple[dict[Stream, int], set[Stream]]:
-        """Each stream's progress, and the streams with inbox rows above it for long."""
+    def _streams(self) -> tuple[dict[Stream, int], set[Stream], dict[tuple[str, str], int]]:
+        """Each stream's progress, the streams with inbox rows above it for long, and
+        per catalog the epoch below which its streams are superseded."""
         with psycopg.connect(self.product_dsn) as conn:
+            superseded = superseded_catalogs(conn)
             progress = {
                 (t, c, int(e)): int(p)
                 for t, c, e, p in conn.execute(
@@ -97,7 +104,7 @@ class GapCloser:
                     (self.consumer, self.threshold_s),
                 ).fetchall()
             }
-        return progress, waiting
+        return progress, waiting, superseded
 
     def _behind(self, progress: dict[Stream, int]) -> set[Stream] | None:
         """The streams the resolver has committed past ``progress`` (adding the ones
@@ -117,11 +124,13 @@ class GapCloser:
 
     def candidates(self, now: float | None = None) -> dict[Stream, int]:
         now = time.monotonic() if now is None else now
-        progress, waiting = self._streams()
+        progress, waiting, superseded = self._streams()
         behind = self._behind(progress)
         stalled: dict[Stream, int] = {}
         for stream, position in progress.items():
             if behind is not None and stream not in behind:
+                continue
+            if stream[2] < superseded.get((stream[0], stream[1]), 0):
                 continue
             gone = self._gone.get(stream)
             if gone == position:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from db.settings import PauseSettings
+from db.settings import FencedRetentionSettings, PauseSettings
 from schemas.http.settings import ApiTokenSettings
 from schemas.settings import GaplessSettings, ObjectStoreSettings
 
@@ -21,7 +21,9 @@ class LiveConsumerSettings(GaplessSettings):
     )
 
 
-class AgentSettings(PauseSettings, ObjectStoreSettings, LiveConsumerSettings):
+class AgentSettings(
+    PauseSettings, ObjectStoreSettings, LiveConsumerSettings, FencedRetentionSettings
+):
     # The resolver token must not end up in an error message.
     model_config = SettingsConfigDict(hide_input_in_errors=True)
 

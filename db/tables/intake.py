@@ -191,3 +191,33 @@ Index(
     intake_job.c.job_id,
     postgresql_where=text("status IN ('enqueued', 'running', 'retrying')"),
 )
+
+# A job the worker was asked to run (by a job message, or a run under way) whose
+# ``intake_job`` row the resolver database does not hold: its capture expired and
+# was swept, or the database was restored from a backup taken before the capture was
+# accepted. Nothing of it was done; the collector holds a receipt the database no
+# longer knows (``GET /v1/receipts/{id}`` answers 404) and must post the
+# capture again (the same idempotency key names the same capture and job). One row
+# per job id, counting how often it was met; ``error_code`` is a stable code
+# (``JOB_GONE``), ``found_by`` says how (``message``: a message for it arrived;
+# ``run``: the row went while a run had it in hand).
+UNKNOWN_JOB_FOUND_BY = ("message", "run")
+unknown_job_message = Table(
+    "unknown_job_message",
+    metadata,
+    Column("job_id", Uuid, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("capture_id", Uuid, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("found_by", Text, nullable=False),
+    Column("error_code", Text, nullable=False),
+    Column("first_seen_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("times_seen", Integer, nullable=False, server_default=text("1")),
+    PrimaryKeyConstraint("job_id"),
+    CheckConstraint(
+        f"found_by IN ({', '.join(repr(s) for s in UNKNOWN_JOB_FOUND_BY)})",
+        name="unknown_job_message_found_by_known",
+    ),
+    CheckConstraint("times_seen >= 1", name="unknown_job_message_seen_positive"),
+)

@@ -48,6 +48,22 @@ stream_progress = Table(
     CheckConstraint("position >= 0", name="stream_progress_position_nonnegative"),
 )
 
+# The product side's record of a fence (``db.fencing.settle_old_epochs``): from
+# ``settled_at`` on, this database holds the catalog's epochs below ``epoch`` as
+# history. It is no authority on epochs (the control database is one); it dates when
+# the old epochs' rows began to be kept as history, so the inbox pruning keeps them
+# for the fenced retention period and then deletes them (``db.inbox_pruning``), and
+# the gap closer leaves those epochs alone. Rows are never removed.
+superseded_epoch = Table(
+    "superseded_epoch",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("settled_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "catalog_id", "epoch"),
+)
+
 OUTCOMES = ("applied", "ignored_stale", "ignored_old_epoch", "skipped", "parked", "quarantined")
 # ``skipped``: an operator skipped a quarantined event with an audited reason.
 # ``quarantined``: the applier moved the event to quarantine itself (it waited on a

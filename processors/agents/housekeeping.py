@@ -23,7 +23,11 @@ PRUNED = Counter("gapless_inbox_pruned_total", "Inbox rows deleted after the ret
 def register(app: Any, settings: AgentSettings) -> None:
     pruner = InboxPruner(
         settings.product_dsn,
-        InboxRetention(settings.retention_age_seconds, settings.agents_inbox_prune_batch_size),
+        InboxRetention(
+            settings.retention_age_seconds,
+            settings.agents_inbox_prune_batch_size,
+            fenced_seconds=settings.fenced_retention_seconds,
+        ),
     )
 
     @app.timer(interval=settings.agents_inbox_prune_interval_seconds)  # type: ignore[untyped-decorator]

@@ -4,6 +4,10 @@ A holder allows pruning through a position: a consumer through the progress it
 reported (0 until it reports), a live lease through its pin. The floor is the
 lowest of them. Pruning also never passes what the relay has published, and never
 removes more than one batch per transaction.
+
+A fenced stream (an abandoned history epoch, ``db.fencing``) follows its own rule
+(``fenced_step``): nothing of it goes while it is kept as history, then all of it,
+whatever its holders say, one batch per transaction.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ HolderKind = Literal["consumer", "lease"]
 PUBLICATION = "publication"
 BATCH_SIZE = "batch size"
 RETENTION_AGE = "retention age"
+# What stops a prune batch of a fenced stream.
+FENCED_HISTORY = "fenced history"
+HISTORY_END = "end of fenced history"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +105,20 @@ def limit_by_age(step: PruneStep, first_too_young: int | None) -> PruneStep:
     if first_too_young is None or first_too_young > step.through:
         return step
     return PruneStep(first_too_young - 1, RETENTION_AGE)
+
+
+def fenced_step(pruned_through: int, history_end: int, kept: bool, batch_size: int) -> PruneStep:
+    """How far one batch may prune a fenced stream whose history ends at
+    ``history_end`` (its cursor when fenced: it takes no more writes).
+
+    While ``kept`` (its retention period since the fence is not over) nothing goes.
+    After it, every row goes, published or not, past every consumer's progress and
+    every lease's pin: the epoch is dead, so those will never move again and must
+    not hold it for ever. The retention age plays no part (every row is older than
+    the fence).
+    """
+    if kept:
+        return PruneStep(pruned_through, FENCED_HISTORY)
+    through = min(history_end, pruned_through + batch_size)
+    limited_by = BATCH_SIZE if through < history_end else HISTORY_END
+    return PruneStep(max(through, pruned_through), limited_by)

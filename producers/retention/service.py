@@ -20,7 +20,11 @@ log = logging.getLogger(__name__)
 
 
 def policy(settings: RetentionSettings) -> RetentionPolicy:
-    return RetentionPolicy(settings.retention_age_seconds, settings.prune_batch_size)
+    return RetentionPolicy(
+        settings.retention_age_seconds,
+        settings.prune_batch_size,
+        settings.fenced_retention_seconds,
+    )
 
 
 AfterPass = Callable[[psycopg.Connection], object]

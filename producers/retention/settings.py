@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from db.settings import DatabaseSettings
+from db.settings import DatabaseSettings, FencedRetentionSettings
 from schemas.ids import CONSUMER_ID
 
 
-class RetentionSettings(DatabaseSettings):
+class RetentionSettings(DatabaseSettings, FencedRetentionSettings):
     retention_age_seconds: float = Field(
         default=86_400.0,
         ge=0,

@@ -2,7 +2,9 @@
 
 A message only names a job: the job row is the truth. Messages may come twice, late
 or never; a job is claimed before any work, so a duplicate finds it claimed or
-finished and does nothing. The loop commits the consumer's offsets after the
+finished and does nothing. A message whose job the database does not hold (restored
+to before it was accepted) ends ``unknown_job`` and is recorded (``JOB_GONE``), never
+dropped in silence. The loop commits the consumer's offsets after the
 batch's runs return; a crash before that redelivers the batch, which is harmless.
 What messages cannot cover, the repair scan does (bounded pages, in job-id order):
 retries whose time has come, runs whose worker died (claim expired), and enqueued
@@ -74,7 +76,7 @@ class JobLoop:
 
     def __init__(
         self,
-        run_job: Callable[[uuid.UUID], RunReport],
+        run_job: Callable[[uuid.UUID, JobMessage | None], RunReport],
         consumer: Any,  # confluent_kafka.Consumer (untyped)
         scan: Callable[[], list[uuid.UUID]],
         concurrency: int,
@@ -87,15 +89,25 @@ class JobLoop:
         self._scan_interval = scan_interval_seconds
         self.last_loop = time.time()
 
-    def _run_all(self, pool: ThreadPoolExecutor, job_ids: list[uuid.UUID]) -> None:
+    def _run_all(
+        self,
+        pool: ThreadPoolExecutor,
+        job_ids: list[uuid.UUID],
+        messages: dict[uuid.UUID, JobMessage] | None = None,
+    ) -> None:
         unique = list(dict.fromkeys(job_ids))
-        for job_id, outcome in zip(unique, pool.map(self._safe_run, unique), strict=True):
+        found = messages or {}
+
+        def run(job_id: uuid.UUID) -> RunReport | None:
+            return self._safe_run(job_id, found.get(job_id))
+
+        for job_id, outcome in zip(unique, pool.map(run, unique), strict=True):
             if outcome is not None and outcome.result != "not_claimed":
                 log.info("job %s: %s %s", job_id, outcome.result, outcome.outcomes or "")
 
-    def _safe_run(self, job_id: uuid.UUID) -> RunReport | None:
+    def _safe_run(self, job_id: uuid.UUID, message: JobMessage | None) -> RunReport | None:
         try:
-            return self._run_job(job_id)
+            return self._run_job(job_id, message)
         except Exception:  # a run leaves its claim to expire; the loop goes on
             log.exception("job %s: run failed", job_id)
             return None
@@ -104,12 +116,13 @@ class JobLoop:
         """Take up to ``concurrency`` messages, run their jobs, commit the offsets."""
         messages = self._consumer.consume(num_messages=self._concurrency, timeout=1.0)
         job_ids: list[uuid.UUID] = []
+        named: dict[uuid.UUID, JobMessage] = {}
         for message in messages:
             if message.error():
                 log.warning("jobs topic: %s", message.error())
                 continue
             try:
-                job_ids.append(JobMessage.decode(message.value()).job_id)
+                job = JobMessage.decode(message.value())
             except CodecError as exc:  # not a job; nothing to do, nothing lost
                 log.warning(
                     "undecodable job message at %s[%s]@%s: %s",
@@ -118,7 +131,10 @@ class JobLoop:
                     message.offset(),
                     exc,
                 )
-        self._run_all(pool, job_ids)
+                continue
+            job_ids.append(job.job_id)
+            named[job.job_id] = job
+        self._run_all(pool, job_ids, named)
         if messages:
             try:
                 self._consumer.commit(asynchronous=False)

@@ -29,6 +29,10 @@ class RunAborted(Exception):
     and a later run replays from the checkpoint."""
 
 
+JOB_GONE = "JOB_GONE"
+"""The stored code of a job the resolver database does not hold (``unknown_job``): its
+capture expired, or the database was restored to before it was accepted."""
+
 # Domain refusals caused by a concurrent writer rather than by the facts themselves.
 RETRYABLE_DOMAIN_CODES = frozenset({"IDENTITY_CONFLICT", "GENERATION_CONFLICT"})
 

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
@@ -24,6 +25,7 @@ from db.exceptions import StreamPaused
 from db.pauses import PauseWatch
 from db.repositories import capture_items as items
 from db.repositories import capture_jobs as jobs
+from db.repositories import unknown_jobs
 from db.repositories.capture_items import NewResult, ResultKey, SourceItemVersion
 from db.repositories.capture_jobs import ClaimedJob
 from db.repositories.source_bindings import BindingRow
@@ -38,7 +40,13 @@ from producers.capture.adapters import (
 from producers.capture.worker import checkpoints, metrics, sources
 from producers.capture.worker.checkpoints import CheckpointLost, CheckpointRef
 from producers.capture.worker.objects import EvidenceReader
-from producers.capture.worker.outcomes import Classified, RunAborted, classify, sanitize
+from producers.capture.worker.outcomes import (
+    JOB_GONE,
+    Classified,
+    RunAborted,
+    classify,
+    sanitize,
+)
 from producers.capture.worker.replays import REPLAY_KINDS
 from producers.capture.worker.resolution import ItemWork, Resolve
 from producers.capture.worker.retries import RetryPolicy
@@ -46,7 +54,7 @@ from producers.resolver.decisions import record_decision
 from producers.resolver.review_cases import open_case
 from schemas.codec import EventCodec
 from schemas.events import Envelope
-from schemas.jobs import CAPTURE_JOB
+from schemas.jobs import CAPTURE_JOB, JobMessage
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +94,8 @@ class RunReport:
     """How one run ended: ``done``, ``retrying``, ``failed`` (the job's new status),
     ``not_claimed`` (finished, under another live claim, or not due), ``stale``
     (another run moved the checkpoint first), ``paused`` (its catalog is paused: the
-    job is ``retrying`` and counts no attempt), ``claim_lost`` or ``aborted``."""
+    job is ``retrying`` and counts no attempt), ``claim_lost``, ``aborted``, or
+    ``unknown_job`` (the database holds no row of the job: ``JOB_GONE``)."""
 
     job_id: uuid.UUID
     result: str
@@ -196,8 +205,9 @@ class CaptureWorker:
         with self._pool.connection() as conn, conn.transaction():
             yield Transaction(conn)
 
-    def run(self, job_id: uuid.UUID) -> RunReport:
-        """Run the job if it can be claimed now.
+    def run(self, job_id: uuid.UUID, message: JobMessage | None = None) -> RunReport:
+        """Run the job if it can be claimed now (``message``: the job message that
+        asked for it, if one did).
 
         1. Claim it (one short transaction); a finished job, one under another
            worker's live claim, or a retry not yet due is left alone.
@@ -215,9 +225,32 @@ class CaptureWorker:
         next run (any worker) starts again at 1 and resumes from the checkpoint,
         finding every settled product settled. A crash inside a product's
         transaction leaves neither its outcome nor the checkpoint's move.
+
+        A job the database holds no row of is never dropped in silence. At 1 (a
+        message for a job accepted after the backup a restore went back to, or whose
+        capture was swept; asked by id alone, as the repair scan does for rows it
+        found, it is ``not_claimed``), and after a run that lost its claim or aborted because
+        the row went while the run had it in hand (a restore under way), the run
+        ends ``unknown_job`` with the code ``JOB_GONE``, recorded in
+        ``unknown_job_message`` in the same short transaction that found the row
+        missing. Nothing of the job was committed: a product's transaction that
+        would name it fails on its foreign keys.
         """
         with self._short() as tx:
             job = jobs.claim(tx, job_id, self.KINDS, self.owner, self._claim_seconds)
+            gone = job is None and message is not None and jobs.get(tx, job_id) is None
+            if gone and message is not None:
+                unknown_jobs.record(
+                    tx,
+                    job_id,
+                    message.tenant_id,
+                    message.capture_id,
+                    message.kind,
+                    "message",
+                    JOB_GONE,
+                )
+        if gone:
+            return self._unknown(RunReport(job_id, "unknown_job"), "a job message named it")
         if job is None:
             metrics.RUNS.labels("not_claimed").inc()
             return RunReport(job_id, "not_claimed")
@@ -232,7 +265,38 @@ class CaptureWorker:
         except Exception as exc:  # the database went away between steps, …
             report.result = "aborted"
             log.warning("job %s aborted; its claim will expire: %s", job_id, classify(exc).message)
+        if report.result in ("claim_lost", "aborted") and self._vanished(job):
+            return self._unknown(report, "its row went while a run had it")
         metrics.RUNS.labels(report.result).inc()
+        return report
+
+    def _vanished(self, job: ClaimedJob) -> bool:
+        """Whether the job's row is gone, recording it as unknown if so (a database
+        still away answers False: the claim expires and the repair scan finds the
+        job, if it is there)."""
+        try:
+            with self._short() as tx:
+                if jobs.get(tx, job.job_id) is not None:
+                    return False
+                unknown_jobs.record(
+                    tx, job.job_id, job.tenant_id, job.capture_id, job.kind, "run", JOB_GONE
+                )
+                return True
+        except psycopg.Error:
+            return False
+
+    def _unknown(self, report: RunReport, how: str) -> RunReport:
+        report.result = "unknown_job"
+        report.error_code = JOB_GONE
+        metrics.RUNS.labels(report.result).inc()
+        log.warning(
+            "job %s is not in the resolver database (%s): nothing of it was done; its"
+            " capture expired, or the database was restored to before it was accepted, and"
+            " the collector must post it again (%s)",
+            report.job_id,
+            how,
+            JOB_GONE,
+        )
         return report
 
     def _run(self, job: ClaimedJob, report: RunReport) -> None:
