@@ -39,13 +39,29 @@ import psycopg
 from db import rebuilds
 from db.epochs import current_epochs, issue_next
 from db.exceptions import EpochNotIssued
+from db.fence_runs import load_run, plan_run, recent_runs
 from db.fencing import Fenced, Settled, fence_older_epochs, settle_old_epochs
+from db.pauses import open_pause_of
 from db.settings import DatabaseSettings
 from infra.control import publish, rebuild_command
 from infra.pause import PauseReport, pause_catalog, resume_catalog
+from schemas.errors import GaplessError
 from schemas.settings import KafkaSettings
 
 Echo = Callable[[str], None]
+
+
+class FenceRunUnfinished(GaplessError):
+    """``--all`` while an earlier run is unfinished (it would fence the new epochs)."""
+
+    code = "FENCE_RUN_UNFINISHED"
+
+
+class FenceRunNotFound(GaplessError):
+    """``--run`` names no fence run of this control database."""
+
+    code = "FENCE_RUN_NOT_FOUND"
+
 
 _REQUESTS = uuid.UUID("6f1b2a52-4a7e-4d43-9d8e-2f0c8a1e5b7d")
 """Namespace of the rebuild request ids the procedure derives."""
@@ -208,4 +224,123 @@ def fence_epoch(
     )
     lap("resume")
     echo(f"6/6 {tenant_id}/{catalog_id} resumed at epoch {issued.epoch}")
+    return report
+
+
+@dataclass
+class FenceAllReport:
+    run_id: uuid.UUID
+    planned_now: bool
+    catalogs: list[FenceReport] = field(default_factory=list)
+
+    @property
+    def resumed(self) -> bool:
+        return all(r.resumed is not None or _complete_before(r) for r in self.catalogs)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "run_id": str(self.run_id),
+            "planned_now": self.planned_now,
+            "state": "resumed" if self.resumed else "paused",
+            "catalogs": [r.as_dict() for r in self.catalogs],
+        }
+
+
+def _complete_before(report: FenceReport) -> bool:
+    return report.paused is not None and report.paused.state == "resumed"
+
+
+def _refuse_while_unfinished(conn: psycopg.Connection) -> None:
+    """A new ``--all`` while a run still holds a pause would plan a fence of the epochs
+    that run issued: refuse, naming the run to carry on."""
+    for run in recent_runs(conn):
+        held = [
+            (t, c)
+            for t, c, e in run.catalogs
+            if (p := open_pause_of(conn, t, c)) is not None and p.pause_id == pause_id_for(t, c, e)
+        ]
+        if held:
+            raise FenceRunUnfinished(
+                f"fence run {run.run_id} ({run.created_at:%Y-%m-%d %H:%M}) still holds"
+                f" {len(held)} catalog(s) paused: carry it on with --run {run.run_id}"
+            )
+
+
+def fence_all(
+    databases: DatabaseSettings,
+    kafka: KafkaSettings,
+    consumer: str,
+    actor: str,
+    reason: str,
+    echo: Echo,
+    follow: Callable[[uuid.UUID], str | None] | None = None,
+    pause_timeout_s: float = 60.0,
+    run_id: uuid.UUID | None = None,
+) -> FenceAllReport:
+    """The procedure for every catalog of a restored database (``--all``).
+
+    1. plan the run (``db.fence_runs``: every catalog at its current epoch) or load
+       it by ``run_id``; 2. pause every catalog first, so no writer goes on in one
+       while another is fenced; 3. run ``fence_epoch`` for each (issue, fence,
+       settle, rebuild requested; resumed where the rebuild is done already); 4. with
+       ``follow``, follow each rebuild and run ``fence_epoch`` again, which resumes
+       it. A crash anywhere: the same run asked again (its id is printed first)
+       carries on; the plan never takes in the epochs the run issued.
+    """
+    with psycopg.connect(databases.control_dsn) as conn:
+        if run_id is None:
+            _refuse_while_unfinished(conn)
+        run = load_run(conn, run_id) if run_id is not None else plan_run(conn, actor, reason)
+        conn.commit()
+    if run is None:
+        raise FenceRunNotFound(f"no fence run {run_id}: see the id the first run printed")
+    report = FenceAllReport(run.run_id, run_id is None)
+    echo(f"fence run {run.run_id}: {len(run.catalogs)} catalog(s); run it again with --run")
+    for tenant, catalog, superseded in run.catalogs:
+        pause_catalog(
+            databases,
+            kafka,
+            tenant,
+            catalog,
+            actor,
+            f"restore: fence of epoch {superseded}: {run.reason}",
+            echo,
+            pause_timeout_s,
+            pause_id_for(tenant, catalog, superseded),
+        )
+    for tenant, catalog, superseded in run.catalogs:
+        report.catalogs.append(
+            fence_epoch(
+                databases,
+                kafka,
+                consumer,
+                tenant,
+                catalog,
+                superseded,
+                actor,
+                run.reason,
+                echo,
+                None,
+                pause_timeout_s,
+            )
+        )
+    if follow is None:
+        return report
+    for i, done in enumerate(report.catalogs):
+        if done.resumed is not None or _complete_before(done) or done.rebuild_id is None:
+            continue
+        follow(done.rebuild_id)
+        report.catalogs[i] = fence_epoch(
+            databases,
+            kafka,
+            consumer,
+            done.tenant_id,
+            done.catalog_id,
+            done.superseded_epoch,
+            actor,
+            run.reason,
+            echo,
+            None,
+            pause_timeout_s,
+        )
     return report

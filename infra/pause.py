@@ -114,10 +114,11 @@ def pause_catalog(
     timeout_s: float = 60.0,
     pause_id: uuid.UUID | None = None,
 ) -> PauseReport:
-    """1. open the pause (or find it: ``db.pauses.open_pause``); 2. announce it;
-    3. wait for the acknowledgements. A crash after 1 leaves the pause open and
-    unannounced; the processes find it at their next poll, and a run again announces
-    it again. Raises ``PauseNotAcknowledged`` when some process stays silent."""
+    """1. open the pause (or find it: ``db.pauses.open_pause``); 2. announce it (a
+    pause found open is announced again only while some live process has not
+    acknowledged it); 3. wait for the acknowledgements. A crash after 1 leaves the
+    pause open and unannounced; the processes find it at their next poll, and a run
+    again announces it again. Raises ``PauseNotAcknowledged`` when some process stays silent."""
     with psycopg.connect(databases.control_dsn, autocommit=True) as conn:
         pause, opened = pauses.open_pause(conn, tenant_id, catalog_id, actor, reason, pause_id)
     report = PauseReport(pause.pause_id, tenant_id, catalog_id, "paused", opened)
@@ -128,8 +129,14 @@ def pause_catalog(
         f"   {tenant_id}/{catalog_id} paused"
         f"{'' if opened else ' (already, by ' + pause.paused_by + ')'}: {pause.pause_id}"
     )
-    _announce(kafka, "pause", pause, actor, reason)
+    if opened or not all(h.acknowledged for h in _holders(databases, pause.pause_id)):
+        _announce(kafka, "pause", pause, actor, reason)  # again: someone has not heard it
     return _wait(databases, report, timeout_s, echo)
+
+
+def _holders(databases: DatabaseSettings, pause_id: uuid.UUID) -> list[Holder]:
+    with psycopg.connect(databases.control_dsn, autocommit=True) as conn:
+        return pauses.holders(conn, pause_id)
 
 
 def resume_catalog(

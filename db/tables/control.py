@@ -11,6 +11,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    ForeignKey,
     Index,
     MetaData,
     PrimaryKeyConstraint,
@@ -96,4 +97,25 @@ pause_ack = Table(
     Column("acked_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("pause_id", "instance_id", "state"),
     CheckConstraint("state IN ('paused', 'resumed')", name="pause_ack_state"),
+)
+
+# One fence of every catalog of a restored database (``gapless fence-epoch --all``),
+# and its plan: each catalog with the epoch current when the run began.
+fence_run = Table(
+    "fence_run",
+    metadata,
+    Column("run_id", Uuid, primary_key=True),
+    Column("requested_by", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+fence_run_catalog = Table(
+    "fence_run_catalog",
+    metadata,
+    Column("run_id", Uuid, ForeignKey("fence_run.run_id"), nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("superseded_epoch", BigInteger, nullable=False),
+    PrimaryKeyConstraint("run_id", "tenant_id", "catalog_id"),
 )

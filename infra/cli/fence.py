@@ -12,15 +12,22 @@ from infra.config import load
 
 
 @click.command("fence-epoch")
-@click.option("--tenant", required=True, help="The tenant whose catalog was restored.")
-@click.option("--catalog", required=True, help="The restored catalog.")
+@click.option("--tenant", help="The tenant whose catalog was restored.")
+@click.option("--catalog", help="The restored catalog.")
 @click.option(
     "--epoch",
     type=int,
-    required=True,
     help="The history epoch to fence (the current one, see `gapless status`); the same"
     " command asked again changes nothing more.",
 )
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every catalog of the restored database, each at its current epoch (a run:"
+    " its id is printed first; ask again with --run ID, never --all again).",
+)
+@click.option("--run", "run_id", type=click.UUID, help="Carry on the --all run of this id.")
 @click.option("--reason", required=True, help="Why (audited with your name).")
 @click.option(
     "--consumer", help="Whose projections (default: the agents' GAPLESS_AGENTS_CONSUMER)."
@@ -47,9 +54,11 @@ from infra.config import load
 )
 @click.option("--json", "as_json", is_flag=True, help="The outcome as one JSON object.")
 def fence_epoch(
-    tenant: str,
-    catalog: str,
-    epoch: int,
+    tenant: str | None,
+    catalog: str | None,
+    epoch: int | None,
+    every: bool,
+    run_id: uuid.UUID | None,
     reason: str,
     consumer: str | None,
     wait: bool,
@@ -67,11 +76,15 @@ def fence_epoch(
     from db.settings import DatabaseSettings
     from infra.cli.rebuild import StatusWatch, follow_rebuild
     from infra.control import ControlTopicUnavailable
+    from infra.fence import FenceRunNotFound, FenceRunUnfinished, fence_all
     from infra.fence import fence_epoch as run
     from infra.pause import PauseNotAcknowledged
     from processors.settings import AgentSettings
     from schemas.settings import KafkaSettings
 
+    one = tenant is not None and catalog is not None and epoch is not None
+    if (every or run_id is not None) == one or ((tenant or catalog or epoch) and not one):
+        raise click.UsageError("give --tenant, --catalog and --epoch, or --all (or --run ID)")
     databases = guarded(lambda: load(DatabaseSettings))
     kafka = guarded(lambda: load(KafkaSettings))
     agents = guarded(lambda: load(AgentSettings))
@@ -89,6 +102,27 @@ def fence_epoch(
         return None if row is None else row.phase
 
     try:
+        if not one:
+            every_report = fence_all(
+                databases,
+                kafka,
+                consumer or agents.agents_consumer,
+                actor(),
+                reason,
+                echo,
+                follow if wait else None,
+                pause_timeout,
+                run_id,
+            )
+            emit(
+                as_json,
+                every_report.as_dict(),
+                f"fence run {every_report.run_id}: {len(every_report.catalogs)} catalog(s)"
+                f" {'resumed' if every_report.resumed else 'paused'}",
+            )
+            phases = {r.rebuild_phase for r in every_report.catalogs}
+            sys.exit(1 if phases & {"failed", "cancelled"} else 0 if every_report.resumed else 3)
+        assert tenant is not None and catalog is not None and epoch is not None
         report = run(
             databases,
             kafka,
@@ -102,7 +136,7 @@ def fence_epoch(
             follow if wait else None,
             pause_timeout,
         )
-    except (EpochNotIssued, ControlTopicUnavailable) as exc:
+    except (EpochNotIssued, ControlTopicUnavailable, FenceRunNotFound, FenceRunUnfinished) as exc:
         fail(exc)
     except PauseNotAcknowledged as exc:
         click.secho(f"error: {exc.code}: {exc}", fg="red", err=True)

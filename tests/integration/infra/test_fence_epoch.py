@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -112,11 +113,12 @@ def test_fence_epoch_fences_settles_and_asks_for_a_rebuild_once(
     pause = first["pause"]
     assert isinstance(pause, dict) and pause["changed_now"] is True
     assert again["pause"] == {**pause, "changed_now": False, "seconds": again["pause"]["seconds"]}  # type: ignore[index]
-    commands = _commands(kafka_settings.kafka_bootstrap, control_topic, 4)
+    commands = _commands(kafka_settings.kafka_bootstrap, control_topic, 3)
     assert [(c.kind, c.command_id, c.tenant_id) for c in commands] == [
-        ("pause", uuid.UUID(str(pause["pause_id"])), TENANT),
+        ("pause", uuid.UUID(str(pause["pause_id"])), TENANT),  # held by all: not again
         ("rebuild", expected, TENANT),
-    ] * 2  # the same requests twice: the agents carry a rebuild out once
+        ("rebuild", expected, TENANT),  # the same request twice: carried out once
+    ]
 
     wrong = CliRunner().invoke(
         main,
@@ -124,3 +126,66 @@ def test_fence_epoch_fences_settles_and_asks_for_a_rebuild_once(
     )
     assert wrong.exit_code == 2 and "no epoch 5 to fence" in wrong.output
     epochs.close()
+
+
+def test_fence_all_fences_every_catalog_once_and_a_run_asked_again_changes_nothing(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, control_topic: str
+) -> None:
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=2, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+    for catalog in ("c1", "c2"):
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            accept(uow, TENANT, catalog, ItemChange(TENANT, catalog, "i1", "lamp", "lamp"))
+    pool.close()
+    epochs.close()
+
+    def fence_all(*extra: str) -> tuple[int, dict[str, Any]]:
+        result = CliRunner().invoke(main, ["fence-epoch", "--reason", "restored", "--json", *extra])
+        lines = result.stdout.strip().splitlines()
+        return result.exit_code, json.loads(lines[-1]) if lines else {}
+
+    code, first = fence_all("--all")
+    assert code == 3, first  # no agents here: paused until the rebuilds are done
+    catalogs = first["catalogs"]
+    assert isinstance(catalogs, list)
+    assert [
+        (c["catalog_id"], c["superseded_epoch"], c["epoch"], c["issued_now"]) for c in catalogs
+    ] == [
+        ("c1", 1, 2, True),
+        ("c2", 1, 2, True),
+    ]
+    assert all(c["state"] == "paused" for c in catalogs)
+    code, again = fence_all("--run", str(first["run_id"]))
+    assert code == 3 and again["planned_now"] is False
+    assert [(c["epoch"], c["issued_now"], c["fenced"]) for c in again["catalogs"]] == [
+        (2, False, []),
+        (2, False, []),
+    ]
+    with psycopg.connect(clean_db.control_dsn) as conn:
+        current = conn.execute(
+            "SELECT catalog_id, epoch FROM history_epoch WHERE tenant_id = %s ORDER BY 1",
+            (TENANT,),
+        ).fetchall()
+        paused = conn.execute(
+            "SELECT count(*) FROM stream_pause WHERE tenant_id = %s AND resumed_at IS NULL",
+            (TENANT,),
+        ).fetchone()
+    assert current == [("c1", 2), ("c2", 2)] and paused == (2,)
+    commands = _commands(kafka_settings.kafka_bootstrap, control_topic, 6)
+    assert [c.kind for c in commands[:2]] == ["pause", "pause"]
+    kinds = sorted((c.kind, c.catalog_id) for c in commands)
+    assert (
+        kinds
+        == [("pause", "c1"), ("pause", "c2")] + [("rebuild", "c1")] * 2 + [("rebuild", "c2")] * 2
+    )  # every catalog paused before any was fenced; each rebuild asked twice
+    assert {c.command_id for c in commands if c.kind == "rebuild"} == {
+        rebuild_id_for(TENANT, "c1", 2),
+        rebuild_id_for(TENANT, "c2", 2),
+    }
+
+    code, refused = fence_all("--all")  # a new run would fence epoch 2: refused
+    assert code == 2, refused
+    unknown = CliRunner().invoke(main, ["fence-epoch", "--reason", "x", "--run", str(uuid.uuid4())])
+    assert unknown.exit_code == 2 and "no fence run" in unknown.output
+    neither = CliRunner().invoke(main, ["fence-epoch", "--reason", "x", "--tenant", TENANT])
+    assert neither.exit_code == 2 and "--all" in neither.output
