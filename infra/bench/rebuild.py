@@ -4,8 +4,8 @@ In a sandbox of its own (databases and topics, dropped afterwards):
 
 1. seed a catalog of ``items`` accepted items set-based (``infra.bench.rebuild_seed``):
    the resolver's state at W, the serving generation and the live progress at W;
-2. the baseline: a bare ``COPY`` of as many rows of the same shape into an empty
-   table (``infra.bench.bare_copy``);
+2. the baseline: a bare ``COPY`` of the same rows (each item's row and its search
+   document) into empty tables of the same shape (``infra.bench.bare_copy``);
 3. start the deployed processes, ``gapless resolver-api``, ``gapless relay`` and
    ``gapless agents``, as subprocesses pointed at the sandbox, and a modest live
    write load through the real writer (``infra.bench.live_writer``); wait until the
@@ -251,7 +251,7 @@ def measure_rebuild(box: Sandbox, items: int, echo: Echo) -> RebuildFigures:
     tenant = box.tenant("rebuild")
     stream = StreamId(tenant, CATALOG, EPOCH)
     position = seed(box.databases, tenant, CATALOG, items, LIVE_CONSUMER, echo)
-    copy_s = bare_copy(
+    copied = bare_copy(
         box.databases.product_dsn, tenant, CATALOG, items, position, CHUNK_RECORDS, echo
     )
     api_port, web_port = free_port(), free_port()
@@ -332,7 +332,8 @@ def measure_rebuild(box: Sandbox, items: int, echo: Echo) -> RebuildFigures:
         catchup_events=(row.target_position or row.export_position) - row.export_position,
         live_events=live_events,
         bare_copy_rows=items,
-        bare_copy_s=copy_s,
+        bare_copy_s=copied.seconds,
+        bare_copy_items_s=copied.items_s,
         api=api_memory,
         agents=agents_memory,
         step_interval_s=STEP_INTERVAL_S,

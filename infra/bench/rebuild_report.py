@@ -36,12 +36,16 @@ class RebuildFigures:
     live_events: int
     """Events the live writer committed from the request to ``done``."""
     bare_copy_rows: int
+    """Items the baseline copied, each as its item row and its search document."""
     bare_copy_s: float
+    """Both tables' COPYs and COMMITs."""
     api: Memory
     agents: Memory
     step_interval_s: float
     rows_checked: int
     environment: dict[str, object] = field(default_factory=dict)
+    bare_copy_items_s: float = 0.0
+    """The item rows' COPYs alone (the baseline before the documents counted)."""
 
     def phase(self, name: str) -> float:
         return self.phases_s.get(name, 0.0)
@@ -58,6 +62,16 @@ class RebuildFigures:
     @property
     def load_ratio(self) -> float:
         return self.load_eps / self.bare_copy_eps if self.bare_copy_eps > 0 else 0.0
+
+    @property
+    def bare_copy_items_only_eps(self) -> float:
+        s = self.bare_copy_items_s
+        return self.bare_copy_rows / s if s > 0 else 0.0
+
+    @property
+    def load_ratio_items_only(self) -> float:
+        eps = self.bare_copy_items_only_eps
+        return self.load_eps / eps if eps > 0 else 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -82,6 +96,8 @@ class RebuildFigures:
             "rebuild_live_events": self.live_events,
             "rebuild_bare_copy_rows": self.bare_copy_rows,
             "rebuild_bare_copy_s": round(self.bare_copy_s, 2),
+            "rebuild_bare_copy_items_only_eps": round(self.bare_copy_items_only_eps, 1),
+            "rebuild_load_ratio_items_only": round(self.load_ratio_items_only, 3),
             "rebuild_api_rss_before_mb": round(self.api.before_mb, 1),
             "rebuild_api_peak_rss_mb": round(self.api.peak_mb, 1),
             "rebuild_agents_rss_before_mb": round(self.agents.before_mb, 1),
@@ -123,9 +139,11 @@ def render_rebuild_table(figures: RebuildFigures) -> str:
         f"   target <= {RTO_TARGET_S:.0f} s for 1,000,000 items"
         + (f": {_verdict(rto <= RTO_TARGET_S)}" if figures.items >= 1_000_000 else ""),
         "",
-        f"  load {figures.load_eps:,.0f} rows/s vs a bare COPY {figures.bare_copy_eps:,.0f} rows/s:"
-        f" ratio {load_ratio:.2f} (target >= {LOAD_RATIO_TARGET}:"
-        f" {_verdict(load_ratio >= LOAD_RATIO_TARGET)})",
+        f"  load {figures.load_eps:,.0f} items/s vs a bare COPY of the same rows (item and"
+        f" search document) {figures.bare_copy_eps:,.0f} items/s: ratio {load_ratio:.2f}"
+        f" (target >= {LOAD_RATIO_TARGET}: {_verdict(load_ratio >= LOAD_RATIO_TARGET)});"
+        f" against the item rows alone {figures.bare_copy_items_only_eps:,.0f} rows/s:"
+        f" {figures.load_ratio_items_only:.2f}",
         f"  the live applier paused {pause:.1f} ms at cutover (target <= {PAUSE_TARGET_MS:.0f} ms:"
         f" {_verdict(pause <= PAUSE_TARGET_MS)})",
         f"  resolver API RSS {figures.api.before_mb:.0f} MB before, peak"

@@ -62,6 +62,17 @@ def item_copy_line(generation: int, tenant: str, catalog: str, g: int, position:
     )
 
 
+def document_copy_line(generation: int, tenant: str, catalog: str, g: int, position: int) -> str:
+    """Item ``g``'s search document as one COPY text line of product_search_document's
+    written columns (generation, tenant_id, catalog_id, item_id, title, status,
+    attribute_text, item_revision, position): what the load derives from the item
+    (its attribute values in key order: colour, size)."""
+    return (
+        f"{generation}\t{tenant}\t{catalog}\t{item_id(g)}\tSeeded item {g}\tactive"
+        f"\t{COLOURS[g % 5]} {36 + g % 12}\t1\t{position}\n"
+    )
+
+
 def batches(items: int) -> Iterator[tuple[int, int]]:
     """(first, last) item numbers of each batch, 1-based and inclusive."""
     for first in range(1, items + 1, BATCH):

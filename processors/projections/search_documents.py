@@ -105,6 +105,24 @@ _REFRESH_STAGED_ITEMS = _NEW_DOCUMENTS.format(
     + ") AS i"
 )
 
+# The same while the generation holds no attribute value of the catalog yet (the
+# export puts items before values, so a load's item chunks meet none): the lookup of
+# each item's values, which could only find nothing, is left out.
+_REFRESH_STAGED_ITEMS_ALONE = (
+    "INSERT INTO product_search_document (generation, tenant_id, catalog_id, item_id,"
+    " title, status, attribute_text, item_revision, position)"
+    " SELECT %(generation)s::int4, %(tenant_id)s::text, %(catalog_id)s::text, r.id, r.title,"
+    "  r.status,"
+    "  coalesce((SELECT string_agg(a.value, ' ' ORDER BY a.key)"
+    "   FROM jsonb_each_text(r.attributes) a), ''),"
+    "  r.revision, %(position)s::int8"
+    + of_kind("id text, title text, status text, attributes jsonb, revision int8")
+)
+_HAS_VALUES = (
+    "SELECT EXISTS (SELECT 1 FROM product_attribute_value WHERE generation = %(generation)s"
+    " AND tenant_id = %(tenant_id)s AND catalog_id = %(catalog_id)s)"
+)
+
 # A rebuild's load, for the staged attribute-value records: the documents of the items
 # they name, from the item rows. Each item is looked up by its key (LATERAL … LIMIT 1):
 # the staging table has no statistics, and a hash of the whole generation per chunk
@@ -157,7 +175,10 @@ class SearchDocuments:
         (call it after the source projections loaded the same records)."""
         wanted = set(kinds)
         if catalog_items.AGGREGATE in wanted:
-            conn.execute(_REFRESH_STAGED_ITEMS, staged.params(catalog_items.AGGREGATE))
+            params = staged.params(catalog_items.AGGREGATE)
+            found = conn.execute(_HAS_VALUES, params).fetchone()
+            alone = found is not None and not found[0]
+            conn.execute(_REFRESH_STAGED_ITEMS_ALONE if alone else _REFRESH_STAGED_ITEMS, params)
         if attribute_values.AGGREGATE in wanted:
             conn.execute(_REFRESH_STAGED_VALUES, staged.params(attribute_values.AGGREGATE))
 
