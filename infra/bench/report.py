@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.bench.agents import AgentsFigures
 from infra.bench.applier import ApplierFigures
 from infra.bench.latency import LatencyFigures
 from infra.bench.relay import RelayFigures
@@ -27,9 +28,11 @@ class Figures:
     relay: RelayFigures
     applier: ApplierFigures
     latency: LatencyFigures
+    agents: AgentsFigures
 
     def as_dict(self) -> dict[str, object]:
-        w, r, a, e = self.writer, self.relay, self.applier, self.latency
+        w, r, a, e, g = self.writer, self.relay, self.applier, self.latency, self.agents
+        in_process, bare = a.applier.per_second, a.bare.per_second
         return {
             "writer_ratio_b1": _ratio(w.gapless_b1, w.baseline_b1),
             "writer_ratio_b100": _ratio(w.gapless_b100, w.baseline_b100),
@@ -57,6 +60,12 @@ class Figures:
             "e2e_max_ms": round(e.max_ms, 2),
             "e2e_relay_p50_ms": round(e.relay_p50_ms, 2),
             "e2e_consume_apply_p50_ms": round(e.consume_apply_p50_ms, 2),
+            "agents_backlog_eps": round(g.eps, 1),
+            "agents_ratio": round(g.eps / in_process, 3) if in_process else 0.0,
+            "agents_vs_bare": round(g.eps / bare, 3) if bare else 0.0,
+            "agents_backlog_events": g.events,
+            "agents_rss_before_mb": round(g.rss_before_mb, 1),
+            "agents_peak_rss_mb": round(g.peak_rss_mb, 1),
             "seconds": self.seconds,
             **self.environment,
         }
@@ -65,7 +74,7 @@ class Figures:
 def render_table(figures: Figures) -> str:
     d = figures.as_dict()
     env = figures.environment
-    w, r, a, e = figures.writer, figures.relay, figures.applier, figures.latency
+    w, r, a, e, g = figures.writer, figures.relay, figures.applier, figures.latency, figures.agents
 
     def row(name: str, ours: Rate, base: Rate | None, unit: str) -> str:
         if base is None:
@@ -104,5 +113,10 @@ def render_table(figures: Figures) -> str:
         f"p99 {d['e2e_p99_ms']} ms, max {d['e2e_max_ms']} ms",
         f"  of which COMMIT -> Kafka CreateTime p50 {d['e2e_relay_p50_ms']} ms, "
         f"CreateTime -> applied p50 {d['e2e_consume_apply_p50_ms']} ms",
+        "",
+        f"(e) the deployed agents (`gapless agents`) catching up {g.events:,} events",
+        f"  {g.eps:>11,.0f} events/s: {d['agents_ratio']:.2f} of the in-process applier,"
+        f" {d['agents_vs_bare']:.2f} of the bare upsert; RSS {g.rss_before_mb:.0f} MB,"
+        f" peak {g.peak_rss_mb:.0f} MB",
     ]
     return "\n".join(lines)

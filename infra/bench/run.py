@@ -4,7 +4,9 @@ Phases, in the order they run (each bounded by ``seconds``):
 a. writer: ``record_decision`` with the cursor vs with a sequence-numbered outbox, 8 threads;
 b. relay: ``Relay.run_once`` vs a bare producer with the same bytes;
 c. applier: ``Applier.apply`` vs a bare batched upsert;
-d. end to end: writer COMMIT to projection COMMIT at a fixed offered load.
+d. end to end: writer COMMIT to projection COMMIT at a fixed offered load;
+e. the deployed agents (``gapless agents``, a subprocess) catching up a backlog of
+   ``backlog`` events, against phase (c)'s rates.
 Absolute figures depend on the machine; the ratios, taken within one run, are what
 to compare between changes.
 """
@@ -21,6 +23,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
+from infra.bench.agents import measure_agents
 from infra.bench.applier import measure_applier
 from infra.bench.latency import measure_latency
 from infra.bench.relay import measure_relay
@@ -28,6 +31,8 @@ from infra.bench.report import Figures, render_table
 from infra.bench.sandbox import Sandbox, sandbox
 from infra.bench.writer import THREADS, measure_writer
 
+BACKLOG = 100_000
+"""Events the deployed agents catch up in phase (e)."""
 E2E_RATE = 200.0
 """Offered load of phase (d), decisions (each creating one item: two events) per second:
 well below every phase's capacity."""
@@ -51,14 +56,16 @@ def environment_of(box: Sandbox) -> dict[str, object]:
     }
 
 
-def run_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> None:
+def run_bench(
+    seconds: float, as_json: bool, echo: Callable[[str], None], backlog: int = BACKLOG
+) -> None:
     """Prepare the local services, run every phase in a sandbox, print the figures."""
     from infra.config import use_local_services
     from infra.provision import provision
 
     use_local_services()
     provision(echo)
-    with sandbox(echo) as box:
+    with sandbox(echo, extra_topics={"agents": 6, "control": 1, "status": 1}) as box:
         environment = environment_of(box)
         pool = ConnectionPool(
             box.databases.resolver_dsn, min_size=THREADS, max_size=THREADS, open=True
@@ -70,10 +77,11 @@ def run_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> Non
             relay = measure_relay(box, pool, epochs, seconds, echo)
             applier = measure_applier(box, seconds, echo)
             latency = measure_latency(box, pool, epochs, seconds, E2E_RATE, echo)
+            agents = measure_agents(box, backlog, echo)
         finally:
             pool.close()
             epochs.close()
-    figures = Figures(seconds, environment, writer, relay, applier, latency)
+    figures = Figures(seconds, environment, writer, relay, applier, latency, agents)
     if as_json:
         print(json.dumps(figures.as_dict()))
     else:

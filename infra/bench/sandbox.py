@@ -51,6 +51,26 @@ class Sandbox:
         return f"bench.{self.run_id}.{name}"
 
 
+def deployed_env(box: Sandbox, events_topic: str) -> dict[str, str]:
+    """The environment of a deployed process (``gapless agents``, ``relay``…) run
+    against the sandbox: this one's (local services, S3 keys, tokens), pointed at
+    the sandbox's databases, an events topic and its control and status topics."""
+    import os
+
+    dbs = box.databases
+    return {
+        **os.environ,
+        "GAPLESS_RESOLVER_DSN": dbs.resolver_dsn,
+        "GAPLESS_RESOLVER_MIGRATION_DSN": dbs.resolver_owner_dsn,
+        "GAPLESS_PRODUCT_DSN": dbs.product_dsn,
+        "GAPLESS_CONTROL_DSN": dbs.control_dsn,
+        "GAPLESS_KAFKA_BOOTSTRAP": box.bootstrap,
+        "GAPLESS_EVENTS_TOPIC": events_topic,
+        "GAPLESS_CONTROL_TOPIC": box.topic("control"),
+        "GAPLESS_REBUILD_STATUS_TOPIC": box.topic("status"),
+    }
+
+
 def with_dbname(dsn: str, dbname: str) -> str:
     """The same connection as ``dsn`` (URL or key=value form) to another database, as a URL.
 

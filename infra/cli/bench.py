@@ -9,17 +9,25 @@ from infra.cli.output import echo, guarded
 
 @click.group(invoke_without_command=True)
 @click.option("--seconds", default=5.0, show_default=True, help="Duration of each phase.")
+@click.option(
+    "--backlog",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(min=1000),
+    help="Events the deployed agents catch up (phase e).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
-def bench(ctx: click.Context, seconds: float, as_json: bool) -> None:
-    """Measure writer, relay, applier and end-to-end figures against baselines.
+def bench(ctx: click.Context, seconds: float, backlog: int, as_json: bool) -> None:
+    """Measure writer, relay, applier and end-to-end figures against baselines, and
+    the deployed agents catching up a backlog.
 
     `gapless bench rebuild` measures a shadow rebuild's recovery time instead."""
     if ctx.invoked_subcommand is not None:
         return
     from infra.bench.run import run_bench
 
-    guarded(lambda: run_bench(seconds, as_json, echo))
+    guarded(lambda: run_bench(seconds, as_json, echo, backlog))
 
 
 @bench.command("rebuild")
