@@ -88,7 +88,8 @@ def render_table(figures: Figures) -> str:
     lines = [
         f"gapless bench: {figures.seconds:g} s per phase, {env['cores']} cores, PostgreSQL "
         f"{env['postgres']} (synchronous_commit={env['synchronous_commit']}), "
-        f"round trip {env['pg_round_trip_us']} µs",
+        f"round trip {env['pg_round_trip_us']} µs, load average {env.get('loadavg_start')}"
+        f" at the start, {env.get('loadavg_end')} at the end",
         "",
         f"(a) writer, {THREADS} threads on {THREADS} streams vs a sequence-numbered outbox;"
         " decisions of b items (b + 1 events)",

@@ -65,6 +65,7 @@ def run_bench(
 
     use_local_services()
     provision(echo)
+    loadavg_start = [round(x, 2) for x in os.getloadavg()]
     with sandbox(echo, extra_topics={"agents": 6, "control": 1, "status": 1}) as box:
         environment = environment_of(box)
         pool = ConnectionPool(
@@ -81,6 +82,9 @@ def run_bench(
         finally:
             pool.close()
             epochs.close()
+    environment.update(
+        loadavg_start=loadavg_start, loadavg_end=[round(x, 2) for x in os.getloadavg()]
+    )
     figures = Figures(seconds, environment, writer, relay, applier, latency, agents)
     if as_json:
         print(json.dumps(figures.as_dict()))

@@ -1,0 +1,65 @@
+"""``gapless bench`` end to end at a tiny size against real PostgreSQL and Kafka: every
+phase runs (the deployed agents' backlog among them) and ``--json`` prints one object
+with every key, each of a sane value (never a timing assertion: speed is what the
+bench reports, not what a test judges), and nothing of its sandbox is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import psycopg
+
+from db.settings import DatabaseSettings
+
+KEYS = (
+    "writer_ratio_b1", "writer_ratio_b100", "relay_ratio", "applier_ratio", "e2e_p50_ms",
+    "e2e_p99_ms", "applier_eps", "applier_bare_eps", "agents_backlog_eps", "agents_ratio",
+    "agents_vs_bare", "agents_backlog_events", "agents_peak_rss_mb", "loadavg_start",
+    "loadavg_end", "cores",
+)  # fmt: skip
+
+
+def _sandboxes(settings: DatabaseSettings) -> list[str]:
+    with psycopg.connect(settings.resolver_owner_dsn) as conn:
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'gapless\\_bench\\_%'"
+        ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def test_the_bench_reports_every_phase_the_deployed_agents_included(
+    db_settings: DatabaseSettings,
+) -> None:
+    before = _sandboxes(db_settings)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "bench",
+            "--seconds",
+            "1",
+            "--backlog",
+            "3000",
+            "--json",
+        ],
+        env=dict(os.environ),
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    stderr = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, stderr[-4000:]
+    d = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert set(KEYS) <= d.keys(), set(KEYS) - d.keys()
+    assert d["agents_backlog_events"] == 3000
+    assert d["agents_backlog_eps"] > 0 and d["applier_eps"] > 0
+    assert d["agents_ratio"] == round(d["agents_backlog_eps"] / d["applier_eps"], 3)
+    assert d["agents_vs_bare"] == round(d["agents_backlog_eps"] / d["applier_bare_eps"], 3)
+    assert d["agents_peak_rss_mb"] >= d["agents_rss_before_mb"] > 20
+    assert len(d["loadavg_start"]) == len(d["loadavg_end"]) == 3
+    assert "(e) the deployed agents" not in stderr  # the table is for --json-less runs
+    assert _sandboxes(db_settings) == before
