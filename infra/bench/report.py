@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from infra.bench.agents import AgentsFigures
 from infra.bench.applier import ApplierFigures
+from infra.bench.deployed_latency import RATES, DeployedLatency
 from infra.bench.latency import LatencyFigures
 from infra.bench.relay import RelayFigures
 from infra.bench.timing import Rate
@@ -29,6 +30,19 @@ class Figures:
     applier: ApplierFigures
     latency: LatencyFigures
     agents: AgentsFigures
+    deployed: DeployedLatency
+
+    def _deployed(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for rate in RATES:
+            at = self.deployed.at(rate)
+            n = f"{rate:.0f}"
+            out[f"e2e_deployed_p50_ms_{n}"] = round(at.p50_ms, 2) if at else None
+            out[f"e2e_deployed_p99_ms_{n}"] = round(at.p99_ms, 2) if at else None
+            out[f"e2e_deployed_max_ms_{n}"] = round(at.max_ms, 2) if at else None
+            out[f"e2e_deployed_achieved_eps_{n}"] = round(at.achieved, 1) if at else None
+        out["e2e_deployed_max_rate_eps"] = self.deployed.max_rate
+        return out
 
     def as_dict(self) -> dict[str, object]:
         w, r, a, e, g = self.writer, self.relay, self.applier, self.latency, self.agents
@@ -66,6 +80,7 @@ class Figures:
             "agents_backlog_events": g.events,
             "agents_rss_before_mb": round(g.rss_before_mb, 1),
             "agents_peak_rss_mb": round(g.peak_rss_mb, 1),
+            **self._deployed(),
             "seconds": self.seconds,
             **self.environment,
         }
@@ -119,5 +134,14 @@ def render_table(figures: Figures) -> str:
         f"  {g.eps:>11,.0f} events/s: {d['agents_ratio']:.2f} of the in-process applier,"
         f" {d['agents_vs_bare']:.2f} of the bare upsert; RSS {g.rss_before_mb:.0f} MB,"
         f" peak {g.peak_rss_mb:.0f} MB",
+        "",
+        "(f) end to end through the deployed relay and agents (inbox decided_at minus"
+        " outbox committed_at)",
+        *[
+            f"  {r.offered:>5.0f} decisions/s offered, {r.achieved:>6.0f} achieved:"
+            f" p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, max {r.max_ms:.1f} ms"
+            for r in figures.deployed.rates
+        ],
+        f"  highest offered rate with p99 <= 100 ms: {figures.deployed.max_rate:.0f}/s",
     ]
     return "\n".join(lines)

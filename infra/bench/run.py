@@ -6,7 +6,9 @@ b. relay: ``Relay.run_once`` vs a bare producer with the same bytes;
 c. applier: ``Applier.apply`` vs a bare batched upsert;
 d. end to end: writer COMMIT to projection COMMIT at a fixed offered load;
 e. the deployed agents (``gapless agents``, a subprocess) catching up a backlog of
-   ``backlog`` events, against phase (c)'s rates.
+   ``backlog`` events, against phase (c)'s rates;
+f. end to end through the deployed relay and agents at 200, 1,000 and 2,000
+   decisions/s offered (``infra.bench.deployed_latency``).
 Absolute figures depend on the machine; the ratios, taken within one run, are what
 to compare between changes.
 """
@@ -25,6 +27,7 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from infra.bench.agents import measure_agents
 from infra.bench.applier import measure_applier
+from infra.bench.deployed_latency import measure_deployed_latency
 from infra.bench.latency import measure_latency
 from infra.bench.relay import measure_relay
 from infra.bench.report import Figures, render_table
@@ -66,7 +69,7 @@ def run_bench(
     use_local_services()
     provision(echo)
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
-    with sandbox(echo, extra_topics={"agents": 6, "control": 1, "status": 1}) as box:
+    with sandbox(echo, extra_topics={"agents": 6, "deployed": 6, "control": 1, "status": 1}) as box:
         environment = environment_of(box)
         pool = ConnectionPool(
             box.databases.resolver_dsn, min_size=THREADS, max_size=THREADS, open=True
@@ -79,13 +82,14 @@ def run_bench(
             applier = measure_applier(box, seconds, echo)
             latency = measure_latency(box, pool, epochs, seconds, E2E_RATE, echo)
             agents = measure_agents(box, backlog, echo)
+            deployed = measure_deployed_latency(box, seconds, echo)
         finally:
             pool.close()
             epochs.close()
     environment.update(
         loadavg_start=loadavg_start, loadavg_end=[round(x, 2) for x in os.getloadavg()]
     )
-    figures = Figures(seconds, environment, writer, relay, applier, latency, agents)
+    figures = Figures(seconds, environment, writer, relay, applier, latency, agents, deployed)
     if as_json:
         print(json.dumps(figures.as_dict()))
     else:

@@ -18,7 +18,9 @@ KEYS = (
     "writer_ratio_b1", "writer_ratio_b100", "relay_ratio", "applier_ratio", "e2e_p50_ms",
     "e2e_p99_ms", "applier_eps", "applier_bare_eps", "agents_backlog_eps", "agents_ratio",
     "agents_vs_bare", "agents_backlog_events", "agents_peak_rss_mb", "loadavg_start",
-    "loadavg_end", "cores",
+    "loadavg_end", "cores", "e2e_deployed_p50_ms_200", "e2e_deployed_p99_ms_200",
+    "e2e_deployed_p99_ms_1000", "e2e_deployed_p99_ms_2000", "e2e_deployed_achieved_eps_1000",
+    "e2e_deployed_max_rate_eps",
 )  # fmt: skip
 
 
@@ -61,5 +63,9 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
     assert d["agents_vs_bare"] == round(d["agents_backlog_eps"] / d["applier_bare_eps"], 3)
     assert d["agents_peak_rss_mb"] >= d["agents_rss_before_mb"] > 20
     assert len(d["loadavg_start"]) == len(d["loadavg_end"]) == 3
+    for rate in (200, 1000, 2000):
+        assert 0 < d[f"e2e_deployed_p50_ms_{rate}"] <= d[f"e2e_deployed_p99_ms_{rate}"]
+        assert d[f"e2e_deployed_achieved_eps_{rate}"] > 0
+    assert d["e2e_deployed_max_rate_eps"] in (0, 200, 1000, 2000)
     assert "(e) the deployed agents" not in stderr  # the table is for --json-less runs
     assert _sandboxes(db_settings) == before
