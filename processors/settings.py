@@ -87,9 +87,12 @@ class AgentSettings(
         default=500, ge=1, le=10_000, description="GAPLESS_AGENTS_BATCH_SIZE: events per batch."
     )
     agents_batch_within_seconds: float = Field(
-        default=0.05,
+        default=0.005,
         gt=0,
-        description="GAPLESS_AGENTS_BATCH_WITHIN_SECONDS: how long a batch waits to fill up.",
+        le=5.0,
+        description="GAPLESS_AGENTS_BATCH_WITHIN_SECONDS: how long a batch waits, after its"
+        " first event, for more (a backlog fills it at once; at a low rate this is the"
+        " latency it adds).",
     )
     agents_web_port: int = Field(
         default=6066, ge=1, le=65535, description="GAPLESS_AGENTS_WEB_PORT: health/metrics."

@@ -110,7 +110,15 @@ class EventsConsumer:
         within = self._settings.agents_batch_within_seconds
         try:
             while not self._stop.is_set():
-                polled = consumer.consume(num_messages=size, timeout=within)
+                # Wait for one message, then take what has arrived with it (up to a
+                # batch): no wait for a batch to fill at a low rate, whole batches
+                # from a backlog (librdkafka has prefetched them), and while a batch
+                # is applied the next one gathers.
+                first = consumer.poll(timeout=0.5)
+                if first is None:
+                    continue
+                rest = consumer.consume(num_messages=size - 1, timeout=within) if size > 1 else []
+                polled = [first, *rest]
                 messages = [m for m in polled if self._usable(m)]
                 if not messages:
                     continue
