@@ -243,3 +243,38 @@ def mark_cleaned(conn: psycopg.Connection, rebuild_id: uuid.UUID) -> None:
     conn.execute(
         "UPDATE rebuild SET cleaned_at = clock_timestamp() WHERE rebuild_id = %s", (rebuild_id,)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ControlAnswer:
+    command_id: uuid.UUID
+    status: str
+    message: str
+    running_rebuild_id: uuid.UUID | None
+
+
+def record_answer(
+    conn: psycopg.Connection,
+    command_id: uuid.UUID,
+    status: str,
+    message: str,
+    running_rebuild_id: uuid.UUID | None,
+) -> ControlAnswer:
+    """Keep the answer to a request that was not started; the first one stands."""
+    conn.execute(
+        "INSERT INTO control_answer (command_id, status, message, running_rebuild_id)"
+        " VALUES (%s, %s, %s, %s) ON CONFLICT (command_id) DO NOTHING",
+        (command_id, status, message, running_rebuild_id),
+    )
+    answer = answer_of(conn, command_id)
+    assert answer is not None
+    return answer
+
+
+def answer_of(conn: psycopg.Connection, command_id: uuid.UUID) -> ControlAnswer | None:
+    row = conn.execute(
+        "SELECT command_id, status, message, running_rebuild_id FROM control_answer"
+        " WHERE command_id = %s",
+        (command_id,),
+    ).fetchone()
+    return None if row is None else ControlAnswer(*row)

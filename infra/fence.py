@@ -104,8 +104,24 @@ class FenceReport:
         }
 
 
-def rebuild_id_for(tenant_id: str, catalog_id: str, epoch: int) -> uuid.UUID:
-    return uuid.uuid5(_REQUESTS, f"fence:{tenant_id}/{catalog_id}@{epoch}")
+def rebuild_id_for(tenant_id: str, catalog_id: str, epoch: int, attempt: int = 0) -> uuid.UUID:
+    suffix = f"#{attempt}" if attempt else ""
+    return uuid.uuid5(_REQUESTS, f"fence:{tenant_id}/{catalog_id}@{epoch}{suffix}")
+
+
+def _fence_rebuild_id(product_dsn: str, tenant_id: str, catalog_id: str, epoch: int) -> uuid.UUID:
+    """The rebuild this fence asks for: the first derived id that was carried out or
+    not yet answered. One the agents refused (another rebuild of the catalog was
+    running then) keeps its answer for good, so the procedure run again asks with the
+    next id rather than being refused for ever."""
+    with psycopg.connect(product_dsn) as conn:
+        for attempt in range(1000):
+            rebuild_id = rebuild_id_for(tenant_id, catalog_id, epoch, attempt)
+            if rebuilds.get(conn, rebuild_id) is not None:
+                return rebuild_id
+            if rebuilds.answer_of(conn, rebuild_id) is None:
+                return rebuild_id
+    raise RuntimeError(f"{tenant_id}/{catalog_id}: a thousand fence rebuilds refused")
 
 
 def pause_id_for(tenant_id: str, catalog_id: str, superseded: int) -> uuid.UUID:
@@ -190,7 +206,7 @@ def fence_epoch(
         f" {report.settled.quarantined} quarantine entr(ies) superseded"
     )
     lap("fence")
-    rebuild_id = rebuild_id_for(tenant_id, catalog_id, issued.epoch)
+    rebuild_id = _fence_rebuild_id(databases.product_dsn, tenant_id, catalog_id, issued.epoch)
     report.rebuild_id = rebuild_id
     report.rebuild_phase = _rebuild_phase(databases.product_dsn, rebuild_id)
     if paused.state == "resumed":

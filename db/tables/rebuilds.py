@@ -98,3 +98,18 @@ Index(
     unique=True,
     postgresql_where=text("phase NOT IN ('done', 'failed', 'cancelled')"),
 )
+
+# The answer given to a REBUILD that was not started (``already_rebuilding``,
+# ``refused``), kept so a redelivery of the same request id, however late, gets the
+# same answer and never starts a rebuild the first delivery did not.
+control_answer = Table(
+    "control_answer",
+    metadata,
+    Column("command_id", Uuid, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("running_rebuild_id", Uuid),
+    Column("answered_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("command_id"),
+    CheckConstraint("status IN ('already_rebuilding', 'refused')", name="control_answer_status"),
+)

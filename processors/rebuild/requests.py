@@ -4,7 +4,10 @@ the command's), a CANCEL stops one.
 One transaction per command. A command delivered twice finds its row and changes
 nothing; a REBUILD for a catalog that already has an unfinished rebuild of the same
 consumer is answered with that rebuild, not started twice (the unique index on
-unfinished rebuilds decides, also between two workers). A cancelled rebuild's
+unfinished rebuilds decides, also between two workers), and that answer is kept
+(``control_answer``): the same request delivered again, even after the running
+rebuild is done (a rebalance redelivers what was not committed), gets the same
+answer and starts nothing. A cancelled rebuild's
 shadow generation is never served; the cleanup releases its lease and removes its
 rows. A rebuild cutting over can no longer be cancelled (the swap may be committed).
 """
@@ -52,10 +55,20 @@ def accept(
         existing = sql.get(conn, command.command_id)
         if existing is not None:
             return Answer("already_recorded", existing)
+        answered = sql.answer_of(conn, command.command_id)
+        if answered is not None:  # a redelivery of a request not started: the same answer
+            running = (
+                sql.get(conn, answered.running_rebuild_id) if answered.running_rebuild_id else None
+            )
+            return Answer(answered.status, running, answered.message)
         epoch = current_epoch(command.tenant_id, command.catalog_id)
         if epoch is None:
-            return Answer(
-                "refused", None, f"{command.tenant_id}/{command.catalog_id} has no history epoch"
+            return _not_started(
+                conn,
+                command,
+                "refused",
+                None,
+                f"{command.tenant_id}/{command.catalog_id} has no history epoch",
             )
         stream = StreamId(command.tenant_id, command.catalog_id, epoch)
         try:
@@ -71,10 +84,28 @@ def accept(
                 )
         except psycopg.errors.UniqueViolation:
             active = sql.active_for(conn, consumer, command.tenant_id, command.catalog_id)
-            return Answer("already_rebuilding", active, "a rebuild of this catalog is running")
+            return _not_started(
+                conn, command, "already_rebuilding", active, "a rebuild of this catalog is running"
+            )
         if row is None:  # recorded by another worker meanwhile
             return Answer("already_recorded", sql.get(conn, command.command_id))
         return Answer("started", row)
+
+
+def _not_started(
+    conn: psycopg.Connection,
+    command: ControlCommand,
+    status: str,
+    running: RebuildRow | None,
+    message: str,
+) -> Answer:
+    """Keep the answer (``control_answer``), so the request delivered again, even
+    after the running rebuild is done, is answered the same and starts nothing."""
+    with conn.transaction():
+        kept = sql.record_answer(
+            conn, command.command_id, status, message, running.rebuild_id if running else None
+        )
+    return Answer(kept.status, running, kept.message)
 
 
 def _cancel(conn: psycopg.Connection, command: ControlCommand) -> Answer:

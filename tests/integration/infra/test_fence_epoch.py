@@ -189,3 +189,34 @@ def test_fence_all_fences_every_catalog_once_and_a_run_asked_again_changes_nothi
     assert unknown.exit_code == 2 and "no fence run" in unknown.output
     neither = CliRunner().invoke(main, ["fence-epoch", "--reason", "x", "--tenant", TENANT])
     assert neither.exit_code == 2 and "--all" in neither.output
+
+
+def test_a_fence_whose_rebuild_was_refused_asks_again_with_the_next_id(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, control_topic: str
+) -> None:
+    from db import rebuilds
+
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=2, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+    with UnitOfWork(pool, epochs, CODEC) as uow:
+        accept(uow, TENANT, CATALOG, ItemChange(TENANT, CATALOG, "i1", "lamp", "lamp"))
+    pool.close()
+    epochs.close()
+    first = _fence("--epoch", "1")
+    assert first["rebuild_id"] == str(rebuild_id_for(TENANT, CATALOG, 2))
+    # The agents refused it: an operator's rebuild of the catalog was running then.
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        rebuilds.record_answer(
+            conn, rebuild_id_for(TENANT, CATALOG, 2), "already_rebuilding", "busy", None
+        )
+        conn.commit()
+    again = _fence("--epoch", "1")
+    assert again["rebuild_id"] == str(rebuild_id_for(TENANT, CATALOG, 2, 1))
+    third = _fence("--epoch", "1")  # not answered yet: the same request again
+    assert third["rebuild_id"] == again["rebuild_id"]
+    commands = _commands(kafka_settings.kafka_bootstrap, control_topic, 4)
+    assert [c.command_id for c in commands if c.kind == "rebuild"] == [
+        rebuild_id_for(TENANT, CATALOG, 2),
+        rebuild_id_for(TENANT, CATALOG, 2, 1),
+        rebuild_id_for(TENANT, CATALOG, 2, 1),
+    ]

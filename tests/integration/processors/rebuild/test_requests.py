@@ -4,6 +4,7 @@ same catalog is answered with the running one, and a cancel stops it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -88,8 +89,15 @@ def test_a_request_is_recorded_once_and_a_second_one_is_answered_with_it(
     done = accept(clean_db.product_dsn, cancelling, "product-applier", epoch)
     assert done.status == "cancelled" and done.row is not None
     assert done.row.phase == "cancelled" and "not now" in (done.row.error_message or "")
-    # the catalog is free again: a new request starts
-    assert accept(clean_db.product_dsn, other, "product-applier", epoch).status == "started"
+    # The refused request delivered again, now that the catalog is free, keeps its
+    # answer (a late redelivery must not start what its first delivery did not) …
+    late = accept(clean_db.product_dsn, other, "product-applier", epoch)
+    assert (late.status, late.message) == ("already_rebuilding", busy.message)
+    # … while a new request starts.
+    fresh = dataclasses.replace(other, command_id=uuid.uuid4())
+    assert accept(clean_db.product_dsn, fresh, "product-applier", epoch).status == "started"
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        assert {r.rebuild_id for r in sql.recent(conn)} == {ids[0], fresh.command_id}
 
 
 def _read_cancels(kafka: KafkaSettings, rebuild_id: uuid.UUID) -> list[ControlCommand]:
