@@ -94,6 +94,8 @@ def drop_replication(dsn: str, names: Replication, echo: Echo, timeout: float = 
             if row[0] is None:
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
                 break
+            if time.monotonic() > deadline + timeout:
+                raise RuntimeError(f"replication slot {names.slot} is still held by {row[0]}")
             if time.monotonic() > deadline:
                 # The connector's walsender outlived it: end it, then drop.
                 conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
