@@ -47,6 +47,10 @@ SUPERUSER = "postgres"
 APP_LOGIN = "gapless_resolver_service"
 """The login the resolver's services use locally (``GAPLESS_RESOLVER_DSN``)."""
 INSTALL_HINT = "install PostgreSQL 15 server binaries: sudo apt-get install -y postgresql-15"
+LOGICAL_DECODING = "-c wal_level=logical -c max_wal_senders=10 -c max_replication_slots=10"
+"""Logical decoding on, for the peers bench's Debezium connector (``pgoutput``): it
+only adds the row images logical decoding needs to the WAL; nothing else reads it.
+Set at start, so a cluster started before this line needs ``gapless down && up``."""
 
 
 def dsn(layout: Layout, database: str, user: str = SUPERUSER) -> str:
@@ -240,7 +244,7 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
         echo(f"postgres: starting on {address}")
         options = (
             f"-p {layout.pg_port} -k {shlex.quote(str(_socket_dir(layout)))} "
-            f"-c listen_addresses={HOST}"
+            f"-c listen_addresses={HOST} {LOGICAL_DECODING}"
         )
         pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(_data_dir(layout)), "-l", str(log)]
         run(
