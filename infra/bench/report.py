@@ -138,7 +138,7 @@ def render_table(figures: Figures) -> str:
         "(f) end to end through the deployed relay and agents (inbox decided_at minus"
         " outbox committed_at)",
         *[
-            f"  {r.offered:>5.0f} decisions/s offered, {r.achieved:>6.0f} achieved:"
+            f"  {r.offered:>5.0f} events/s offered, {r.achieved:>6.0f} achieved:"
             f" p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, max {r.max_ms:.1f} ms"
             for r in figures.deployed.rates
         ],

@@ -8,7 +8,7 @@ d. end to end: writer COMMIT to projection COMMIT at a fixed offered load;
 e. the deployed agents (``gapless agents``, a subprocess) catching up a backlog of
    ``backlog`` events, against phase (c)'s rates;
 f. end to end through the deployed relay and agents at 200, 1,000 and 2,000
-   decisions/s offered (``infra.bench.deployed_latency``).
+   events/s offered (``infra.bench.deployed_latency``).
 Absolute figures depend on the machine; the ratios, taken within one run, are what
 to compare between changes.
 """
