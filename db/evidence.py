@@ -126,18 +126,17 @@ def hold_cited(tx: Transaction, tenant_id: str, capture_ids: list[uuid.UUID]) ->
     first): the decision must not be recorded on them."""
     if not capture_ids:
         return []
-    where = "WHERE tenant_id = %s AND capture_id = ANY(%s)"
-    present = {
-        r[0]
-        for r in tx.execute(f"SELECT capture_id FROM capture {where}", (tenant_id, capture_ids))
-    }
-    held = {
-        r[0]
-        for r in tx.execute(
-            f"SELECT capture_id FROM capture {where} FOR KEY SHARE", (tenant_id, capture_ids)
-        )
-    }
-    return sorted(present - held)
+    # One statement: ``present`` reads the statement's snapshot; the locking scan of
+    # ``held`` waits for a sweep holding a row and skips one it deleted meanwhile.
+    rows = tx.execute(
+        "WITH present AS (SELECT capture_id FROM capture"
+        " WHERE tenant_id = %(t)s AND capture_id = ANY(%(ids)s)),"
+        " held AS (SELECT capture_id FROM capture"
+        " WHERE tenant_id = %(t)s AND capture_id = ANY(%(ids)s) FOR KEY SHARE)"
+        " SELECT capture_id FROM present EXCEPT SELECT capture_id FROM held",
+        {"t": tenant_id, "ids": capture_ids},
+    ).fetchall()
+    return sorted(r[0] for r in rows)
 
 
 def lock_capture(tx: Transaction, tenant_id: str, capture_id: uuid.UUID) -> str | None:

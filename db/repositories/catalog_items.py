@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,47 @@ def get_for_share(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str
         (tenant_id, catalog_id, item_id),
     ).fetchone()
     return _row(row) if row else None
+
+
+def get_many_for_share(
+    tx: Transaction, tenant_id: str, catalog_id: str, item_ids: Sequence[str]
+) -> dict[str, ItemRow]:
+    """``get_for_share`` for several items in one statement, locked in key order."""
+    if not item_ids:
+        return {}
+    rows = tx.execute(
+        f"SELECT {_COLUMNS} FROM catalog_item"
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = ANY(%s)"
+        " ORDER BY item_id FOR SHARE",
+        (tenant_id, catalog_id, sorted(set(item_ids))),
+    ).fetchall()
+    return {r[0]: _row(r) for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class ItemState:
+    """What a new revision of an item must be checked against: its class, its status
+    and whether it holds attribute values (a class change could strand them)."""
+
+    class_id: str
+    status: str
+    has_values: bool
+
+
+def states(
+    tx: Transaction, tenant_id: str, catalog_id: str, item_ids: Sequence[str]
+) -> dict[str, ItemState]:
+    """The current state of those of ``item_ids`` that exist, in one statement."""
+    if not item_ids:
+        return {}
+    rows = tx.execute(
+        "SELECT i.item_id, i.class_id, i.status, EXISTS (SELECT 1 FROM attribute_value v"
+        " WHERE v.tenant_id = i.tenant_id AND v.catalog_id = i.catalog_id"
+        " AND v.item_id = i.item_id) FROM catalog_item i"
+        " WHERE i.tenant_id = %s AND i.catalog_id = %s AND i.item_id = ANY(%s)",
+        (tenant_id, catalog_id, list(item_ids)),
+    ).fetchall()
+    return {r[0]: ItemState(r[1], r[2], r[3]) for r in rows}
 
 
 def get(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> ItemRow | None:
@@ -89,6 +132,59 @@ def save(
         ),
     ).fetchone()
     return int(row[0]) if row else None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemWrite:
+    """One item's next revision, as ``save_many`` writes it."""
+
+    item_id: str
+    class_id: str
+    status: str
+    title: str
+    parent_item_id: str | None
+    attributes: dict[str, str]
+
+
+def save_many(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    writes: Sequence[ItemWrite],
+    decision_id: uuid.UUID,
+) -> dict[str, int]:
+    """``save`` for several distinct items in one statement (binary arrays): each gets
+    ``revision + 1`` naming the decision. Returns the new revision by item id; an item
+    that has been split is left unchanged and missing from the result."""
+    if not writes:
+        return {}
+    rows = tx.execute(
+        "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
+        " parent_item_id, attributes, revision, decision_id)"
+        " SELECT %(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
+        " r.attributes::jsonb, 1, %(d)s"
+        " FROM unnest(%(ids)b::text[], %(classes)b::text[], %(statuses)b::text[],"
+        " %(titles)b::text[], %(parents)b::text[], %(attributes)b::text[])"
+        " AS r(item_id, class_id, status, title, parent_item_id, attributes)"
+        " ON CONFLICT (tenant_id, catalog_id, item_id) DO UPDATE SET"
+        " class_id = excluded.class_id, status = excluded.status, title = excluded.title,"
+        " parent_item_id = excluded.parent_item_id, attributes = excluded.attributes,"
+        " revision = catalog_item.revision + 1, decision_id = excluded.decision_id,"
+        " updated_at = now() WHERE catalog_item.status <> 'split'"
+        " RETURNING item_id, revision",
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "d": decision_id,
+            "ids": [w.item_id for w in writes],
+            "classes": [w.class_id for w in writes],
+            "statuses": [w.status for w in writes],
+            "titles": [w.title for w in writes],
+            "parents": [w.parent_item_id for w in writes],
+            "attributes": [json.dumps(w.attributes) for w in writes],
+        },
+    ).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
 
 
 def all_items(tx: Transaction, tenant_id: str, catalog_id: str) -> list[ItemRow]:

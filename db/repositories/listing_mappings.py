@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from db.unit_of_work import Transaction
@@ -38,6 +39,48 @@ def save(
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class MappingWrite:
+    """One listing's next mapping, as ``save_many`` writes it."""
+
+    listing_id: str
+    item_id: str
+    item_revision: int
+
+
+def save_many(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    writes: Sequence[MappingWrite],
+    decision_id: uuid.UUID,
+) -> dict[str, int]:
+    """``save`` for several distinct listings in one statement (binary arrays);
+    returns the new revision by listing id."""
+    if not writes:
+        return {}
+    rows = tx.execute(
+        "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
+        " item_revision, decision_id, revision)"
+        " SELECT %(t)s, %(c)s, r.listing_id, r.item_id, r.item_revision, %(d)s, 1"
+        " FROM unnest(%(listings)b::text[], %(items)b::text[], %(revisions)b::int4[])"
+        " AS r(listing_id, item_id, item_revision)"
+        " ON CONFLICT (tenant_id, catalog_id, listing_id) DO UPDATE SET"
+        " item_id = excluded.item_id, item_revision = excluded.item_revision,"
+        " decision_id = excluded.decision_id, revision = listing_mapping.revision + 1,"
+        " updated_at = now() RETURNING listing_id, revision",
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "d": decision_id,
+            "listings": [w.listing_id for w in writes],
+            "items": [w.item_id for w in writes],
+            "revisions": [w.item_revision for w in writes],
+        },
+    ).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
 
 
 def for_item_for_update(

@@ -28,7 +28,7 @@ from producers.resolver.exceptions import (
     StaleRevision,
     commit_violation,
 )
-from producers.resolver.facts import DecisionScope, Fact
+from producers.resolver.facts import DecisionScope, Fact, accept_run, fact_runs
 from producers.resolver.review_cases import CaseRevision
 from schemas.events import AggregateRef, DecisionRecorded, EvidenceRef
 
@@ -124,7 +124,9 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
        ``EVIDENCE_EXPIRED``), check the prior decisions exist and insert the
        immutable decision row (INV-05);
     4. apply each fact with ``revision + 1`` and its invariant checks (INV-01, INV-03,
-       INV-07, INV-08), each naming the decision;
+       INV-07, INV-08), each naming the decision; consecutive independent facts of a
+       set-based type (items, retirements, listing mappings) together, one statement
+       per step (``fact_runs``), with the same outcome as one by one;
     5. queue one event per affected aggregate revision with its dependencies: the
        decision's first, then the facts' in the order they were applied;
     6. record the decision's effects: every aggregate revision those events change
@@ -194,8 +196,8 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     )
 
     scope = DecisionScope(d.tenant_id, d.catalog_id, d.decision_id)
-    for fact in d.facts:
-        fact.accept(uow, scope)
+    for run in fact_runs(d.facts):
+        accept_run(uow, scope, run)
 
     decision_rows.insert_effects(
         tx, d.tenant_id, d.catalog_id, d.decision_id, effects(writer.pending)

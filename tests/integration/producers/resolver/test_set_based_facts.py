@@ -1,0 +1,226 @@
+"""Facts accepted together (one statement per step for a run of items, retirements or
+listing mappings) against real PostgreSQL: the same rows, events and first error as
+accepting them one by one, and a statement count that does not grow with the facts."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from db.settings import DatabaseSettings
+from db.unit_of_work import Transaction, UnitOfWork
+from producers.resolver.catalog_items import ItemChange, RetireItem
+from producers.resolver.decisions import Decision, record_decision
+from producers.resolver.exceptions import DomainError
+from producers.resolver.facts import DecisionScope, Fact
+from producers.resolver.listing_mappings import MapListing
+from producers.resolver.splits import SplitItem, Successor
+from schemas.codec import CODEC
+from tests.integration.producers.resolver.conftest import EVIDENCE, UowFactory
+
+TENANT = "t1"
+SPLIT = uuid.uuid4()
+
+
+@dataclass(frozen=True)
+class OneByOne:
+    """Hides a fact's set-based type, so ``record_decision`` accepts it on its own."""
+
+    fact: Fact
+
+    def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
+        self.fact.accept(uow, scope)
+
+
+Step = Callable[[str], Sequence[Fact]]
+"""A decision's facts, for a catalog."""
+
+
+def record(uow: UowFactory, catalog: str, facts: Sequence[Fact], one_by_one: bool) -> None:
+    chosen = tuple(OneByOne(f) for f in facts) if one_by_one else tuple(facts)
+    decision = Decision(
+        TENANT, catalog, "accept", "rule:test", "test", EVIDENCE, chosen, actor_kind="rule"
+    )
+    with uow() as u:
+        record_decision(u, decision)
+
+
+def item(catalog: str, item_id: str, title: str = "", parent: str | None = None) -> ItemChange:
+    attributes = {"colour": "red"} if item_id.endswith("2") else {}
+    return ItemChange(
+        TENANT, catalog, item_id, "shoe", title or f"item {item_id}", parent, attributes
+    )
+
+
+def setup_steps() -> list[Step]:
+    return [
+        # New items, a child of one of them (its own run), mappings onto them.
+        lambda c: [
+            *(item(c, f"i{k}") for k in range(12)),
+            item(c, "child", parent="i0"),
+            *(MapListing(f"L{k}", f"i{k}") for k in range(6)),
+        ],
+        # Changes (one under a parent), retirements, remaps and new mappings.
+        lambda c: [
+            *(item(c, f"i{k}", title=f"renamed {k}") for k in range(5)),
+            item(c, "i5", parent="i1"),
+            RetireItem("i8", "discontinued"),
+            RetireItem("i9", "discontinued"),
+            MapListing("L0", "i1"),
+            MapListing("L6", "i7"),
+            MapListing("L7", "i7"),
+        ],
+        lambda c: [
+            SplitItem("i10", (Successor("i10-a", "a"), Successor("i10-b", "b")), split_id=SPLIT)
+        ],
+        # The same item twice in one decision, and a parent written after its child read it.
+        lambda c: [item(c, "i3", "again"), item(c, "i3", "and again"), item(c, "i4", parent="i6")],
+    ]
+
+
+REFUSED: list[Step] = [
+    # A child of a retired item (the third), and of a missing one (the fifth): the first.
+    lambda c: [
+        item(c, "n1"),
+        item(c, "n2"),
+        item(c, "n3", parent="i8"),
+        item(c, "n4"),
+        item(c, "n5", parent="nope"),
+    ],
+    # A split item among new ones, before another refusal.
+    lambda c: [item(c, "n1"), item(c, "i10"), item(c, "n3", parent="nope")],
+    lambda c: [RetireItem("i1", "x"), RetireItem("missing", "x"), RetireItem("i10", "x")],
+    lambda c: [RetireItem("i1", "x"), RetireItem("i10", "x")],
+    lambda c: [MapListing("L1", "i2"), MapListing("L9", "i9"), MapListing("L8", "nope")],
+    # An item of another catalog in the middle of a run.
+    lambda c: [item(c, "n1"), item("elsewhere", "n2"), item(c, "n3", parent="nope")],
+]
+
+
+def state(dsn: str, catalog: str) -> dict[str, Any]:
+    """Every row and event the decisions wrote in ``catalog``, each as its text with
+    decision ids replaced by their order (each catalog's decisions have their own)."""
+    where = "WHERE tenant_id = %s AND catalog_id = %s"
+    key = (TENANT, catalog)
+    with psycopg.connect(dsn) as conn:
+        items = conn.execute(
+            "SELECT item_id, class_id, status, title, parent_item_id, attributes, revision"
+            f" FROM catalog_item {where} ORDER BY item_id",
+            key,
+        ).fetchall()
+        mappings = conn.execute(
+            "SELECT listing_id, item_id, item_revision, revision"
+            f" FROM listing_mapping {where} ORDER BY listing_id",
+            key,
+        ).fetchall()
+        effects = conn.execute(
+            "SELECT aggregate_type, aggregate_id, revision, role"
+            f" FROM decision_effect {where} ORDER BY 1, 2, 3, 4",
+            key,
+        ).fetchall()
+        decisions = [
+            str(r[0])
+            for r in conn.execute(
+                f"SELECT decision_id FROM decision {where} ORDER BY decided_at, decision_id", key
+            )
+        ]
+        values = [
+            r[0] for r in conn.execute(f"SELECT value FROM outbox {where} ORDER BY position", key)
+        ]
+    events = []
+    for value in values:
+        e = CODEC.decode_value(value)
+        payload = {f.name: repr(getattr(e.payload, f.name)) for f in dataclasses.fields(e.payload)}
+        events.append((e.position, e.aggregate, e.dependencies, e.event_type, payload))
+
+    def text(rows: list[Any]) -> list[str]:
+        out = []
+        for row in rows:
+            line = repr(row)
+            for n, decision_id in enumerate(decisions):
+                line = line.replace(decision_id, f"<decision {n}>")
+            out.append(line)
+        return out
+
+    return {
+        "items": text(items),
+        "mappings": text(mappings),
+        "effects": sorted(text(effects)),
+        "events": text(events),
+    }
+
+
+def refusal(uow: UowFactory, catalog: str, facts: Sequence[Fact], one_by_one: bool) -> str:
+    with pytest.raises(DomainError) as caught:
+        record(uow, catalog, facts, one_by_one)
+    return f"{caught.value.code}: {caught.value}".replace(catalog, "<catalog>")
+
+
+def test_facts_accepted_together_equal_facts_accepted_one_by_one(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    for step in setup_steps():
+        record(uow, "together", step("together"), one_by_one=False)
+        record(uow, "alone", step("alone"), one_by_one=True)
+    dsn = clean_db.resolver_dsn
+    before = state(dsn, "together")
+    alone = state(dsn, "alone")
+    for kind, rows in before.items():
+        assert rows == alone[kind], kind
+    assert len(before["items"]) == 15 and len(before["mappings"]) == 8
+
+    errors = []
+    for step in REFUSED:
+        together = refusal(uow, "together", step("together"), one_by_one=False)
+        assert together == refusal(uow, "alone", step("alone"), one_by_one=True)
+        errors.append(together.split(":")[0])
+    assert errors == [
+        "PARENT_NOT_ACTIVE",
+        "ITEM_WAS_SPLIT",
+        "ITEM_NOT_FOUND",
+        "ITEM_WAS_SPLIT",
+        "TARGET_NOT_ACTIVE",
+        "INVALID_DECISION",
+    ]
+    # A refused decision leaves nothing behind, either way.
+    assert state(dsn, "together") == before
+
+
+@pytest.fixture()
+def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement the write path sends inside a Unit of Work's transaction."""
+    sent: list[str] = []
+    real = Transaction.execute
+
+    def counting(self: Transaction, query: str, params: Any = None) -> psycopg.Cursor[Any]:
+        sent.append(query)
+        return real(self, query, params)
+
+    monkeypatch.setattr(Transaction, "execute", counting)
+    yield sent
+
+
+def test_a_decision_of_many_items_sends_as_many_statements_as_one_of_two(
+    uow: UowFactory, statements: list[str]
+) -> None:
+    def count(facts: Sequence[Fact]) -> int:
+        statements.clear()
+        record(uow, "c1", facts, one_by_one=False)
+        return len(statements)
+
+    count([item("c1", "warm-up")])  # the stream's cursor row and epoch exist from here on
+    few = count([item("c1", f"a{k}") for k in range(2)])
+    many = count([item("c1", f"b{k}") for k in range(100)])
+    assert many == few
+    assert count([MapListing(f"L{k}", "b1") for k in range(100)]) == count(
+        [MapListing(f"M{k}", "a1") for k in range(2)]
+    )
+    assert count([RetireItem(f"b{k}", "x") for k in range(100)]) == count(
+        [RetireItem(f"a{k}", "x") for k in range(2)]
+    )
