@@ -13,6 +13,10 @@ The baseline's Unit of Work opens, in place of the locked stream writer, one tha
 numbers its outbox rows with an IDENTITY column (a sequence): that hands numbers to
 transactions that later roll back and lets a reader see number p+1 committed before
 p, exactly what the cursor exists to prevent.
+
+Two more baselines bound the write path from above (``infra.bench.bare_writes``): a
+bare set-based write of a 100-item decision's rows, one statement per table, and a
+replay of the SQL statements of a one-item decision without the domain code.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.stream_writer import NOTIFY_CHANNEL, StreamWriter
 from db.unit_of_work import UnitOfWork
+from infra.bench.bare_writes import BareBulk, RecordingConnection, SqlReplay, Statement
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate, run_each_once, run_threads
 from producers.resolver.catalog_items import ItemChange
@@ -61,16 +66,15 @@ published-through id the way ``stream_publication`` records a position: it has t
 mark rows."""
 
 
+def row_of(item_id: str) -> tuple[str, str, dict[str, str]]:
+    """The class, title and attributes of ``change``'s item, for the bare baseline."""
+    return "shoe", f"Trail shoe {item_id}", {"colour": "blue", "size": "42"}
+
+
 def change(tenant_id: str, item_id: str) -> ItemChange:
     """A new item; both sides of every comparison write exactly these rows."""
-    return ItemChange(
-        tenant_id,
-        CATALOG,
-        item_id,
-        "shoe",
-        f"Trail shoe {item_id}",
-        attributes={"colour": "blue", "size": "42"},
-    )
+    class_id, title, attributes = row_of(item_id)
+    return ItemChange(tenant_id, CATALOG, item_id, class_id, title, attributes=attributes)
 
 
 def decision(tenant_id: str, ids: list[str]) -> Decision:
@@ -170,8 +174,11 @@ def write_sequenced(
         record_decision(uow, decision(tenant, ids))
 
 
-Variant = Literal["gapless", "sequenced", "sequenced-no-notify", "one-stream"]
-"""``one-stream``: gapless, with every thread writing the same stream."""
+Variant = Literal[
+    "gapless", "sequenced", "sequenced-no-notify", "one-stream", "bare-bulk", "sql-replay"
+]
+"""``one-stream``: gapless, with every thread writing the same stream; ``bare-bulk`` and
+``sql-replay``: the write path's limits (``infra.bench.bare_writes``)."""
 
 
 @dataclass(slots=True)
@@ -183,6 +190,8 @@ class WriterFigures:
     baseline_b1_no_notify: Rate
     one_stream_b1: Rate
     one_stream_b100: Rate
+    bare_bulk_b100: Rate
+    sql_replay_b1: Rate
 
 
 class WriterBench:
@@ -192,10 +201,43 @@ class WriterBench:
         self._box = box
         self._pool = pool
         self._epochs = epochs
+        self._bulk: BareBulk | None = None
+        self._replays: list[SqlReplay] = []
 
     def setup(self) -> None:
-        with self._pool.connection() as conn:
+        """The baselines' table and streams, and one recorded decision per replay
+        stream (each after a first decision has made its cursor row and epoch)."""
+        box, pool, epochs = self._box, self._pool, self._epochs
+        with pool.connection() as conn:
             conn.execute(SEQ_OUTBOX_DDL)
+        template = write_gapless(pool, epochs, box.tenant("template"), ["template-1"])
+        self._bulk = BareBulk(template)
+        for thread in range(THREADS):
+            self._bulk.prepare(pool, box.tenant(f"k{thread}"), CATALOG)
+        recorder: ConnectionPool = ConnectionPool(
+            box.databases.resolver_dsn,
+            min_size=1,
+            max_size=1,
+            connection_class=RecordingConnection,
+            open=True,
+        )
+        try:
+            for thread in range(THREADS):
+                tenant = box.tenant(f"q{thread}")
+                write_gapless(pool, epochs, tenant, [f"q{thread}-first"])
+                recorded: list[Statement] = []
+                with recorder.connection() as conn:
+                    assert isinstance(conn, RecordingConnection)
+                    conn.recording = recorded
+                envelopes = write_gapless(recorder, epochs, tenant, [f"q{thread}-recorded"])
+                with recorder.connection() as conn:
+                    assert isinstance(conn, RecordingConnection)
+                    conn.recording = None
+                self._replays.append(
+                    SqlReplay.of(recorded, envelopes, f"q{thread}-recorded", f"q{thread}")
+                )
+        finally:
+            recorder.close()
 
     def run(self, label: str, seconds: float, batch: int, variant: Variant) -> Rate:
         """Run ``variant`` with decisions of ``batch`` new items (``batch + 1`` events) per
@@ -207,6 +249,9 @@ class WriterBench:
 
         def work(thread: int, n: int) -> int:
             ids = [f"{label}-{thread}-{n}-{k}" for k in range(batch)]
+            if variant == "bare-bulk":
+                assert self._bulk is not None
+                return self._bulk.write(pool, box.tenant(f"k{thread}"), CATALOG, ids, row_of)
             if variant in ("gapless", "one-stream"):
                 write_gapless(pool, epochs, tenant(thread), ids)
             else:
@@ -214,8 +259,20 @@ class WriterBench:
             return batch + 1  # the decision's event and one per item
 
         # One warm-up transaction per thread outside the clock: cursor rows, epochs
-        # and pooled connections exist before timing starts.
+        # and pooled connections exist before timing starts. A replay's numbers go on
+        # from where its stream's last one stopped.
+        if variant == "sql-replay":
+            return self._run_replays(label, seconds)
         run_each_once(THREADS, lambda thread, _n: work(thread, -1))
+        return run_threads(THREADS, seconds, work)
+
+    def _run_replays(self, label: str, seconds: float) -> Rate:
+        def work(thread: int, n: int) -> int:
+            replay = self._replays[thread]
+            replay.item_prefix = f"{label}-{thread}"
+            return replay.write(self._pool)
+
+        run_each_once(THREADS, work)
         return run_threads(THREADS, seconds, work)
 
 
@@ -225,7 +282,7 @@ def measure_writer(
     """Gapless and baseline in alternating slices (so drift hits both), then one stream."""
     bench = WriterBench(box, pool, epochs)
     bench.setup()
-    figures = WriterFigures(*(Rate() for _ in range(7)))
+    figures = WriterFigures(*(Rate() for _ in range(9)))
     rounds = 4
     slice_s = seconds / rounds
     plan: list[tuple[str, int, Variant, Rate]] = [
@@ -234,9 +291,11 @@ def measure_writer(
         ("n1", 1, "sequenced-no-notify", figures.baseline_b1_no_notify),
         ("g100", 100, "gapless", figures.gapless_b100),
         ("s100", 100, "sequenced", figures.baseline_b100),
+        ("k100", 100, "bare-bulk", figures.bare_bulk_b100),
+        ("q1", 1, "sql-replay", figures.sql_replay_b1),
     ]
     for r in range(rounds):
-        echo(f"writer: gapless and baseline at batch 1 and 100, round {r + 1}/{rounds}")
+        echo(f"writer: gapless and baselines at batch 1 and 100, round {r + 1}/{rounds}")
         for label, batch, variant, total in plan:
             total.add(bench.run(f"{label}r{r}", slice_s, batch, variant))
     echo("writer: 8 writers on one stream, batch 1")

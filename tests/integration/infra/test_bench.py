@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import psycopg
+import pytest
 
 from db.settings import DatabaseSettings
 
@@ -20,7 +21,8 @@ KEYS = (
     "agents_vs_bare", "agents_backlog_events", "agents_peak_rss_mb", "loadavg_start",
     "loadavg_end", "cores", "e2e_deployed_p50_ms_200", "e2e_deployed_p99_ms_200",
     "e2e_deployed_p99_ms_1000", "e2e_deployed_p99_ms_2000", "e2e_deployed_achieved_eps_1000",
-    "e2e_deployed_max_rate_eps",
+    "e2e_deployed_max_rate_eps", "writer_bulk_b100_eps", "writer_ratio_bulk_b100",
+    "writer_sql_replay_b1_eps", "writer_ratio_sql_b1",
 )  # fmt: skip
 
 
@@ -63,6 +65,9 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
     assert d["agents_vs_bare"] == round(d["agents_backlog_eps"] / d["applier_bare_eps"], 3)
     assert d["agents_peak_rss_mb"] >= d["agents_rss_before_mb"] > 20
     assert len(d["loadavg_start"]) == len(d["loadavg_end"]) == 3
+    assert d["writer_bulk_b100_eps"] > 0 and d["writer_sql_replay_b1_eps"] > 0
+    ratio = d["writer_gapless_b1_eps"] / d["writer_sql_replay_b1_eps"]
+    assert d["writer_ratio_sql_b1"] == pytest.approx(ratio, abs=0.002)
     for rate in (200, 1000, 2000):
         assert 0 < d[f"e2e_deployed_p50_ms_{rate}"] <= d[f"e2e_deployed_p99_ms_{rate}"]
         assert d[f"e2e_deployed_achieved_eps_{rate}"] > 0
