@@ -44,17 +44,29 @@ def get_for_share(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str
     return _row(row) if row else None
 
 
+def _by_keys(lock: str = "") -> str:
+    """``FROM`` the items named by ``%(ids)s`` in ``%(t)s``/``%(c)s``, as ``i``: one
+    primary-key lookup per id, in the array's order (``LIMIT 1`` keeps the planner from
+    turning it into a scan of the catalog, which it prefers while statistics are young
+    and which costs the size of the catalog times the ids)."""
+    return (
+        " FROM unnest(%(ids)s::text[]) AS k(item_id) CROSS JOIN LATERAL"
+        f" (SELECT {_COLUMNS}, tenant_id, catalog_id FROM catalog_item c"
+        " WHERE c.tenant_id = %(t)s AND c.catalog_id = %(c)s AND c.item_id = k.item_id"
+        f" LIMIT 1 {lock}) i"
+    )
+
+
 def get_many_for_share(
     tx: Transaction, tenant_id: str, catalog_id: str, item_ids: Sequence[str]
 ) -> dict[str, ItemRow]:
     """``get_for_share`` for several items in one statement, locked in key order."""
     if not item_ids:
         return {}
+    columns = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))
     rows = tx.execute(
-        f"SELECT {_COLUMNS} FROM catalog_item"
-        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = ANY(%s)"
-        " ORDER BY item_id FOR SHARE",
-        (tenant_id, catalog_id, sorted(set(item_ids))),
+        f"SELECT {columns}" + _by_keys("FOR SHARE"),
+        {"t": tenant_id, "c": catalog_id, "ids": sorted(set(item_ids))},
     ).fetchall()
     return {r[0]: _row(r) for r in rows}
 
@@ -78,9 +90,8 @@ def states(
     rows = tx.execute(
         "SELECT i.item_id, i.class_id, i.status, EXISTS (SELECT 1 FROM attribute_value v"
         " WHERE v.tenant_id = i.tenant_id AND v.catalog_id = i.catalog_id"
-        " AND v.item_id = i.item_id) FROM catalog_item i"
-        " WHERE i.tenant_id = %s AND i.catalog_id = %s AND i.item_id = ANY(%s)",
-        (tenant_id, catalog_id, list(item_ids)),
+        " AND v.item_id = i.item_id)" + _by_keys(),
+        {"t": tenant_id, "c": catalog_id, "ids": list(item_ids)},
     ).fetchall()
     return {r[0]: ItemState(r[1], r[2], r[3]) for r in rows}
 

@@ -17,10 +17,11 @@ or writes what an earlier fact of the same run writes.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Self, runtime_checkable
+from typing import Protocol, Self, cast
 
 from db.unit_of_work import UnitOfWork
 
@@ -52,7 +53,6 @@ class Footprint:
     reads: frozenset[AggregateName] = field(default_factory=frozenset)
 
 
-@runtime_checkable
 class SetFact(Protocol):
     """A fact type whose independent facts of one decision are accepted together."""
 
@@ -67,6 +67,15 @@ class SetFact(Protocol):
         ...
 
 
+@functools.cache
+def _set_based(kind: type) -> bool:
+    """Whether facts of ``kind`` are ``SetFact``s (cached: a Protocol's isinstance
+    walks its members each time, which costs more than a decision's other Python)."""
+    return callable(getattr(kind, "accept_all", None)) and callable(
+        getattr(kind, "footprint", None)
+    )
+
+
 def fact_runs(facts: Sequence[Fact]) -> list[list[Fact]]:
     """Cut a decision's facts, in order, into runs accepted together (pure).
 
@@ -79,8 +88,8 @@ def fact_runs(facts: Sequence[Fact]) -> list[list[Fact]]:
     written: set[AggregateName] = set()
     for fact in facts:
         last = runs[-1] if runs else None
-        if isinstance(fact, SetFact):
-            foot = fact.footprint()
+        if _set_based(type(fact)):
+            foot = cast(SetFact, fact).footprint()
             if (
                 last is not None
                 and type(last[0]) is type(fact)
@@ -100,7 +109,7 @@ def fact_runs(facts: Sequence[Fact]) -> list[list[Fact]]:
 def accept_run(uow: UnitOfWork, scope: DecisionScope, run: Sequence[Fact]) -> None:
     """Accept one run of ``fact_runs``."""
     first = run[0]
-    if len(run) > 1 and isinstance(first, SetFact):
-        type(first).accept_all(uow, scope, run)  # type: ignore[arg-type]
+    if len(run) > 1 and _set_based(type(first)):
+        cast(SetFact, first).accept_all(uow, scope, cast(Sequence[SetFact], run))
         return
     first.accept(uow, scope)
