@@ -23,21 +23,50 @@ from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.ids import StreamId
 
+Statement = tuple[str, "Sequence[Any] | Mapping[str, Any] | None"]
+
 
 class Transaction:
-    """Statements inside the Unit of Work's transaction; deliberately no commit."""
+    """Statements inside the Unit of Work's transaction; deliberately no commit.
 
-    def __init__(self, conn: psycopg.Connection) -> None:
+    ``defer`` queues a statement whose result nobody reads (an insert of rows that
+    are never read back in the transaction); it is sent with the next statement in
+    one round trip (a pipeline), in order, and its error is raised by that next
+    statement. A ``Transaction`` without a queue sends a deferred statement at once.
+    """
+
+    def __init__(self, conn: psycopg.Connection, deferred: list[Statement] | None = None) -> None:
         self._conn = conn
+        self._deferred = deferred
 
     def execute(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
     ) -> psycopg.Cursor[Any]:
-        return self._conn.execute(query, params)
+        if not self._deferred:
+            return self._conn.execute(query, params)
+        with self._conn.pipeline():
+            self.send_deferred()
+            cursor = self._conn.execute(query, params)
+        return cursor
+
+    def defer(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
+        if self._deferred is None:
+            self._conn.execute(query, params)
+        else:
+            self._deferred.append((query, params))
+
+    def send_deferred(self) -> None:
+        """Send the queued statements (inside a pipeline: without waiting)."""
+        if self._deferred:
+            for query, params in self._deferred:
+                self._conn.execute(query, params)
+            self._deferred.clear()
 
     def executemany(self, query: str, params: Sequence[Sequence[Any]]) -> None:
-        with self._conn.cursor() as cur:
-            cur.executemany(query, params)
+        with self._conn.pipeline():
+            self.send_deferred()
+            with self._conn.cursor() as cur:
+                cur.executemany(query, params)
 
 
 class UnitOfWork:
@@ -62,6 +91,7 @@ class UnitOfWork:
         self._conn: psycopg.Connection | None = None
         self._writers: dict[tuple[str, str], StreamWriter] = {}
         self._unissued: set[tuple[str, str]] = set()
+        self._deferred: list[Statement] = []
         self._committed = False
         self.envelopes: list[Envelope] = []
 
@@ -71,6 +101,7 @@ class UnitOfWork:
         self._committed = False
         self._writers.clear()
         self._unissued.clear()
+        self._deferred.clear()
         self.envelopes = []
         return self
 
@@ -83,6 +114,7 @@ class UnitOfWork:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        self._deferred.clear()
         try:
             if not self._committed:
                 conn.rollback()
@@ -92,7 +124,7 @@ class UnitOfWork:
 
     @property
     def tx(self) -> Transaction:
-        return Transaction(self._require())
+        return Transaction(self._require(), self._deferred)
 
     def _require(self) -> psycopg.Connection:
         if self._conn is None:
@@ -118,7 +150,13 @@ class UnitOfWork:
                 self._holds.enter_context(self._pauses.working([key]))
             epoch, issued = self._epochs.epoch_for_write(tenant_id, catalog_id)
             try:
-                writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
+                # One round trip with what is queued before it (the transaction's
+                # BEGIN at least).
+                with self._require().pipeline():
+                    self.tx.send_deferred()
+                    writer = self._open_stream(
+                        self._require(), StreamId(tenant_id, catalog_id, epoch)
+                    )
             except StreamFenced as fenced:
                 # The cached epoch was fenced meanwhile: nothing was written yet, so
                 # the write goes to the current epoch's stream (its cursor from 0).
@@ -152,8 +190,10 @@ class UnitOfWork:
         """
         conn = self._require()
         envelopes: list[Envelope] = []
-        for writer in self._writers.values():
-            envelopes.extend(writer.flush())
+        with conn.pipeline():  # what is queued goes with the first outbox statement
+            self.tx.send_deferred()
+            for writer in self._writers.values():
+                envelopes.extend(writer.flush())
         if self._unissued:
             conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
             for tenant_id, catalog_id in sorted(self._unissued):

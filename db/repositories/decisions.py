@@ -42,8 +42,9 @@ def insert(
     case_revision: int | None,
     prior_decision_ids: Sequence[uuid.UUID],
 ) -> None:
-    """Insert the decision row and its prior-decision links."""
-    tx.execute(
+    """Insert the decision row and its prior-decision links (sent with the next
+    statement: nothing in the transaction reads them back)."""
+    tx.defer(
         "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor, actor_kind,"
         " rationale, evidence, case_id, case_revision)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -92,7 +93,7 @@ def insert_effects(
     """
     if not effects:
         return
-    tx.execute(
+    tx.defer(
         "INSERT INTO decision_effect (tenant_id, catalog_id, aggregate_type, aggregate_id,"
         " revision, role, decision_id)"
         " SELECT %(t)s, %(c)s, e.type, e.id, e.revision, e.role, %(d)s"

@@ -150,7 +150,8 @@ class BareBulk:
         return n
 
 
-Statement = tuple[str, Any]
+Statement = tuple[str, Any, bool]
+"""A statement, its parameters, and whether it was sent in a pipeline."""
 
 
 class RecordingConnection(psycopg.Connection[Any]):
@@ -160,13 +161,16 @@ class RecordingConnection(psycopg.Connection[Any]):
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
         if self.recording is not None:
-            self.recording.append((query, params))
+            self.recording.append((query, params, self.pgconn.pipeline_status != 0))
         return super().execute(query, params, **kwargs)
 
 
 @dataclass(slots=True)
 class SqlReplay:
     """Replays one recorded one-item decision's statements on its stream, renamed.
+
+    Statements the decision sent in a pipeline are sent in one again (each run of
+    them with one wait at its end), the others one round trip each, as recorded.
 
     Every id the recorded decision had (its decision id and event ids, as values or as
     text) becomes a new uuid in each replay, the same one wherever it appears; its
@@ -230,6 +234,21 @@ class SqlReplay:
         self.replays += 1
         fresh: dict[int, uuid.UUID] = {}
         with pool.connection() as conn:
-            for query, params in self.statements:
+            run: list[tuple[str, Any]] = []
+            for query, params, pipelined in self.statements:
+                if pipelined:
+                    run.append((query, self._params(params, n, fresh)))
+                    continue
+                if run:
+                    self._send_pipelined(conn, run)
                 conn.execute(query, self._params(params, n, fresh))
+            if run:
+                self._send_pipelined(conn, run)
         return self.events
+
+    @staticmethod
+    def _send_pipelined(conn: psycopg.Connection[Any], run: list[tuple[str, Any]]) -> None:
+        with conn.pipeline():
+            for query, params in run:
+                conn.execute(query, params)
+        run.clear()
