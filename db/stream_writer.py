@@ -79,9 +79,18 @@ class StreamWriter:
     """Collects the events of one locked stream and writes them at commit."""
 
     def __init__(
-        self, conn: psycopg.Connection, stream: StreamId, cursor: int, codec: EventCodec
+        self,
+        conn: psycopg.Connection,
+        stream: StreamId,
+        cursor: int,
+        codec: EventCodec,
+        notify: bool = True,
     ) -> None:
+        """``notify``: wake the relay from inside the transaction (``pg_notify`` at
+        COMMIT); False when the Unit of Work announces the commit afterwards
+        (``db.commit_notifier``)."""
         self.stream = stream
+        self._notify = notify
         self._conn = conn
         self._cursor = cursor
         self._codec = codec
@@ -113,7 +122,8 @@ class StreamWriter:
            headers it builds from the row's event_id and history_epoch);
         3. insert the outbox rows;
         4. move the cursor to ``cursor+n``;
-        5. NOTIFY the relay (delivered only if the transaction commits).
+        5. NOTIFY the relay (delivered only if the transaction commits), unless the
+           Unit of Work announces the commit after it (``db.commit_notifier``).
         A crash anywhere before COMMIT leaves nothing: the cursor, outbox rows and
         facts roll back together and the next writer reuses the same positions.
         """
@@ -158,8 +168,8 @@ class StreamWriter:
             " UPDATE stream_cursor SET position = %(cursor)s, updated_at = now()"
             " WHERE tenant_id = %(t)s AND catalog_id = %(c)s AND history_epoch = %(e)s"
             " RETURNING 1)"
-            " SELECT (SELECT count(*) FROM new_rows), (SELECT count(*) FROM moved),"
-            " pg_notify(%(channel)s, %(stream)s)",
+            " SELECT (SELECT count(*) FROM new_rows), (SELECT count(*) FROM moved)"
+            + (", pg_notify(%(channel)s, %(stream)s)" if self._notify else ""),
             {
                 "t": s.tenant_id,
                 "c": s.catalog_id,

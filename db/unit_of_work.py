@@ -15,6 +15,7 @@ from typing import Any, Self
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import FIRST_EPOCH, EpochSource
 from db.exceptions import EpochChanged, StreamFenced
 from db.pauses import PauseWatch
@@ -82,8 +83,12 @@ class UnitOfWork:
         epochs: EpochSource,
         codec: EventCodec,
         pauses: PauseWatch | None = None,
+        notifier: CommitNotifier | None = None,
     ) -> None:
+        """``notifier``: announce each commit to the relay after it
+        (``db.commit_notifier``); without one, each transaction notifies at COMMIT."""
         self._pool = pool
+        self._notifier = notifier
         self._epochs = epochs
         self._codec = codec
         self._pauses = pauses
@@ -173,7 +178,9 @@ class UnitOfWork:
     def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
         """Lock the stream's cursor and return its writer. The benchmark's baseline
         overrides this to measure the same write path without the cursor."""
-        return StreamWriter(conn, stream, lock_cursor(conn, stream), self._codec)
+        return StreamWriter(
+            conn, stream, lock_cursor(conn, stream), self._codec, self._notifier is None
+        )
 
     def commit(self) -> list[Envelope]:
         """Write every stream's outbox rows, then COMMIT.
@@ -183,10 +190,12 @@ class UnitOfWork:
            constraints now (``SET CONSTRAINTS ALL IMMEDIATE``), so a refusal cannot
            come after the next step, then issue its first epoch in the control
            database; if someone issued another epoch meanwhile, roll back;
-        3. COMMIT makes facts, outbox rows and cursors visible together.
+        3. COMMIT makes facts, outbox rows and cursors visible together;
+        4. with a notifier, hand it the streams written, to wake the relay.
         A crash before step 2 leaves nothing behind; one between steps 2 and 3 leaves
         an issued first epoch and no write, which is what an operator issuing it would
         leave (the write itself was accepted; nothing refused ever issues an epoch).
+        One between steps 3 and 4 leaves the relay to find the rows on its next poll.
         """
         conn = self._require()
         envelopes: list[Envelope] = []
@@ -205,6 +214,8 @@ class UnitOfWork:
                     )
         conn.commit()
         self._committed = True
+        if self._notifier is not None:
+            self._notifier.announce(str(w.stream) for w in self._writers.values())
         self.envelopes = envelopes
         return envelopes
 

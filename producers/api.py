@@ -16,6 +16,7 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
 from producers.capture.adapters import CLAIM_FIELDS
 from producers.capture.evidence import EvidenceStore
@@ -81,6 +82,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
         name="resolver-api-uow",
     )
     epochs = EpochSource(settings.control_dsn)
+    notifier = CommitNotifier(settings.resolver_dsn, "resolver-api-notifier")
     pauses = settings.pause_watch("resolver-api")
     exports = ExportRunner(
         settings.resolver_dsn, settings.control_dsn, exports_settings or ExportSettings()
@@ -93,11 +95,13 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         pool.open()
         uow_pool.open()
+        notifier.start()
         pauses.start()
         try:
             yield
         finally:
             pauses.stop()
+            notifier.close()
             enqueuer.close()
             exports.close()
             uow_pool.close()
@@ -112,7 +116,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     )
     app.state.grants = settings.grants()
     app.state.resources = Resources(
-        pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS, pauses
+        pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS, pauses, notifier
     )
     install_error_handlers(
         app,

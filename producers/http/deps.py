@@ -10,6 +10,7 @@ import psycopg
 from fastapi import Depends, Request
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
 from db.pauses import PauseWatch
 from db.unit_of_work import UnitOfWork
@@ -33,10 +34,12 @@ class Resources:
     lease_max_ttl_seconds: int
     claim_fields: frozenset[str]
     pauses: PauseWatch | None = None
+    notifier: CommitNotifier | None = None
 
     def unit_of_work(self) -> UnitOfWork:
-        """A unit of work that refuses paused catalogs (``STREAM_PAUSED``, 503)."""
-        return UnitOfWork(self.uow_pool, self.epochs, CODEC, self.pauses)
+        """A unit of work that refuses paused catalogs (``STREAM_PAUSED``, 503) and
+        wakes the relay after its commit (``db.commit_notifier``)."""
+        return UnitOfWork(self.uow_pool, self.epochs, CODEC, self.pauses, self.notifier)
 
 
 def resources(request: Request) -> Resources:

@@ -20,6 +20,7 @@ from datetime import datetime
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
 from db.exceptions import StreamPaused
 from db.pauses import PauseWatch
@@ -124,8 +125,9 @@ class _ItemUnit(UnitOfWork):
         codec: EventCodec,
         move: Callable[[Transaction], None] | None,
         pauses: PauseWatch | None = None,
+        notifier: CommitNotifier | None = None,
     ) -> None:
-        super().__init__(pool, epochs, codec, pauses)
+        super().__init__(pool, epochs, codec, pauses, notifier)
         self._move = move
 
     def commit(self) -> list[Envelope]:
@@ -186,8 +188,10 @@ class CaptureWorker:
         item_retries: RetryPolicy,
         job_retries: RetryPolicy,
         pauses: PauseWatch | None = None,
+        notifier: CommitNotifier | None = None,
     ) -> None:
         self._pool = pool  # autocommit connections for the short job transactions
+        self._notifier = notifier
         self._pauses = pauses
         self._uow_pool = uow_pool
         self._epochs = epochs
@@ -454,7 +458,12 @@ class CaptureWorker:
             checkpoints.advance(tx, run.ref, *move)
 
         return _ItemUnit(
-            self._uow_pool, self._epochs, self._codec, advance if move else None, self._pauses
+            self._uow_pool,
+            self._epochs,
+            self._codec,
+            advance if move else None,
+            self._pauses,
+            self._notifier,
         )
 
     def _settle(self, run: _Run, index: int, move: tuple[int, int] | None) -> None:

@@ -16,6 +16,7 @@ import psycopg
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
 from db.pauses import PauseWatch
 from producers.capture.jobs_metrics import IntakeCollector
@@ -42,10 +43,13 @@ class Wiring:
     epochs: EpochSource
     slots: ClusterSlots | None
     pauses: PauseWatch | None = None
+    notifier: CommitNotifier | None = None
 
     def close(self) -> None:
         if self.pauses is not None:
             self.pauses.stop()
+        if self.notifier is not None:
+            self.notifier.close()
         for pool in (self.uow_pool, self.pool):
             pool.close()
         if self.slots is not None:
@@ -81,6 +85,7 @@ def build(
     epochs = EpochSource(s.control_dsn)
     pauses = s.pause_watch("capture-worker").start()
     retries = (s.worker_retry_base_seconds, s.worker_retry_cap_seconds)
+    notifier = CommitNotifier(s.resolver_dsn, "capture-worker-notifier").start()
     worker = CaptureWorker(
         pool,
         uow_pool,
@@ -94,8 +99,9 @@ def build(
         item_retries=RetryPolicy(s.worker_item_max_attempts, *retries),
         job_retries=RetryPolicy(s.worker_job_max_attempts, *retries),
         pauses=pauses,
+        notifier=notifier,
     )
-    return Wiring(worker, pool, uow_pool, epochs, slots, pauses)
+    return Wiring(worker, pool, uow_pool, epochs, slots, pauses, notifier)
 
 
 def run(

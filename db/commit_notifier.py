@@ -1,0 +1,111 @@
+"""Waking the relay after a commit, from outside the committing transaction.
+
+A transaction that calls ``pg_notify`` takes a database-wide lock when it commits and
+keeps it until its commit record is on disk, so that notifications are queued in
+commit order. Writers that notify inside their transactions therefore commit one at
+a time and never share a WAL flush: at one-item decisions that lock, not the cursor,
+caps how many decisions a second the resolver commits.
+
+A process that writes many transactions (the resolver API, the capture worker) gives
+its Units of Work one ``CommitNotifier``: after a COMMIT the Unit of Work hands it the
+streams it wrote, and the notifier's own thread sends one ``pg_notify`` per stream
+from a connection of its own, coalescing what piles up while it sends (a
+notification only wakes the relay; which stream it names is for people reading the
+channel). The relay still polls every ``GAPLESS_RELAY_POLL_SECONDS``.
+
+What a crash or a fault leaves: a commit whose notification was never sent (the
+process died between its COMMIT and the send, or the notifier's connection was
+down). Its rows are in the outbox; the relay publishes them on its next poll, later
+than usual but never lost or doubled. A notification is never sent for a
+transaction that did not commit: the Unit of Work hands streams over only after
+COMMIT returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+
+import psycopg
+
+from db.stream_writer import NOTIFY_CHANNEL
+
+log = logging.getLogger(__name__)
+
+RETRY_PAUSE_SECONDS = 0.5
+"""How long the notifier waits after a failed send before it connects again."""
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+class CommitNotifier:
+    """One thread and one autocommit connection that announce committed streams."""
+
+    def __init__(self, conninfo: str, name: str = "commit-notifier") -> None:
+        self._conninfo = conninfo
+        self._name = name
+        self._pending: set[str] = set()
+        self._wake = threading.Condition()
+        self._closed = False
+        self._conn: psycopg.Connection | None = None
+        self.sent = 0
+        """Notifications sent so far (for tests and metrics)."""
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> CommitNotifier:
+        """Start sending (what was announced before is sent then)."""
+        self._thread.start()
+        return self
+
+    def announce(self, streams: Iterable[str]) -> None:
+        """Queue a notification for each of ``streams`` (committed); never blocks on I/O."""
+        with self._wake:
+            self._pending.update(streams)
+            self._wake.notify()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued, then stop the thread and close its connection."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if not self._pending and self._closed:
+                    break
+                streams, self._pending = sorted(self._pending), set()
+            if not self._send(streams):
+                with self._wake:
+                    if self._closed:
+                        break
+                    self._wake.wait(RETRY_PAUSE_SECONDS)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _send(self, streams: list[str]) -> bool:
+        """One statement for every queued stream; False (and nothing retried: the
+        relay's poll finds the rows) if the database could not be reached."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(
+                    self._conninfo,
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                    application_name=self._name,
+                )
+            self._conn.execute(
+                "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s", (NOTIFY_CHANNEL, streams)
+            )
+        except psycopg.Error as exc:
+            log.warning("could not wake the relay for %d stream(s): %s", len(streams), exc)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return False
+        self.sent += len(streams)
+        return True
