@@ -4,7 +4,8 @@ Two baselines of ``record_decision``:
 
 - ``BareBulk``: a decision of ``b`` new items as a bare set-based write of the same
   rows — the decision, its items, its effects and its outbox rows, one statement per
-  table (the outbox's with the cursor move), one transaction, into the same tables
+  table (the outbox's with the cursor move), one transaction, no wake-up of the
+  relay, into the same tables
   with their indexes, constraints and triggers. The values are bytes encoded once
   beforehand, of the sizes the real events have. It is the most PostgreSQL can take
   for this shape, whatever the code above it.
@@ -26,10 +27,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from db.stream_writer import NOTIFY_CHANNEL
 from schemas.codec import CODEC
 from schemas.events import Envelope, StreamKey
-from schemas.ids import StreamId
 
 EPOCH = 1
 """The bare writer's streams are its own: no epoch is issued for them."""
@@ -79,7 +78,6 @@ class BareBulk:
         decision_id = uuid.uuid4()
         n = len(item_ids) + 1
         rows = [item(i) for i in item_ids]
-        stream = StreamId(tenant_id, catalog_id, EPOCH)
         key = CODEC.encode_key(StreamKey(tenant_id=tenant_id, catalog_id=catalog_id))
         with pool.connection() as conn:
             conn.execute(
@@ -133,7 +131,7 @@ class BareBulk:
                 " %(key)b, r.value FROM moved, unnest(%(ids)b::uuid[], %(types)b::text[],"
                 " %(values)b::bytea[]) WITH ORDINALITY AS r(event_id, event_type, value, ord)"
                 " RETURNING 1)"
-                " SELECT (SELECT count(*) FROM new_rows), pg_notify(%(channel)s, %(stream)s)",
+                " SELECT count(*) FROM new_rows",
                 {
                     "n": n,
                     "t": tenant_id,
@@ -143,8 +141,6 @@ class BareBulk:
                     "ids": [uuid.uuid4() for _ in range(n)],
                     "types": ["decision.recorded"] + ["catalog_item.upserted"] * len(item_ids),
                     "values": [self._decision_value] + [self._item_value] * len(item_ids),
-                    "channel": NOTIFY_CHANNEL,
-                    "stream": str(stream),
                 },
             )
         return n

@@ -31,6 +31,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
 from infra.bench.latency import percentile
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
@@ -123,6 +124,7 @@ def _latencies(box: Sandbox, event_ids: list[str]) -> list[float] | None:
 def _offer(
     pool: ConnectionPool,
     epochs: EpochSource,
+    notifier: CommitNotifier,
     tenants: list[str],
     rate: float,
     seconds: float,
@@ -145,7 +147,7 @@ def _offer(
                 pause = due - time.monotonic()
                 if pause > 0:
                     time.sleep(pause)
-                envelopes = write_gapless(pool, epochs, tenants[index], [f"{tag}-{n}"])
+                envelopes = write_gapless(pool, epochs, tenants[index], [f"{tag}-{n}"], notifier)
                 with lock:
                     ids.append(str(envelopes[-1].event_id))  # the item's
                 due += interval
@@ -170,6 +172,8 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
     tenants = [box.tenant(f"d{i}") for i in range(WRITERS)]
     pool = ConnectionPool(box.databases.resolver_dsn, min_size=WRITERS, max_size=WRITERS)
     epochs = EpochSource(box.databases.control_dsn)
+    # The writers wake the relay after COMMIT, as the resolver API's do.
+    notifier = CommitNotifier(box.databases.resolver_dsn, "bench-deployed-notifier").start()
     figures: list[RateFigures] = []
     try:
         for p in processes:
@@ -188,14 +192,14 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
                 time.sleep(0.2)
             return found
 
-        warm, _ = _offer(pool, epochs, tenants, 20.0, 1.0, "warm")
+        warm, _ = _offer(pool, epochs, notifier, tenants, 20.0, 1.0, "warm")
         drained(warm, START_TIMEOUT_S)
         for rate in RATES:
             echo(
                 f"deployed: {rate:.0f} events/s offered ({rate / 2:.0f} decisions/s)"
                 f" for {seconds:g}s"
             )
-            ids, took = _offer(pool, epochs, tenants, rate / 2, seconds, f"r{rate:.0f}")
+            ids, took = _offer(pool, epochs, notifier, tenants, rate / 2, seconds, f"r{rate:.0f}")
             latencies = drained(ids, DRAIN_TIMEOUT_S)
             figures.append(
                 RateFigures(
@@ -217,4 +221,5 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
             p.stop()
         pool.close()
         epochs.close()
+        notifier.close()
     return DeployedLatency(figures)

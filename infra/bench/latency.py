@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, Message, TopicPartition
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.writer import write_gapless
@@ -129,9 +130,14 @@ class _ApplierLoop:
 
 
 def _write_one(
-    pool: ConnectionPool, epochs: EpochSource, log: _Log, tenant: str, item_id: str
+    pool: ConnectionPool,
+    epochs: EpochSource,
+    log: _Log,
+    tenant: str,
+    item_id: str,
+    notifier: CommitNotifier,
 ) -> str:
-    envelopes = write_gapless(pool, epochs, tenant, [item_id])
+    envelopes = write_gapless(pool, epochs, tenant, [item_id], notifier)
     done, wall = time.monotonic(), time.time()
     event_id = str(envelopes[-1].event_id)  # the item's
     with log.lock:
@@ -164,6 +170,8 @@ def measure_latency(
     consumer = _ApplierLoop(box, log)
     publisher = Publisher(box.bootstrap, box.e2e_topic)
     relay = Relay(box.databases.resolver_dsn, publisher, poll_seconds=1.0)
+    # The writers wake the relay after COMMIT, as the resolver API's do.
+    notifier = CommitNotifier(box.databases.resolver_dsn, "bench-e2e-notifier").start()
 
     def run_relay() -> None:
         try:
@@ -183,7 +191,8 @@ def measure_latency(
         if not consumer.assigned.wait(ASSIGN_TIMEOUT_S):
             raise RuntimeError(f"no partitions assigned within {ASSIGN_TIMEOUT_S}s")
         warm = {
-            _write_one(pool, epochs, log, tenant, f"warm-{i}") for i, tenant in enumerate(tenants)
+            _write_one(pool, epochs, log, tenant, f"warm-{i}", notifier)
+            for i, tenant in enumerate(tenants)
         }
         if not _wait_for(log, warm, ASSIGN_TIMEOUT_S):
             raise RuntimeError("warm-up events did not reach the projection")
@@ -203,7 +212,7 @@ def measure_latency(
                     pause = due - time.monotonic()
                     if pause > 0:
                         time.sleep(pause)
-                    event_id = _write_one(pool, epochs, log, tenants[index], f"e2e-{n}")
+                    event_id = _write_one(pool, epochs, log, tenants[index], f"e2e-{n}", notifier)
                     with timed_lock:
                         timed.add(event_id)
                     due += interval
@@ -227,6 +236,7 @@ def measure_latency(
         for t in threads:
             t.join(timeout=10)
         publisher.close()
+        notifier.close()
 
     total, relay_part, apply_part = [], [], []
     for event_id in timed:

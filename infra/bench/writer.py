@@ -5,7 +5,8 @@ pool: a rule decision accepting ``b`` new items, so each transaction inserts the
 decision row, upserts the items naming it, records the decision's effects, builds and
 encodes one envelope per event (the decision's and each item's) with the same codec,
 and inserts their bytes with one statement of the same shape (binary arrays through
-``unnest``, with the NOTIFY in the same statement). What only the gapless side does
+``unnest``); both wake the relay after COMMIT through the same kind of notifier as
+the resolver API (``db.commit_notifier``). What only the gapless side does
 is the stream's cursor: ``SELECT … FOR UPDATE`` on the cursor row before the first
 change, the ``UPDATE`` of the cursor inside the outbox statement, a foreign key from
 the outbox row to it, and the wait for that row lock when writers share a stream.
@@ -27,8 +28,9 @@ from typing import Literal
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
-from db.stream_writer import NOTIFY_CHANNEL, StreamWriter
+from db.stream_writer import StreamWriter
 from db.unit_of_work import UnitOfWork
 from infra.bench.bare_writes import BareBulk, RecordingConnection, SqlReplay, Statement
 from infra.bench.sandbox import Echo, Sandbox
@@ -92,10 +94,15 @@ def decision(tenant_id: str, ids: list[str]) -> Decision:
 
 
 def write_gapless(
-    pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str]
+    pool: ConnectionPool,
+    epochs: EpochSource,
+    tenant: str,
+    ids: list[str],
+    notifier: CommitNotifier | None = None,
 ) -> list[Envelope]:
-    """One decision through ``record_decision``: cursor lock, rows, outbox at commit."""
-    with UnitOfWork(pool, epochs, CODEC) as uow:
+    """One decision through ``record_decision``: cursor lock, rows, outbox at commit;
+    with ``notifier``, the relay woken after the commit as the resolver API does."""
+    with UnitOfWork(pool, epochs, CODEC, notifier=notifier) as uow:
         record_decision(uow, decision(tenant, ids))
         return uow.envelopes
 
@@ -107,11 +114,8 @@ class SequencedWriter(StreamWriter):
     envelope is 0, since a sequence-numbered outbox has no stream position.
     """
 
-    def __init__(
-        self, conn: psycopg.Connection, stream: StreamId, codec: EventCodec, notify: bool
-    ) -> None:
-        super().__init__(conn, stream, 0, codec)
-        self._notify = notify
+    def __init__(self, conn: psycopg.Connection, stream: StreamId, codec: EventCodec) -> None:
+        super().__init__(conn, stream, 0, codec, notify=False)
 
     def flush(self) -> list[Envelope]:
         s = self.stream
@@ -138,8 +142,7 @@ class SequencedWriter(StreamWriter):
             " SELECT %(t)s, %(c)s, %(e)s, r.event_id, r.event_type, %(key)b, r.value"
             " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[])"
             " AS r(event_id, event_type, value) RETURNING 1)"
-            " SELECT (SELECT count(*) FROM new_rows)"
-            + (", pg_notify(%(channel)s, %(stream)s)" if self._notify else ""),
+            " SELECT (SELECT count(*) FROM new_rows)",
             {
                 "t": s.tenant_id,
                 "c": s.catalog_id,
@@ -148,29 +151,34 @@ class SequencedWriter(StreamWriter):
                 "ids": [e.event_id for e in envelopes],
                 "types": [e.event_type for e in envelopes],
                 "values": [self._codec.encode_value(e) for e in envelopes],
-                "channel": NOTIFY_CHANNEL,
-                "stream": str(s),
             },
         )
         return envelopes
 
 
 class SequencedUnitOfWork(UnitOfWork):
-    """The Unit of Work with the cursor taken out: no lock, a sequence-numbered outbox."""
+    """The Unit of Work with the cursor taken out: no lock, a sequence-numbered outbox.
+    It wakes the relay as the gapless side does (after COMMIT through ``notifier``),
+    or not at all without one."""
 
-    def __init__(self, pool: ConnectionPool, epochs: EpochSource, notify: bool) -> None:
-        super().__init__(pool, epochs, CODEC)
-        self._notify = notify
+    def __init__(
+        self, pool: ConnectionPool, epochs: EpochSource, notifier: CommitNotifier | None
+    ) -> None:
+        super().__init__(pool, epochs, CODEC, notifier=notifier)
 
     def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
-        return SequencedWriter(conn, stream, CODEC, self._notify)
+        return SequencedWriter(conn, stream, CODEC)
 
 
 def write_sequenced(
-    pool: ConnectionPool, epochs: EpochSource, tenant: str, ids: list[str], notify: bool
+    pool: ConnectionPool,
+    epochs: EpochSource,
+    tenant: str,
+    ids: list[str],
+    notifier: CommitNotifier | None,
 ) -> None:
     """The same decision through ``record_decision`` into ``bench_seq_outbox``."""
-    with SequencedUnitOfWork(pool, epochs, notify) as uow:
+    with SequencedUnitOfWork(pool, epochs, notifier) as uow:
         record_decision(uow, decision(tenant, ids))
 
 
@@ -197,10 +205,17 @@ class WriterFigures:
 class WriterBench:
     """Runs each variant with 8 threads; thread ``i`` owns stream ``i`` unless shared."""
 
-    def __init__(self, box: Sandbox, pool: ConnectionPool, epochs: EpochSource) -> None:
+    def __init__(
+        self,
+        box: Sandbox,
+        pool: ConnectionPool,
+        epochs: EpochSource,
+        notifier: CommitNotifier,
+    ) -> None:
         self._box = box
         self._pool = pool
         self._epochs = epochs
+        self._notifier = notifier
         self._bulk: BareBulk | None = None
         self._replays: list[SqlReplay] = []
 
@@ -253,9 +268,10 @@ class WriterBench:
                 assert self._bulk is not None
                 return self._bulk.write(pool, box.tenant(f"k{thread}"), CATALOG, ids, row_of)
             if variant in ("gapless", "one-stream"):
-                write_gapless(pool, epochs, tenant(thread), ids)
+                write_gapless(pool, epochs, tenant(thread), ids, self._notifier)
             else:
-                write_sequenced(pool, epochs, tenant(thread), ids, variant == "sequenced")
+                notifier = self._notifier if variant == "sequenced" else None
+                write_sequenced(pool, epochs, tenant(thread), ids, notifier)
             return batch + 1  # the decision's event and one per item
 
         # One warm-up transaction per thread outside the clock: cursor rows, epochs
@@ -280,7 +296,14 @@ def measure_writer(
     box: Sandbox, pool: ConnectionPool, epochs: EpochSource, seconds: float, echo: Echo
 ) -> WriterFigures:
     """Gapless and baseline in alternating slices (so drift hits both), then one stream."""
-    bench = WriterBench(box, pool, epochs)
+    notifier = CommitNotifier(box.databases.resolver_dsn, "bench-writer-notifier").start()
+    try:
+        return _measure(WriterBench(box, pool, epochs, notifier), seconds, echo)
+    finally:
+        notifier.close()
+
+
+def _measure(bench: WriterBench, seconds: float, echo: Echo) -> WriterFigures:
     bench.setup()
     figures = WriterFigures(*(Rate() for _ in range(9)))
     rounds = 4
