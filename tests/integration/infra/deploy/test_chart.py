@@ -205,3 +205,19 @@ def test_probes_and_ports_follow_the_port_variable(validators: Validators) -> No
         assert security["readOnlyRootFilesystem"] is True
         assert doc["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
         assert {"requests", "limits"} <= set(container["resources"])
+
+
+def test_the_alert_rules_are_a_valid_prometheus_rule_spec(validators: Validators) -> None:
+    """The rule file is also the spec of a PrometheusRule: validated against the
+    Prometheus Operator's CRD (groups, rules and their fields, closed to others)."""
+    rules = yaml.safe_load((ROOT / "infra" / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    resource = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "gapless"},
+        "spec": rules,
+    }
+    assert _kubeconform(validators, [resource])["returncode"] == 0
+    misspelt = copy.deepcopy(resource)
+    misspelt["spec"]["groups"][0]["rules"][0]["expresion"] = "up"
+    assert _kubeconform(validators, [misspelt])["returncode"] == 1
