@@ -6,7 +6,22 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint bench up down status clean
+.PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools
+
+# Offline validators of infra/deploy (the Helm chart), built once with `go install` into
+# the local state directory; a version stamp makes a second run a no-op and a new
+# version a rebuild. The tests run `make deploy-tools` themselves, so this is the one
+# place the versions live.
+LOCAL              := $(or $(GAPLESS_LOCAL_DIR),$(CURDIR)/.local)
+TOOLS              := $(LOCAL)/bin
+HELM_VERSION        := v3.22.0
+KUBECONFORM_VERSION := v0.8.0
+# The Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), for validating the
+# chart's ServiceMonitor and the alert rules; fetched as a Go module, its example CRDs
+# copied out.
+PROMETHEUS_OPERATOR := github.com/prometheus-operator/prometheus-operator
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+CRDS               := $(LOCAL)/deploy-crds
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +34,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gapless demo
 
-test: $(STAMP)
+test: $(STAMP) deploy-tools
 	$(BIN)/gapless up
 	$(BIN)/pytest -q
 
@@ -42,6 +57,30 @@ down: $(STAMP)
 
 status: $(STAMP)
 	$(BIN)/gapless status
+
+deploy-tools: $(TOOLS)/.helm-$(HELM_VERSION) $(TOOLS)/.kubeconform-$(KUBECONFORM_VERSION) \
+	$(CRDS)/.prometheus-operator-$(PROMETHEUS_OPERATOR_VERSION)
+
+$(TOOLS)/.helm-$(HELM_VERSION):
+	@mkdir -p $(TOOLS)
+	@echo "deploy-tools: building helm $(HELM_VERSION) with go install (one time, about 4 minutes)"
+	GOBIN=$(abspath $(TOOLS)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@touch $@
+
+$(TOOLS)/.kubeconform-$(KUBECONFORM_VERSION):
+	@mkdir -p $(TOOLS)
+	@echo "deploy-tools: building kubeconform $(KUBECONFORM_VERSION) with go install (one time)"
+	GOBIN=$(abspath $(TOOLS)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+	@touch $@
+
+$(CRDS)/.prometheus-operator-$(PROMETHEUS_OPERATOR_VERSION):
+	@mkdir -p $(CRDS)
+	dir=$$(go mod download -json $(PROMETHEUS_OPERATOR)@$(PROMETHEUS_OPERATOR_VERSION) \
+	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && test -n "$$dir" && \
+	for kind in servicemonitors prometheusrules; do \
+	  install -m 0644 $$dir/example/prometheus-operator-crd/monitoring.coreos.com_$$kind.yaml $(CRDS)/; \
+	done
+	@touch $@
 
 clean: down
 	rm -rf .local

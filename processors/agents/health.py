@@ -6,7 +6,9 @@ import asyncio
 from typing import Any
 
 import psycopg
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from processors.agents.metrics import ProductCollector
 
 PROBE_TIMEOUT_SECONDS = 2
 
@@ -27,6 +29,14 @@ def database_answers(dsn: str) -> bool:
 
 
 def register(app: Any, product_dsn: str) -> None:
+    # The product database's state in a registry of this app's own (the process-wide
+    # one holds the counters), so a second app in one process registers nothing twice.
+    product = CollectorRegistry(auto_describe=False)
+    product.register(ProductCollector(product_dsn))
+
+    def exposition() -> bytes:
+        return generate_latest(REGISTRY) + generate_latest(product)
+
     @app.page("/healthz")  # type: ignore[untyped-decorator]
     async def healthz(web: Any, request: Any) -> Any:
         if await asyncio.to_thread(database_answers, product_dsn):
@@ -35,4 +45,6 @@ def register(app: Any, product_dsn: str) -> None:
 
     @app.page("/metrics")  # type: ignore[untyped-decorator]
     async def metrics(web: Any, request: Any) -> Any:
-        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+        # The collector queries the database: off the event loop.
+        body = await asyncio.to_thread(exposition)
+        return web.bytes(body, content_type=CONTENT_TYPE_LATEST)

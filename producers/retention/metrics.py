@@ -1,6 +1,7 @@
 """Prometheus metrics of retention control, read from the database at each scrape.
 
-Blocked retention shows as ``gapless_retention_held_back_positions`` above zero,
+Blocked retention shows as ``gapless_retention_held_back_positions`` above zero (the
+floor itself, and what holds it, in ``gapless_retention_floor_position``),
 a lagging consumer in ``gapless_retention_consumer_lag_positions``, a consumer whose
 first report was refused because it needs a rebuild in
 ``gapless_retention_consumer_needs_rebuild`` (1) and a lease near expiry in
@@ -46,16 +47,34 @@ class RetentionCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
-        positions = {
-            "committed_position": "The stream's committed cursor",
-            "published_position": "Every position up to this one is in Kafka",
-            "pruned_through": "Every position up to this one has been pruned",
-            "held_back_positions": "Published positions the retention floor keeps",
-        }
+        # Literal names, so a test can find every metric the processes export.
         families = {
-            name: GaugeMetricFamily(f"gapless_retention_{name}", text, labels=_STREAM)
-            for name, text in positions.items()
+            "committed_position": GaugeMetricFamily(
+                "gapless_retention_committed_position",
+                "The stream's committed cursor",
+                labels=_STREAM,
+            ),
+            "published_position": GaugeMetricFamily(
+                "gapless_retention_published_position",
+                "Every position up to this one is in Kafka",
+                labels=_STREAM,
+            ),
+            "pruned_through": GaugeMetricFamily(
+                "gapless_retention_pruned_through",
+                "Every position up to this one has been pruned",
+                labels=_STREAM,
+            ),
+            "held_back_positions": GaugeMetricFamily(
+                "gapless_retention_held_back_positions",
+                "Published positions the retention floor keeps",
+                labels=_STREAM,
+            ),
         }
+        floor = GaugeMetricFamily(
+            "gapless_retention_floor_position",
+            "The lowest position a consumer or live lease lets the pruner reach, and what holds it",
+            labels=[*_STREAM, "holder_kind", "holder"],
+        )
         lag = GaugeMetricFamily(
             "gapless_retention_consumer_lag_positions",
             "Committed cursor minus the consumer's reported progress",
@@ -77,12 +96,15 @@ class RetentionCollector(Collector):
             families["published_position"].add_metric(labels, s.published)
             families["pruned_through"].add_metric(labels, s.pruned_through)
             families["held_back_positions"].add_metric(labels, s.held_back)
+            if s.floor is not None and s.held_by is not None:
+                floor.add_metric([*labels, s.held_by.kind, s.held_by.name], s.floor)
             for c in s.consumers:
                 lag.add_metric([*labels, c.consumer_id], c.lag)
                 rebuild.add_metric([*labels, c.consumer_id], int(c.needs_rebuild_since is not None))
             for x in s.leases:
                 expiry.add_metric([*labels, str(x.lease_id), x.holder], x.seconds_to_expiry)
         yield from families.values()
+        yield floor
         yield lag
         yield rebuild
         yield expiry

@@ -4,6 +4,7 @@ path, and every error as ``{"code", "message"}`` with its stable code."""
 from __future__ import annotations
 
 import base64
+import re
 import time
 import uuid
 from typing import Any
@@ -376,6 +377,14 @@ def test_health_and_metrics(client: TestClient, clean_db: DatabaseSettings) -> N
     assert "gapless_retention_report_up 1.0" in metrics
     labels = 'catalog="c1",consumer="app",epoch="1",tenant="t1"'
     assert f"gapless_retention_consumer_lag_positions{{{labels}}} 2.0" in metrics
+    # The floor, and the consumer holding it (the lowest progress: 0 or app's 1).
+    floor = re.search(
+        r'gapless_retention_floor_position\{catalog="c1",epoch="1",holder="([^"]+)",'
+        r'holder_kind="consumer",tenant="t1"\} ([0-9.]+)',
+        metrics,
+    )
+    assert floor is not None, metrics
+    assert float(floor.group(2)) <= 1.0
 
 
 def test_numbers_beyond_64_bits_are_422_and_change_nothing(
