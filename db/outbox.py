@@ -10,6 +10,7 @@ single-row UPDATE instead of touching every row it shipped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import psycopg
@@ -119,3 +120,111 @@ def mark_published(conn: psycopg.Connection, stream: StreamId, through: int) -> 
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+# --- a pass over several streams in a few statements ---------------------------------
+
+
+class ClaimedStream(NamedTuple):
+    """A stream this relay claimed, with what it read after the claim."""
+
+    stream: StreamId
+    published: int
+    """Its published-through position."""
+    cursor: int
+    """Its committed cursor: every position up to it is in the outbox."""
+    fenced: bool
+
+
+def claim_streams(conn: psycopg.Connection, streams: Sequence[StreamId]) -> list[ClaimedStream]:
+    """Claim each of ``streams`` (``try_claim_stream``) and read the claimed ones'
+    positions, in ``streams``' order; one round trip for both statements (a pipeline).
+
+    The positions are read by a second statement, so its snapshot is taken after every
+    claim was granted: a fence takes the same claim, so a stream it fenced before the
+    claim reads as fenced here (the same order as ``try_claim_stream`` then
+    ``fencing.is_fenced``).
+    """
+    if not streams:
+        return []
+    keys = [claim_key(s) for s in streams]
+    with conn.pipeline():
+        granted = conn.execute(
+            "SELECT k.ord FROM unnest(%s::text[]) WITH ORDINALITY AS k(key, ord)"
+            " WHERE pg_try_advisory_xact_lock(hashtextextended(k.key, 0))",
+            (keys,),
+        )
+        positions = conn.execute(
+            "SELECT s.ord, c.position, c.fenced_at IS NOT NULL,"
+            " coalesce(p.published_position, 0)"
+            " FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
+            " AS s(tenant_id, catalog_id, history_epoch, ord)"
+            " JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
+            " LEFT JOIN stream_publication p USING (tenant_id, catalog_id, history_epoch)",
+            (
+                [s.tenant_id for s in streams],
+                [s.catalog_id for s in streams],
+                [s.history_epoch for s in streams],
+            ),
+        )
+    claimed = {int(r[0]) for r in granted.fetchall()}
+    found = {int(r[0]): r for r in positions.fetchall()}
+    out = []
+    for ord_, stream in enumerate(streams, start=1):
+        if ord_ in claimed and ord_ in found:
+            _, cursor, fenced, published = found[ord_]
+            out.append(ClaimedStream(stream, int(published), int(cursor), bool(fenced)))
+    return out
+
+
+def read_ranges(
+    conn: psycopg.Connection, ranges: Sequence[tuple[StreamId, int, int]]
+) -> list[list[OutboxRow]]:
+    """The rows of each ``(stream, after, through)``: positions after+1 … through in
+    position order, one list per range, all in one statement (a primary-key range
+    scan per stream)."""
+    if not ranges:
+        return []
+    rows = conn.execute(
+        "SELECT r.ord, o.position, o.event_id::text, o.history_epoch, o.key, o.value"
+        " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[])"
+        " WITH ORDINALITY AS r(tenant_id, catalog_id, history_epoch, after, through, ord)"
+        " CROSS JOIN LATERAL (SELECT position, event_id, history_epoch, key, value"
+        " FROM outbox o WHERE o.tenant_id = r.tenant_id AND o.catalog_id = r.catalog_id"
+        " AND o.history_epoch = r.history_epoch AND o.position > r.after"
+        " AND o.position <= r.through ORDER BY o.position) o"
+        " ORDER BY r.ord, o.position",
+        (
+            [s.tenant_id for s, _, _ in ranges],
+            [s.catalog_id for s, _, _ in ranges],
+            [s.history_epoch for s, _, _ in ranges],
+            [after for _, after, _ in ranges],
+            [through for _, _, through in ranges],
+        ),
+        binary=True,
+    ).fetchall()
+    out: list[list[OutboxRow]] = [[] for _ in ranges]
+    for ord_, *row in rows:
+        out[ord_ - 1].append(OutboxRow._make(row))
+    return out
+
+
+def mark_published_all(conn: psycopg.Connection, marks: Sequence[tuple[StreamId, int]]) -> None:
+    """``mark_published`` for several streams in one statement (never backwards)."""
+    if not marks:
+        return
+    conn.execute(
+        "INSERT INTO stream_publication"
+        " (tenant_id, catalog_id, history_epoch, published_position)"
+        " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+        " ON CONFLICT (tenant_id, catalog_id, history_epoch) DO UPDATE"
+        " SET published_position = greatest("
+        "  stream_publication.published_position, excluded.published_position),"
+        "  updated_at = now()",
+        (
+            [s.tenant_id for s, _ in marks],
+            [s.catalog_id for s, _ in marks],
+            [s.history_epoch for s, _ in marks],
+            [through for _, through in marks],
+        ),
+    )

@@ -13,14 +13,12 @@ from contextlib import contextmanager
 import psycopg
 from prometheus_client import Counter, Gauge
 
-from db.fencing import is_fenced
 from db.outbox import (
     OutboxRow,
-    mark_published,
-    published_position,
-    read_after,
+    claim_streams,
+    mark_published_all,
+    read_ranges,
     streams_with_unpublished,
-    try_claim_stream,
 )
 from db.pauses import PauseWatch
 from db.stream_writer import NOTIFY_CHANNEL
@@ -103,13 +101,15 @@ class Relay:
         1. claim each stream (advisory lock for this transaction) or skip it, and skip
            it too if its epoch is fenced (the fence takes the same claim, so a batch
            in flight finishes before a fence and none starts after it); read its
-           published position P and the rows above P in position order (within what
-           is left of the batch), and check they are exactly P+1 … P+n — a stream
-           whose rows do not line up is skipped and reported (``OutboxGap``);
+           published position P and its cursor C after the claims, then the rows
+           P+1 … min(C, P + what is left of the batch) in position order, and check
+           they are exactly P+1 … P+n — a stream whose rows do not line up is skipped
+           and reported (``OutboxGap``; its share of the batch goes to the streams
+           after it); each of these is one statement for every stream;
         2. produce every claimed stream's rows, each stream in its own order, and
            wait once for every delivery report;
-        3. move each stream's published position to its P+n (a single-row UPDATE,
-           never backwards); COMMIT releases the claims.
+        3. move each stream's published position to its P+n (one statement, a row
+           per stream, never backwards); COMMIT releases the claims.
         What a crash leaves: before 2, nothing sent and nothing recorded (the server
         drops the claims with the connection); during 2 or after it and before 3's
         COMMIT, some or all rows in Kafka with every position unchanged, so the next
@@ -135,40 +135,46 @@ class Relay:
 
     def _publish_claimed(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
         claimed: list[tuple[StreamId, list[OutboxRow]]] = []
-        with conn.transaction():
+        # One pipeline for the whole transaction: BEGIN goes with the claims, the
+        # position moves with COMMIT; a database round trip per step, not per stream.
+        with conn.pipeline(), conn.transaction():
+            waiting = []
+            for c in claim_streams(conn, streams):
+                if c.fenced:  # fenced after it was listed: never again
+                    log.warning("%s is fenced: its unpublished rows stay unpublished", c.stream)
+                elif c.cursor > c.published:
+                    waiting.append(c)
             budget = self._batch_size
-            for stream in streams:
-                if budget <= 0:
-                    break
-                if not try_claim_stream(conn, stream):
-                    continue
-                if is_fenced(conn, stream):  # fenced after it was listed: never again
-                    log.warning("%s is fenced: its unpublished rows stay unpublished", stream)
-                    continue
-                after = published_position(conn, stream)
-                rows = read_after(conn, stream, after, budget)
-                if not rows:
-                    continue
-                last = rows[-1].position
-                if rows[0].position != after + 1 or last != after + len(rows):
+            while waiting and budget > 0:
+                plan: list[tuple[StreamId, int, int]] = []
+                while waiting and budget > 0:
+                    c = waiting.pop(0)
+                    take = min(c.cursor - c.published, budget)
+                    plan.append((c.stream, c.published, c.published + take))
+                    budget -= take
+                for (stream, after, through), rows in zip(
+                    plan, read_ranges(conn, plan), strict=True
+                ):
+                    if rows and rows[0].position == after + 1 and len(rows) == through - after:
+                        claimed.append((stream, rows))
+                        continue
+                    budget += through - after  # its share goes to the streams after it
                     FAILURES.inc()
+                    found = f"{rows[0].position}…{rows[-1].position}" if rows else "none"
                     log.error(
                         "%s",
                         OutboxGap(
-                            f"{stream}: rows above published position {after} are"
-                            f" {rows[0].position}…{last}, {len(rows)} of them; skipped"
+                            f"{stream}: rows {after + 1}…{through} above published position"
+                            f" {after} expected, {len(rows)} found ({found}); skipped"
                         ),
                     )
-                    continue
-                claimed.append((stream, rows))
-                budget -= len(rows)
             if not claimed:
                 return 0
             self._publisher.publish([row for _, rows in claimed for row in rows])
             for stream, rows in claimed:
                 if self._after_publish is not None:
                     self._after_publish(stream, rows)
-                mark_published(conn, stream, rows[-1].position)
+            mark_published_all(conn, [(stream, rows[-1].position) for stream, rows in claimed])
         total = sum(len(rows) for _, rows in claimed)
         PUBLISHED.inc(total)
         return total
@@ -176,7 +182,7 @@ class Relay:
     def run_once(self) -> int:
         """One pass over every stream with unpublished rows; returns rows published."""
         conn = self._connection()
-        with conn.transaction():
+        with conn.pipeline(), conn.transaction():
             streams = streams_with_unpublished(conn, limit=1000)
         # One batch per pass across the streams, starting one stream later each pass
         # so that a busy stream early in the list cannot starve the others.

@@ -303,3 +303,42 @@ def test_one_pass_publishes_several_small_streams_with_one_wait(
             mark_published(conn, stream, 0)  # a no-op: positions never go back
             conn.commit()
     assert [_published(clean_db, s) for s in streams] == [4, 4, 4]
+
+
+def test_a_pass_skips_a_stream_claimed_elsewhere_or_with_a_gap_and_splits_its_budget(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """One pass over five streams: one claimed by another relay and one whose rows do
+    not line up are left alone, the others share the batch budget in turn order (the
+    skipped stream's share included)."""
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+    streams = [StreamId("t1", f"c{n}", 1) for n in range(1, 6)]
+    for stream in streams:
+        with UnitOfWork(pool, epochs, CODEC) as uow:  # four events each
+            items = (ItemChange("t1", stream.catalog_id, f"i{i}", "lamp", "l") for i in range(3))
+            accept(uow, "t1", stream.catalog_id, *items)
+    pool.close()
+    epochs.close()
+    held, gap = streams[1], streams[2]
+    with psycopg.connect(clean_db.resolver_owner_dsn, autocommit=True) as owner:
+        owner.execute(
+            "DELETE FROM outbox WHERE tenant_id = %s AND catalog_id = %s AND position = 2",
+            (gap.tenant_id, gap.catalog_id),
+        )
+    relay = Relay(clean_db.resolver_dsn, Publisher(kafka_settings.kafka_bootstrap, topic), 12)
+    with psycopg.connect(clean_db.resolver_dsn) as other:
+        assert try_claim_stream(other, held)
+        published = relay.publish_streams(relay._connection(), streams)
+        other.rollback()
+    # Of the budget of 12, c1 takes 4; c2 is held; c3's rows do not line up (skipped
+    # and reported), so its share goes on: c4 and c5 take 4 each.
+    assert published == 12
+    assert [_published(clean_db, s) for s in streams] == [4, 0, 0, 4, 4]
+    messages = _consume_all(kafka_settings.kafka_bootstrap, topic)
+    decoded = [CODEC.decode_value(m.value) for m in messages]
+    assert sorted((e.catalog_id, e.position) for e in decoded) == [
+        ("c1", 1), ("c1", 2), ("c1", 3), ("c1", 4),
+        ("c4", 1), ("c4", 2), ("c4", 3), ("c4", 4),
+        ("c5", 1), ("c5", 2), ("c5", 3), ("c5", 4),
+    ]  # fmt: skip
