@@ -95,7 +95,16 @@ class AgentSettings(
         " latency it adds).",
     )
     agents_web_port: int = Field(
-        default=18066, ge=1, le=65535, description="GAPLESS_AGENTS_WEB_PORT: health/metrics."
+        default=18066,
+        ge=1,
+        le=65535,
+        description="GAPLESS_AGENTS_WEB_PORT: /healthz, /readyz and /metrics.",
+    )
+    agents_web_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="GAPLESS_AGENTS_WEB_HOST: the address the probes listen on (the image:"
+        " 0.0.0.0).",
     )
     agents_retry_max_seconds: float = Field(
         default=5.0,
