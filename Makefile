@@ -6,7 +6,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools
+.PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools \
+	image image-test
 
 # Offline validators of infra/deploy (the Helm chart), built once with `go install` into
 # the local state directory; a version stamp makes a second run a no-op and a new
@@ -45,6 +46,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check schemas db producers processors infra tests
 	$(BIN)/ruff format --check schemas db producers processors infra tests
 	$(BIN)/mypy
+
+# The one container image (podman, buildah, mmdebstrap … from Debian's packages when
+# missing; the base is built once and reused; podman's configuration under .local/).
+image: $(STAMP)
+	$(BIN)/gapless image build
+
+# The demo through the image's containers; `make test` runs it with the rest.
+image-test: $(STAMP)
+	$(BIN)/gapless up
+	$(BIN)/pytest -q tests/e2e/test_image.py
 
 bench: $(STAMP)
 	$(BIN)/gapless bench

@@ -30,7 +30,7 @@ class DatabaseSettings(GaplessSettings):
     """
 
     resolver_dsn: str = Field(
-        default="postgresql://gapless_resolver_service@127.0.0.1:55432/resolver",
+        default="postgresql://gapless_resolver_service@127.0.0.1:15432/resolver",
         description="GAPLESS_RESOLVER_DSN: the resolver's accepted state and outbox, as"
         " the services' login (a member of gapless_resolver_app).",
     )
@@ -40,11 +40,11 @@ class DatabaseSettings(GaplessSettings):
         " tables, for migrations; unset: GAPLESS_RESOLVER_DSN (one login for both).",
     )
     product_dsn: str = Field(
-        default="postgresql://postgres@127.0.0.1:55432/product",
+        default="postgresql://postgres@127.0.0.1:15432/product",
         description="GAPLESS_PRODUCT_DSN: projections, inbox, parking, progress.",
     )
     control_dsn: str = Field(
-        default="postgresql://postgres@127.0.0.1:55432/control",
+        default="postgresql://postgres@127.0.0.1:15432/control",
         description="GAPLESS_CONTROL_DSN: the trusted history-epoch authority.",
     )
 

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,13 +67,18 @@ class Deployed:
         assert self.popen is not None, f"{self.name} was not started"
         return self.popen.pid
 
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """What ``start`` runs, and with which environment."""
+        return [sys.executable, "-m", "infra.cli", *self.args], self.env
+
     def start(self) -> None:
+        command, env = self.command()
         with self.log.open("ab") as handle:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "infra.cli", *self.args],
+                command,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env=env,
                 start_new_session=True,
             )
 
@@ -128,3 +134,8 @@ class Deployed:
         """The last lines of its output, headed by its name."""
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return f"--- {self.name} ---\n" + "\n".join(text.splitlines()[-lines:])
+
+
+Launch = Callable[[str, list[str], dict[str, str], Path], Deployed]
+"""Makes a process from (name, args, env, log): ``Deployed`` itself runs it on this
+host; ``infra.image.containers.launcher`` as a container of the image."""

@@ -29,7 +29,7 @@ def create_app(settings: AgentSettings) -> Any:
         topic_partitions=settings.events_partitions,
         consumer_auto_offset_reset="earliest",
         web_port=settings.agents_web_port,
-        web_host="127.0.0.1",
+        web_host=settings.agents_web_host,
         web_in_thread=False,
         broker_commit_interval=1.0,
         # A worker that dies is noticed after this long and its partitions move on;
@@ -40,10 +40,10 @@ def create_app(settings: AgentSettings) -> Any:
     # The live consumer honours catalog pauses (a rebuild does not: it ends a restore).
     pauses = settings.pause_watch("agents").start()
     atexit.register(pauses.stop)  # a clean stop is not waited for by the next pause
-    events_agent.register(app, settings, pauses)
+    consuming = events_agent.register(app, settings, pauses)
     client = recovery.resolver_client(settings)
     recovery.register(app, settings, client, pauses)
     rebuilds.register(app, settings, client)
     housekeeping.register(app, settings)
-    health.register(app, settings.product_dsn)
+    health.register(app, settings.product_dsn, consuming)
     return app

@@ -95,7 +95,16 @@ class AgentSettings(
         " latency it adds).",
     )
     agents_web_port: int = Field(
-        default=6066, ge=1, le=65535, description="GAPLESS_AGENTS_WEB_PORT: health/metrics."
+        default=18066,
+        ge=1,
+        le=65535,
+        description="GAPLESS_AGENTS_WEB_PORT: /healthz, /readyz and /metrics.",
+    )
+    agents_web_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="GAPLESS_AGENTS_WEB_HOST: the address the probes listen on (the image:"
+        " 0.0.0.0).",
     )
     agents_retry_max_seconds: float = Field(
         default=5.0,
@@ -112,7 +121,7 @@ class AgentSettings(
     )
 
     resolver_url: str = Field(
-        default="http://127.0.0.1:58080",
+        default="http://127.0.0.1:18080",
         description="GAPLESS_RESOLVER_URL: the resolver API (progress reports, retained events).",
     )
     resolver_token: SecretStr | None = Field(
@@ -176,7 +185,7 @@ class ReadApiSettings(PauseSettings, LiveConsumerSettings, ApiTokenSettings):
     read_api_host: str = Field(
         default="127.0.0.1", description="GAPLESS_READ_API_HOST: the address it listens on."
     )
-    read_api_port: int = Field(default=28082, ge=1, le=65535, description="GAPLESS_READ_API_PORT")
+    read_api_port: int = Field(default=18082, ge=1, le=65535, description="GAPLESS_READ_API_PORT")
     read_api_pool_size: int = Field(
         default=8,
         ge=1,

@@ -146,9 +146,14 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     registry.register(RetentionCollector(pool.connection))
     registry.register(IntakeCollector(pool.connection))
 
-    @app.get("/healthz", tags=["operations"], responses={503: {"model": ErrorBody}})
-    def healthz(res: Res) -> Response:
-        """200 when the resolver database answers."""
+    @app.get("/healthz", tags=["operations"], response_class=Response)
+    def healthz() -> Response:
+        """Alive: 200 whenever the process answers (its event loop serves requests)."""
+        return Response("ok\n", media_type="text/plain")
+
+    @app.get("/readyz", tags=["operations"], responses={503: {"model": ErrorBody}})
+    def readyz(res: Res) -> Response:
+        """Ready: 200 when the resolver database answers."""
         try:
             with res.pool.connection(timeout=2) as conn:
                 conn.execute("SELECT 1")

@@ -47,7 +47,7 @@ class KafkaSettings(GaplessSettings):
     status topics' names."""
 
     kafka_bootstrap: str = Field(
-        default="127.0.0.1:59092",
+        default="127.0.0.1:19092",
         description="GAPLESS_KAFKA_BOOTSTRAP: comma-separated host:port list.",
     )
     events_topic: str = Field(default=EVENTS_TOPIC, description="GAPLESS_EVENTS_TOPIC")

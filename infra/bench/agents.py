@@ -106,7 +106,7 @@ def measure_agents(box: Sandbox, events: int, echo: Echo) -> AgentsFigures:
             "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{free_port()}",  # none: see step 2
         },
         logs / f"bench-{box.run_id}-agents.log",
-        f"http://127.0.0.1:{web_port}/healthz",
+        f"http://127.0.0.1:{web_port}/readyz",
     )
     agents.start()
     try:

@@ -81,7 +81,7 @@ def _processes(box: Sandbox, topic: str, logs: Path) -> list[Deployed]:
         ["relay"],
         {**env, "GAPLESS_RELAY_HTTP_PORT": str(relay_port)},
         logs / f"bench-{box.run_id}-deployed-relay.log",
-        f"http://127.0.0.1:{relay_port}/healthz",
+        f"http://127.0.0.1:{relay_port}/readyz",
     )
     agents = Deployed(
         "agents",
@@ -94,7 +94,7 @@ def _processes(box: Sandbox, topic: str, logs: Path) -> list[Deployed]:
             "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{free_port()}",  # none: see above
         },
         logs / f"bench-{box.run_id}-deployed-agents.log",
-        f"http://127.0.0.1:{web_port}/healthz",
+        f"http://127.0.0.1:{web_port}/readyz",
     )
     return [relay, agents]
 

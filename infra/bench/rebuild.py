@@ -259,9 +259,9 @@ def measure_rebuild(box: Sandbox, items: int, echo: Echo) -> RebuildFigures:
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     health = {
-        "resolver-api": f"http://127.0.0.1:{api_port}/healthz",
+        "resolver-api": f"http://127.0.0.1:{api_port}/readyz",
         "relay": None,
-        "agents": f"http://127.0.0.1:{web_port}/healthz",
+        "agents": f"http://127.0.0.1:{web_port}/readyz",
     }
     api, relay, agents = (
         Deployed(name, [name], env, logs / f"bench-{box.run_id}-{name}.log", health[name])

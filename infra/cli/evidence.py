@@ -86,7 +86,7 @@ def evidence_sweep(dry_run: bool, as_json: bool) -> None:
 @click.command("evidence-sweeper")
 def evidence_sweeper() -> None:
     """Run the evidence sweep every GAPLESS_EVIDENCE_SWEEP_INTERVAL_SECONDS until
-    SIGTERM (a deployable process; /healthz and /metrics with
+    SIGTERM (a deployable process; /healthz, /readyz and /metrics with
     GAPLESS_EVIDENCE_SWEEP_HTTP_PORT)."""
     import logging
 

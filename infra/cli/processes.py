@@ -13,7 +13,8 @@ from infra.config import load
 
 @click.command()
 def relay() -> None:
-    """Run the outbox relay until SIGTERM (a deployable process)."""
+    """Run the outbox relay until SIGTERM (a deployable process; /healthz, /readyz and
+    /metrics with GAPLESS_RELAY_HTTP_PORT)."""
     from producers.relay.service import run as run_relay
     from producers.relay.settings import RelaySettings
 
@@ -24,7 +25,8 @@ def relay() -> None:
 
 @click.command("resolver-api")
 def resolver_api() -> None:
-    """Run the resolver HTTP API on 127.0.0.1 until SIGTERM (a deployable process)."""
+    """Run the resolver HTTP API until SIGTERM (a deployable process), on
+    GAPLESS_RESOLVER_API_HOST:GAPLESS_RESOLVER_API_PORT; /healthz, /readyz, /metrics."""
     import uvicorn
 
     from producers.api import create_app
@@ -36,7 +38,7 @@ def resolver_api() -> None:
     exports = guarded(lambda: load(ExportSettings))
     uvicorn.run(
         create_app(settings, exports),
-        host="127.0.0.1",
+        host=settings.resolver_api_host,
         port=settings.resolver_api_port,
         log_config=None,
     )
@@ -76,7 +78,8 @@ def prune(once: bool, as_json: bool) -> None:
     registered consumer's progress or a live lease's pin. Each pass also deletes
     snapshot exports beyond the newest GAPLESS_EXPORTS_KEEP per stream (never one
     whose lease is live). Without --once, a pass runs every
-    GAPLESS_PRUNE_INTERVAL_SECONDS until SIGTERM.
+    GAPLESS_PRUNE_INTERVAL_SECONDS until SIGTERM (/healthz, /readyz and /metrics with
+    GAPLESS_PRUNE_HTTP_PORT).
     """
     from producers.exports.retention import ExportRetention
     from producers.exports.settings import ExportSettings
@@ -134,7 +137,8 @@ def sweep_jobs(once: bool) -> None:
 
     Jobs are due GAPLESS_JOB_SWEEP_AFTER_SECONDS after they were recorded, then again
     after each failed attempt with exponential backoff and jitter. Without --once, a
-    pass runs every GAPLESS_SWEEP_INTERVAL_SECONDS until SIGTERM.
+    pass runs every GAPLESS_SWEEP_INTERVAL_SECONDS until SIGTERM (/healthz, /readyz and
+    /metrics with GAPLESS_SWEEP_HTTP_PORT).
     """
     from producers.capture.intake.sweeper import run
     from producers.capture.settings import SweeperSettings
@@ -164,7 +168,7 @@ def resolver_worker() -> None:
     GAPLESS_WORKER_SCAN_INTERVAL_SECONDS, due retries, expired claims and jobs whose
     message never came from the database), parses each capture with its source's
     adapter and resolves every product into a decision or a review case.
-    /healthz and /metrics with GAPLESS_WORKER_HTTP_PORT.
+    /healthz, /readyz and /metrics with GAPLESS_WORKER_HTTP_PORT.
     """
     from producers.capture.worker.service import run
     from producers.capture.worker.settings import WorkerSettings

@@ -46,18 +46,13 @@ from infra.demo import captures as demo_captures
 from infra.demo.projection_check import Comparison, compare_serving
 from infra.demo.rebuild import LIVE_CONSUMER, DemoRebuild
 from infra.demo.workload import WorkloadStats, run_workload, streams_for
-from infra.processes import Deployed
+from infra.processes import Deployed, Launch
 from schemas.ids import StreamId
 
 Echo = Callable[[str], None]
 
 DEMO_FEEDS = 4
 DEMO_PRODUCTS = 24
-
-
-def _process(name: str, log: Path, **env: str) -> Deployed:
-    """A demo process: the demo's environment, and ``env`` on top."""
-    return Deployed(name, [name], {**os.environ, **env}, log)
 
 
 def run_demo(
@@ -69,9 +64,17 @@ def run_demo(
     echo: Echo,
     chaos: bool = True,
     drill: Callable[[Echo], dict[str, Any]] | None = None,
+    launch: Launch = Deployed,
 ) -> bool:
     """``drill``: step 7, run after the demo's processes stopped (``infra.drill``'s
-    ``demo_drill``; the CLI passes it), its summary added to the demo's."""
+    ``demo_drill``; the CLI passes it), its summary added to the demo's. ``launch``
+    makes the demo's processes: on this host, or as containers of the image
+    (``infra.image.containers.launcher``, as ``make image-test`` runs it)."""
+
+    def _process(name: str, log: Path, **env: str) -> Deployed:
+        """A demo process: the demo's environment, and ``env`` on top."""
+        return launch(name, [name], {**os.environ, **env}, log)
+
     from infra.local import down, status, up
     from infra.provision import provision
 
@@ -275,7 +278,7 @@ def _wait_caught_up(settings: DatabaseSettings, run_id: str, echo: Echo, timeout
 def _wait_for_api(echo: Echo, timeout: float = 30.0) -> None:
     import httpx
 
-    url = os.environ["GAPLESS_RESOLVER_URL"] + "/healthz"
+    url = os.environ["GAPLESS_RESOLVER_URL"] + "/readyz"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -252,10 +252,10 @@ def run_drill(
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     health = {
-        "resolver-api": f"http://127.0.0.1:{api_port}/healthz",
+        "resolver-api": f"http://127.0.0.1:{api_port}/readyz",
         "relay": None,
-        "agents": f"http://127.0.0.1:{web_port}/healthz",
-        "read-api": f"http://127.0.0.1:{read_port}/healthz",
+        "agents": f"http://127.0.0.1:{web_port}/readyz",
+        "read-api": f"http://127.0.0.1:{read_port}/readyz",
     }
     processes = {
         name: Deployed(name, [name], env, logs / f"drill-{box.run_id}-{name}.log", url)

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from infra.local.errors import ServiceError
 from infra.local.layout import HOST, INFRA_DIR, Layout
+from infra.local.ports import require_free
 from infra.local.processes import (
     alive,
     log_tail,
@@ -194,6 +195,14 @@ def _our_pid(layout: Layout) -> int | None:
     return pid if pid is not None and alive(pid, MARKER) else None
 
 
+def check_ports(layout: Layout) -> None:
+    """Unless ours runs: ``PortTaken`` naming the holder if a port of the broker is taken."""
+    if _our_pid(layout) is None:
+        require_free(HOST, layout.kafka_port, NAME, "GAPLESS_LOCAL_KAFKA_PORT")
+        controller = "GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT"
+        require_free(HOST, layout.kafka_controller_port, f"{NAME} controller", controller)
+
+
 def start(layout: Layout, echo: Callable[[str], None]) -> None:
     """Start the broker unless ours already runs; wait until the AdminClient answers."""
     address = bootstrap(layout)
@@ -202,12 +211,7 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
         echo(f"kafka: already running on {address} (pid {pid})")
         _wait_ready(layout, lambda: alive(pid, MARKER))
         return
-    for port in (layout.kafka_port, layout.kafka_controller_port):
-        if port_open(HOST, port):
-            raise ServiceError(
-                f"port {port} is taken by another program",
-                "stop it, or set GAPLESS_LOCAL_KAFKA_PORT / GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT",
-            )
+    check_ports(layout)
     java = require_tool("java", JAVA_HINT)
     _resolve_jars(layout, echo)
     _data_dir(layout).mkdir(parents=True, exist_ok=True)

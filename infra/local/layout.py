@@ -85,8 +85,8 @@ def current_layout() -> Layout:
     local = Path(override).expanduser().resolve() if override else _repo_root() / ".local"
     return Layout(
         local=local,
-        pg_port=_port("GAPLESS_LOCAL_PG_PORT", 55432),
-        kafka_port=_port("GAPLESS_LOCAL_KAFKA_PORT", 59092),
-        kafka_controller_port=_port("GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT", 59093),
-        s3_port=_port("GAPLESS_LOCAL_S3_PORT", 59000),
+        pg_port=_port("GAPLESS_LOCAL_PG_PORT", 15432),
+        kafka_port=_port("GAPLESS_LOCAL_KAFKA_PORT", 19092),
+        kafka_controller_port=_port("GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT", 19093),
+        s3_port=_port("GAPLESS_LOCAL_S3_PORT", 19000),
     )

@@ -29,6 +29,7 @@ from psycopg import sql
 from db.tables.domain import APP_ROLE
 from infra.local.errors import ServiceError
 from infra.local.layout import HOST, Layout
+from infra.local.ports import require_free
 from infra.local.processes import (
     alive,
     port_open,
@@ -225,22 +226,24 @@ def _create_databases(layout: Layout, echo: Callable[[str], None]) -> None:
                 connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
 
 
+def check_ports(layout: Layout) -> None:
+    """Unless our cluster runs: ``PortTaken`` naming the holder if its port is taken."""
+    if _postmaster_pid(layout) is None:
+        require_free(HOST, layout.pg_port, NAME, "GAPLESS_LOCAL_PG_PORT")
+
+
 def start(layout: Layout, echo: Callable[[str], None]) -> None:
     """Start the cluster unless it already runs, then ensure the databases exist."""
     _ensure_binaries(echo)
+    check_ports(layout)
+    pid = _postmaster_pid(layout)
     _prepare_dirs(layout)
     _initdb(layout, echo)
     log = layout.log_file(NAME)
     address = f"{HOST}:{layout.pg_port}"
-    pid = _postmaster_pid(layout)
     if pid is not None:
         echo(f"postgres: already running on {address} (pid {pid})")
     else:
-        if port_open(HOST, layout.pg_port):
-            raise ServiceError(
-                f"port {layout.pg_port} is taken by another program",
-                "stop it, or set GAPLESS_LOCAL_PG_PORT to a free port",
-            )
         echo(f"postgres: starting on {address}")
         options = (
             f"-p {layout.pg_port} -k {shlex.quote(str(_socket_dir(layout)))} "

@@ -26,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.local.errors import ServiceError
 from infra.local.layout import HOST, Layout
+from infra.local.ports import require_free
 from infra.local.processes import (
     alive,
     log_tail,
@@ -216,6 +217,12 @@ def _our_pid(layout: Layout) -> int | None:
     return pid if pid is not None and alive(pid, MARKER) else None
 
 
+def check_ports(layout: Layout) -> None:
+    """Unless ours runs: ``PortTaken`` naming the holder if the gateway's port is taken."""
+    if _our_pid(layout) is None:
+        require_free(HOST, layout.s3_port, NAME, "GAPLESS_LOCAL_S3_PORT")
+
+
 def start(layout: Layout, echo: Callable[[str], None]) -> None:
     """Start the gateway unless ours already runs; then ensure the buckets exist."""
     address = endpoint(layout)
@@ -225,11 +232,7 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
         known_pid = pid
         _wait_ready(layout, lambda: alive(known_pid, MARKER))
     else:
-        if port_open(HOST, layout.s3_port):
-            raise ServiceError(
-                f"port {layout.s3_port} is taken by another program",
-                "stop it, or set GAPLESS_LOCAL_S3_PORT to a free port",
-            )
+        check_ports(layout)
         binary = _ensure_binary(layout, echo)
         creds = credentials(layout)
         backend = _backend_args(layout, echo)

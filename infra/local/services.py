@@ -43,10 +43,14 @@ def up(echo: Echo) -> None:
     """Start PostgreSQL, Kafka and versitygw unless running; wait until each is ready.
 
     Raises ServiceError (with a hint) when a prerequisite is missing, a port is
-    taken, or a service does not become ready in time.
+    taken (``PortTaken``, naming the holder and the variable that moves the port:
+    every port is checked before anything starts), or a service does not become
+    ready in time.
     """
     layout = current_layout()
     with _exclusive(layout):
+        for launcher in (postgres, kafka, s3):
+            launcher.check_ports(layout)
         postgres.start(layout, echo)
         kafka.start(layout, echo)
         s3.start(layout, echo)
@@ -87,7 +91,7 @@ def local_environment() -> dict[str, str]:
     layout = current_layout()
     creds = s3.credentials(layout)
     token = dev_token(layout)
-    api_port = os.environ.get("GAPLESS_RESOLVER_API_PORT", "58080")
+    api_port = os.environ.get("GAPLESS_RESOLVER_API_PORT", "18080")
     return {
         "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{api_port}",
         "GAPLESS_RESOLVER_TOKEN": token,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -61,6 +62,9 @@ class EventsConsumer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="events-consumer", daemon=True)
         self.batches = 0
+        # True once the group gave it an assignment (possibly empty) and each of its
+        # partitions was set to its resume offset: from then on it applies what arrives.
+        self.joined = False
 
     def start(self) -> None:
         self._thread.start()
@@ -189,6 +193,7 @@ class EventsConsumer:
         for tp in partitions:
             tp.offset = stored.get(tp.partition, OFFSET_STORED)
         consumer.assign(partitions)
+        self.joined = True
         log.info(
             "events: assigned %s, resuming from product-database offsets %s",
             sorted(tp.partition for tp in partitions),
@@ -209,9 +214,12 @@ def _next_offsets(messages: list[Message]) -> list[TopicPartition]:
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
 
 
-def register(app: Any, settings: AgentSettings, pauses: PauseWatch | None = None) -> None:
+def register(
+    app: Any, settings: AgentSettings, pauses: PauseWatch | None = None
+) -> Callable[[], bool]:
     """Start the events consumer with the Faust worker and stop it at exit; a consumer
-    thread that died of an unexpected error is started again."""
+    thread that died of an unexpected error is started again. Returns whether the
+    consumer runs and has joined its group (the agents' readiness)."""
     applier = Applier(
         settings.product_dsn,
         EpochSource(settings.control_dsn),
@@ -234,6 +242,7 @@ def register(app: Any, settings: AgentSettings, pauses: PauseWatch | None = None
             running[0].start()
 
     atexit.register(lambda: running[0].stop())
+    return lambda: running[0].alive and running[0].joined
 
 
 def count(result: BatchResult) -> None:

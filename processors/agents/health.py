@@ -1,8 +1,17 @@
-"""Health and Prometheus metrics pages on the Faust web server."""
+"""Probes and Prometheus metrics on the Faust web server.
+
+* ``/healthz``, alive: the worker's event loop answers (Faust serves the page from
+  it; the timers and the control agent run on the same loop).
+* ``/readyz``, ready: the product database answers, and the events consumer runs and
+  has joined its group (its partitions, if any, set to their resume offsets).
+* ``/metrics``: the process's Prometheus registry and the product database's state
+  (parked, quarantined, rebuild progress), read at each scrape off the event loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -28,7 +37,8 @@ def database_answers(dsn: str) -> bool:
     return True
 
 
-def register(app: Any, product_dsn: str) -> None:
+def register(app: Any, product_dsn: str, consuming: Callable[[], bool]) -> None:
+    """``consuming``: whether the events consumer runs and has joined its group."""
     # The product database's state in a registry of this app's own (the process-wide
     # one holds the counters), so a second app in one process registers nothing twice.
     product = CollectorRegistry(auto_describe=False)
@@ -39,9 +49,15 @@ def register(app: Any, product_dsn: str) -> None:
 
     @app.page("/healthz")  # type: ignore[untyped-decorator]
     async def healthz(web: Any, request: Any) -> Any:
-        if await asyncio.to_thread(database_answers, product_dsn):
-            return web.text("ok\n")
-        return web.text("the product database does not answer\n", status=503)
+        return web.text("ok\n")
+
+    @app.page("/readyz")  # type: ignore[untyped-decorator]
+    async def readyz(web: Any, request: Any) -> Any:
+        if not await asyncio.to_thread(database_answers, product_dsn):
+            return web.text("the product database does not answer\n", status=503)
+        if not consuming():
+            return web.text("the events consumer has not joined its group\n", status=503)
+        return web.text("ready\n")
 
     @app.page("/metrics")  # type: ignore[untyped-decorator]
     async def metrics(web: Any, request: Any) -> Any:

@@ -108,6 +108,19 @@ class SweeperSettings(DatabaseSettings, JobQueueSettings):
     sweep_interval_seconds: float = Field(
         default=10.0, gt=0, description="GAPLESS_SWEEP_INTERVAL_SECONDS: pause between passes."
     )
+    sweep_http_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="GAPLESS_SWEEP_HTTP_PORT: /healthz, /readyz and /metrics of the looping"
+        " sweeper; 0 disables.",
+    )
+    sweep_http_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="GAPLESS_SWEEP_HTTP_HOST: the address the probes listen on (the image:"
+        " 0.0.0.0).",
+    )
     sweep_page_size: int = Field(
         default=200, ge=1, le=10_000, description="GAPLESS_SWEEP_PAGE_SIZE: jobs per page."
     )

@@ -15,7 +15,12 @@ class ApiSettings(PauseSettings, IntakeSettings, ApiTokenSettings):
     model_config = SettingsConfigDict(hide_input_in_errors=True)
 
     resolver_api_port: int = Field(
-        default=58080, ge=1, le=65535, description="GAPLESS_RESOLVER_API_PORT (on 127.0.0.1)."
+        default=18080, ge=1, le=65535, description="GAPLESS_RESOLVER_API_PORT"
+    )
+    resolver_api_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="GAPLESS_RESOLVER_API_HOST: the address it listens on (the image: 0.0.0.0).",
     )
     api_pool_size: int = Field(
         default=8, ge=1, le=200, description="GAPLESS_API_POOL_SIZE: resolver DB connections."

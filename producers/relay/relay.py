@@ -72,6 +72,8 @@ class Relay:
         self._turn = 0
         self._reconnect = reconnect or Reconnect()
         self.last_pass = 0.0
+        # Unix times: the loop last went round (liveness), a pass last completed (ready).
+        self.last_loop = 0.0
 
     @property
     def connected(self) -> bool:
@@ -214,6 +216,7 @@ class Relay:
         listener: psycopg.Connection | None = None
         try:
             while not stop.is_set():
+                self.last_loop = time.time()
                 try:
                     if listener is None:
                         listener = psycopg.connect(

@@ -9,7 +9,7 @@ import time
 from types import FrameType
 
 from db.pauses import PauseWatch
-from producers.relay.health import serve
+from producers.http.probes import serve
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
 from producers.relay.settings import RelaySettings
@@ -48,12 +48,21 @@ def run(settings: RelaySettings) -> None:
     relay = build(settings, pauses)
     server = None
     if settings.relay_http_port:
-        stale_after = max(30.0, settings.relay_poll_seconds * 10)
-        # Not ready while the database is away (the loop is reconnecting) or when no
-        # pass completed lately.
+        ready_after = max(30.0, settings.relay_poll_seconds * 10)
+        # A pass waits at most the delivery timeout per batch; a loop quiet for three
+        # of those (or ten polls) is stuck.
+        alive_after = max(
+            60.0, settings.relay_delivery_timeout_seconds * 3, settings.relay_poll_seconds * 10
+        )
+        started = time.time()
         server = serve(
+            settings.relay_http_host,
             settings.relay_http_port,
-            lambda: relay.connected and time.time() - relay.last_pass < stale_after,
+            # Alive from the start: the loop goes round, also while it reconnects.
+            lambda: time.time() - max(relay.last_loop, started) < alive_after,
+            # Not ready before its first pass, while the database is away (the loop is
+            # reconnecting), or when no pass completed lately.
+            lambda: relay.connected and time.time() - relay.last_pass < ready_after,
         )
     log.info("relay started, topic %s", settings.events_topic)
     try:

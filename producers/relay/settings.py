@@ -33,5 +33,11 @@ class RelaySettings(PauseSettings):
         default=0,
         ge=0,
         le=65535,
-        description="GAPLESS_RELAY_HTTP_PORT: /healthz and /metrics; 0 disables.",
+        description="GAPLESS_RELAY_HTTP_PORT: /healthz, /readyz and /metrics; 0 disables.",
+    )
+    relay_http_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="GAPLESS_RELAY_HTTP_HOST: the address the probes listen on (the image:"
+        " 0.0.0.0).",
     )

@@ -11,6 +11,7 @@ from types import FrameType
 import psycopg
 
 from db import retention as sql
+from producers.http.probes import Heartbeat, serve
 from producers.retention.consumers import declare_standing
 from producers.retention.pruner import RetentionPolicy, StreamPruned, prune_all
 from producers.retention.settings import RetentionSettings
@@ -82,9 +83,37 @@ def run(
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+    heartbeat = Heartbeat(stale_after=max(60.0, settings.prune_interval_seconds * 3))
+    server = None
+    if settings.prune_http_port:
+        # Alive: the loop goes round (also while it waits for the database); ready: a
+        # pass completed lately (not before the first one).
+        server = serve(
+            settings.prune_http_host,
+            settings.prune_http_port,
+            heartbeat.alive,
+            heartbeat.passed_lately,
+        )
     log.info("pruner started, retention age %ss", settings.retention_age_seconds)
+    try:
+        _loop(settings, on_pass, stop, after, reconnect, heartbeat)
+    finally:
+        if server is not None:
+            server.shutdown()
+    log.info("pruner stopped")
+
+
+def _loop(
+    settings: RetentionSettings,
+    on_pass: Callable[[list[StreamPruned]], None],
+    stop: threading.Event,
+    after: AfterPass | None,
+    reconnect: Reconnect,
+    heartbeat: Heartbeat,
+) -> None:
     declared = False
     while not stop.is_set():
+        heartbeat.looped()
         try:
             # Before the first pass: a consumer configured to stand must hold every
             # stream before anything is pruned.
@@ -100,6 +129,6 @@ def run(
         if not reconnect.connected:
             log.info("pruner reconnected to its database")
         reconnect.succeeded()
+        heartbeat.passed()
         on_pass(results)
         stop.wait(settings.prune_interval_seconds)
-    log.info("pruner stopped")

@@ -18,6 +18,19 @@ class RetentionSettings(DatabaseSettings, FencedRetentionSettings):
     prune_interval_seconds: float = Field(
         default=60.0, gt=0, description="GAPLESS_PRUNE_INTERVAL_SECONDS: pause between passes."
     )
+    prune_http_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="GAPLESS_PRUNE_HTTP_PORT: /healthz, /readyz and /metrics of the looping"
+        " pruner; 0 disables.",
+    )
+    prune_http_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="GAPLESS_PRUNE_HTTP_HOST: the address the probes listen on (the image:"
+        " 0.0.0.0).",
+    )
     prune_batch_size: int = Field(
         default=1000,
         ge=1,

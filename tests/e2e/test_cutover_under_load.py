@@ -128,13 +128,13 @@ def test_readers_and_writers_never_notice_the_cutover(
         GAPLESS_EXPORT_CHUNK_RECORDS="25",
     )
     processes = [
-        Deployed("resolver-api", ["resolver-api"], env, tmp_path / "api.log", f"{api_url}/healthz"),
+        Deployed("resolver-api", ["resolver-api"], env, tmp_path / "api.log", f"{api_url}/readyz"),
         Deployed(
             "relay",
             ["relay"],
             {**env, "GAPLESS_RELAY_HTTP_PORT": str(relay_port)},
             tmp_path / "relay.log",
-            f"http://127.0.0.1:{relay_port}/healthz",
+            f"http://127.0.0.1:{relay_port}/readyz",
         ),
         Deployed(
             "agents",
@@ -146,7 +146,7 @@ def test_readers_and_writers_never_notice_the_cutover(
                 "GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS": "0.5",
             },
             tmp_path / "agents.log",
-            f"http://127.0.0.1:{agents_port}/healthz",
+            f"http://127.0.0.1:{agents_port}/readyz",
         ),
         Deployed(
             "read-api",

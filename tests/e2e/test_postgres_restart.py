@@ -62,17 +62,17 @@ def _processes(topic: str, logs: Path) -> list[Deployed]:
         return Deployed(name, args, {**env, **extra}, logs / f"{name}.log", health)
 
     return [
-        process("resolver-api", ["resolver-api"], f"{api_url}/healthz"),
+        process("resolver-api", ["resolver-api"], f"{api_url}/readyz"),
         process(
             "relay",
             ["relay"],
-            f"http://127.0.0.1:{relay_port}/healthz",
+            f"http://127.0.0.1:{relay_port}/readyz",
             GAPLESS_RELAY_HTTP_PORT=str(relay_port),
         ),
         process(
             "agents",
             ["agents"],
-            f"http://127.0.0.1:{agents_port}/healthz",
+            f"http://127.0.0.1:{agents_port}/readyz",
             GAPLESS_AGENTS_APP_ID=f"pg-restart-{uuid.uuid4().hex[:8]}",
             GAPLESS_AGENTS_WEB_PORT=str(agents_port),
             GAPLESS_AGENTS_REPORT_INTERVAL_SECONDS="1",
@@ -80,7 +80,7 @@ def _processes(topic: str, logs: Path) -> list[Deployed]:
         process(
             "resolver-worker",
             ["resolver-worker"],
-            f"http://127.0.0.1:{worker_port}/healthz",
+            f"http://127.0.0.1:{worker_port}/readyz",
             GAPLESS_WORKER_HTTP_PORT=str(worker_port),
         ),
         # The sweeper names its connections, so the test can see it reconnect.

@@ -105,24 +105,24 @@ def _processes(topic: str, topics: Topics, logs: Path) -> dict[str, Deployed]:
 
     a_port, b_port = free_port(), free_port()
     return {
-        "resolver-api": process("resolver-api", ["resolver-api"], f"{api_url}/healthz"),
+        "resolver-api": process("resolver-api", ["resolver-api"], f"{api_url}/readyz"),
         "relay": process(
             "relay",
             ["relay"],
-            f"http://127.0.0.1:{relay_port}/healthz",
+            f"http://127.0.0.1:{relay_port}/readyz",
             GAPLESS_RELAY_HTTP_PORT=str(relay_port),
         ),
         "agents-a": process(
             "agents-a",
             ["agents"],
-            f"http://127.0.0.1:{a_port}/healthz",
+            f"http://127.0.0.1:{a_port}/readyz",
             GAPLESS_AGENTS_WEB_PORT=str(a_port),
             **agents,
         ),
         "agents-b": process(
             "agents-b",
             ["agents"],
-            f"http://127.0.0.1:{b_port}/healthz",
+            f"http://127.0.0.1:{b_port}/readyz",
             GAPLESS_AGENTS_WEB_PORT=str(b_port),
             **agents,
         ),

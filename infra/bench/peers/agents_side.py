@@ -74,7 +74,7 @@ def measure_agents(box: Sandbox, events: int, echo: Echo) -> Rate:
         ["agents"],
         env,
         logs / f"bench-{box.run_id}-agents.log",
-        f"http://127.0.0.1:{web}/healthz",
+        f"http://127.0.0.1:{web}/readyz",
     )
     started = time.monotonic()
     agents.start()

@@ -152,7 +152,7 @@ class OutboxRun:
             ["relay"],
             env,
             self.logs / f"bench-{self.box.run_id}-relay.log",
-            f"http://127.0.0.1:{port}/healthz",
+            f"http://127.0.0.1:{port}/readyz",
         )
         relay.start()
         self.relay = relay

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -20,7 +19,7 @@ from producers.capture.evidence_retention.metrics import EvidenceCollector
 from producers.capture.evidence_retention.settings import EvidenceSweepSettings
 from producers.capture.evidence_retention.sweep import SweepPolicy, SweepReport, sweep
 from producers.capture.exceptions import EvidenceRejected, EvidenceUnavailable
-from producers.relay.health import serve
+from producers.http.probes import Heartbeat, serve
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ def run(
     again at the next interval; stopping mid-pass is safe, each step commits on its
     own and a pending object deletion is finished by the next pass."""
     stop = stop or threading.Event()
-    last_pass = [time.monotonic()]
+    heartbeat = Heartbeat(stale_after=max(60.0, settings.evidence_sweep_interval_seconds * 3))
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("evidence sweeper stopping on signal %d", signum)
@@ -81,20 +80,24 @@ def run(
 
         collector = EvidenceCollector(connect)
         REGISTRY.register(collector)
-        stale_after = max(60.0, settings.evidence_sweep_interval_seconds * 3)
+        # Alive: the loop goes round; ready: a pass completed lately (not before the
+        # first, not while the database or the bucket is away).
         server = serve(
+            settings.evidence_sweep_http_host,
             settings.evidence_sweep_http_port,
-            lambda: time.monotonic() - last_pass[0] < stale_after,
+            heartbeat.alive,
+            heartbeat.passed_lately,
         )
     log.info("evidence sweeper started, window %ss", settings.evidence_retention_seconds)
     try:
         while not stop.is_set():
+            heartbeat.looped()
             try:
                 report = sweep_once(settings)
                 _DELETED.labels("capture").inc(len(report.captures))
                 _DELETED.labels("object").inc(len(report.objects))
                 on_pass(report)
-                last_pass[0] = time.monotonic()
+                heartbeat.passed()
             except (psycopg.Error, EvidenceUnavailable, EvidenceRejected) as exc:
                 log.warning("evidence sweep failed, retrying next interval: %s", exc)
             stop.wait(settings.evidence_sweep_interval_seconds)

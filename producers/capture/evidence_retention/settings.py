@@ -45,7 +45,13 @@ class EvidenceSweepSettings(DatabaseSettings, ObjectStoreSettings):
         default=0,
         ge=0,
         le=65_535,
-        description="GAPLESS_EVIDENCE_SWEEP_HTTP_PORT: /healthz and /metrics; 0 disables.",
+        description="GAPLESS_EVIDENCE_SWEEP_HTTP_PORT: /healthz, /readyz and /metrics; 0 disables.",
+    )
+    evidence_sweep_http_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="GAPLESS_EVIDENCE_SWEEP_HTTP_HOST: the address the probes listen on (the"
+        " image: 0.0.0.0).",
     )
     evidence_sweeper_id: str = Field(
         default_factory=_default_sweeper_id,

@@ -28,6 +28,7 @@ from producers.capture.intake.captures import enqueue_and_record
 from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.rules import backoff_seconds
 from producers.capture.settings import SweeperSettings
+from producers.http.probes import Heartbeat, serve
 from schemas.backoff import Reconnect
 from schemas.jobs import JobMessage
 
@@ -130,6 +131,9 @@ def run(settings: SweeperSettings, once: bool = False) -> SweepResult | None:
         name="job-sweeper",
         # A connection the server dropped (a restart) is found and replaced before use.
         check=ConnectionPool.check_connection,
+        # With the database away a pass waits this long for a connection, not the
+        # default 30 s, so a SIGTERM then is honoured within a container's grace.
+        timeout=5.0,
         open=True,
     )
     enqueuer = JobEnqueuer(
@@ -138,12 +142,23 @@ def run(settings: SweeperSettings, once: bool = False) -> SweepResult | None:
     sweeper = Sweeper(pool, enqueuer, settings)
     stop = threading.Event()
     reconnect = Reconnect(cap_seconds=min(5.0, settings.sweep_interval_seconds))
+    heartbeat = Heartbeat(stale_after=max(60.0, settings.sweep_interval_seconds * 3))
+    server = None
     try:
         if once:
             return sweeper.sweep_once()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        if settings.sweep_http_port:
+            # Alive: the loop goes round; ready: a pass completed lately.
+            server = serve(
+                settings.sweep_http_host,
+                settings.sweep_http_port,
+                heartbeat.alive,
+                heartbeat.passed_lately,
+            )
         while not stop.is_set():
+            heartbeat.looped()
             try:
                 result = sweeper.sweep_once()
             except psycopg.Error as exc:  # PoolTimeout included
@@ -154,6 +169,7 @@ def run(settings: SweeperSettings, once: bool = False) -> SweepResult | None:
             if not reconnect.connected:
                 log.info("sweeper reconnected to its database")
             reconnect.succeeded()
+            heartbeat.passed()
             if result.claimed:
                 log.info(
                     "swept %d pending jobs: %d enqueued, %d still pending",
@@ -164,5 +180,7 @@ def run(settings: SweeperSettings, once: bool = False) -> SweepResult | None:
             stop.wait(settings.sweep_interval_seconds)
         return None
     finally:
+        if server is not None:
+            server.shutdown()
         enqueuer.close()
         pool.close()

@@ -27,7 +27,7 @@ from producers.capture.worker.pipeline import CaptureWorker, Parse, parse_captur
 from producers.capture.worker.resolution import RESOLVE, Resolve
 from producers.capture.worker.retries import RetryPolicy
 from producers.capture.worker.settings import WorkerSettings
-from producers.relay.health import serve
+from producers.http.probes import serve
 from schemas.codec import CODEC
 
 log = logging.getLogger(__name__)
@@ -140,8 +140,12 @@ def run(
             REGISTRY.register(collector)
         stale_after = max(30.0, settings.worker_scan_interval_seconds * 3)
         server = serve(
+            settings.worker_http_host,
             settings.worker_http_port,
-            lambda: time.time() - loop.last_loop < stale_after and _database_answers(wiring.pool),
+            # Alive: the job loop goes round (it polls, scans and hands out runs);
+            # ready: and the resolver database answers.
+            lambda: time.time() - loop.last_loop < stale_after,
+            lambda: _database_answers(wiring.pool),
         )
     log.info(
         "resolver-worker %s started: topic %s, group %s",

@@ -76,3 +76,62 @@ def test_relay_serves_health_and_metrics_and_stops_cleanly_on_sigterm(
             relay.wait()
     output = relay.stdout.read().decode() if relay.stdout else ""
     assert "relay stopped" in output
+
+
+def test_relay_is_alive_from_the_start_and_ready_only_after_a_pass(
+    clean_db: DatabaseSettings, topic: str
+) -> None:
+    """Its database away (a port nothing listens on), the relay keeps reconnecting:
+    alive on /healthz all along, not ready on /readyz; with its database it turns
+    ready after its first pass."""
+    port, nowhere = free_port(), free_port()
+    away = dict(
+        os.environ,
+        GAPLESS_EVENTS_TOPIC=topic,
+        GAPLESS_RELAY_HTTP_PORT=str(port),
+        GAPLESS_RESOLVER_DSN=f"postgresql://nobody@127.0.0.1:{nowhere}/resolver",
+    )
+    for env, ready in ((away, 503), (dict(away, GAPLESS_RESOLVER_DSN=clean_db.resolver_dsn), 200)):
+        relay = subprocess.Popen(
+            [sys.executable, "-m", "infra.cli", "relay"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert relay.poll() is None, relay.stdout.read() if relay.stdout else ""
+                try:
+                    alive = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                    readiness = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
+                except httpx.HTTPError:
+                    readiness = None
+                if readiness is not None:
+                    assert alive.status_code == 200
+                    if readiness.status_code == ready:
+                        break
+                assert time.monotonic() < deadline, f"/readyz never answered {ready}"
+                time.sleep(0.2)
+            if ready == 503:
+                # Still not ready after a failed reconnect, and still alive.
+                _wait_logged(relay, "relay lost its database")
+                assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 503
+                assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            relay.send_signal(signal.SIGTERM)
+            assert relay.wait(timeout=20) == 0
+        finally:
+            if relay.poll() is None:
+                relay.kill()
+                relay.wait()
+
+
+def _wait_logged(process: subprocess.Popen[bytes], text: str) -> None:
+    assert process.stdout is not None
+    deadline = time.monotonic() + 30
+    seen = b""
+    while text.encode() not in seen:
+        assert time.monotonic() < deadline, f"never logged {text!r}:\n{seen.decode()[-2000:]}"
+        line = process.stdout.readline()
+        assert line, f"exited before logging {text!r}:\n{seen.decode()[-2000:]}"
+        seen += line

@@ -105,6 +105,8 @@ def test_the_loop_sweeps_on_its_schedule_and_serves_metrics(
         assert "gapless_evidence_missing_artifacts 1.0" in metrics
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
             assert r.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            assert r.status == 200  # two passes done
     finally:
         stop.set()
         loop.join(30)

@@ -146,12 +146,14 @@ def test_the_process_serves_health_and_metrics_and_stops_on_sigterm(harness: Har
         wait_for(lambda: finished() or child.poll() is not None, timeout=60)
         assert child.poll() is None, child.communicate()[1].decode()[-2000:]
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
+        ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).read()
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
     finally:
         child.send_signal(signal.SIGTERM)
         _out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err.decode()[-2000:]
     assert health == b"ok\n"
+    assert ready == b"ready\n"
     text = metrics.decode()
     assert 'gapless_worker_items_total{outcome="applied"} 1.0' in text
     assert 'gapless_intake_jobs{status="done"} 1.0' in text
