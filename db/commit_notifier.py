@@ -50,11 +50,17 @@ class CommitNotifier:
         self._conn: psycopg.Connection | None = None
         self.sent = 0
         """Notifications sent so far (for tests and metrics)."""
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> CommitNotifier:
-        """Start sending (what was announced before is sent then)."""
-        self._thread.start()
+        """Start sending (what was announced before is sent then); again after a
+        ``close`` (an application's lifespan can run more than once)."""
+        with self._wake:
+            if self._thread is not None and self._thread.is_alive():
+                return self
+            self._closed = False
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
         return self
 
     def announce(self, streams: Iterable[str]) -> None:
@@ -68,7 +74,7 @@ class CommitNotifier:
         with self._wake:
             self._closed = True
             self._wake.notify()
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
 
     def _run(self) -> None:

@@ -114,3 +114,14 @@ def test_a_notifier_whose_connection_was_killed_connects_again(
         assert time.monotonic() < deadline, "the notifier never announced again"
         notifier.announce(["s/2"])  # the first may be lost with the dead connection
         got += received(listener, 1.0)
+
+
+def test_a_notifier_started_again_after_close_announces_again(
+    clean_db: DatabaseSettings, listener: psycopg.Connection
+) -> None:
+    notifier = CommitNotifier(clean_db.resolver_dsn, "test-restarted")
+    for round_ in range(2):
+        notifier.start().start()  # a second start while running changes nothing
+        notifier.announce([f"s/{round_}"])
+        assert received(listener, DEADLINE_S) == [f"s/{round_}"]
+        notifier.close()
