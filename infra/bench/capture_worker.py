@@ -147,12 +147,14 @@ class _Bucket:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        deleted = 0
         for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.name):
             for obj in page.get("Contents", []):
                 self._s3.delete_object(Bucket=self.name, Key=obj["Key"])
-                deleted += 1
         self._s3.delete_bucket(Bucket=self.name)
+
+
+def worker_group(box: Sandbox) -> str:
+    return f"{box.consumer_group}-worker"
 
 
 def _processes(box: Sandbox, bucket: str, max_artifact: int, logs: Path) -> list[Deployed]:
@@ -184,10 +186,6 @@ def _processes(box: Sandbox, bucket: str, max_artifact: int, logs: Path) -> list
             f"http://127.0.0.1:{worker_port}/healthz",
         ),
     ]
-
-
-def worker_group(box: Sandbox) -> str:
-    return f"{box.consumer_group}-worker"
 
 
 def _post(api_url: str, token: str, body: dict[str, Any], key: str) -> uuid.UUID:
