@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from infra.bench.agents import AgentsFigures
 from infra.bench.applier import ApplierFigures
+from infra.bench.capture_worker import WorkerFigures
 from infra.bench.deployed_latency import RATES, DeployedLatency
 from infra.bench.latency import LatencyFigures
 from infra.bench.relay import RelayFigures
@@ -31,6 +32,7 @@ class Figures:
     latency: LatencyFigures
     agents: AgentsFigures
     deployed: DeployedLatency
+    worker: WorkerFigures
 
     def _deployed(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -44,9 +46,24 @@ class Figures:
         out["e2e_deployed_max_rate_eps"] = self.deployed.max_rate
         return out
 
+    def _worker(self) -> dict[str, object]:
+        k = self.worker
+        return {
+            "worker_products_per_s": round(k.per_second, 1),
+            "worker_products": k.products,
+            "worker_known_products": k.known,
+            "worker_seconds": round(k.seconds, 2),
+            "worker_job_s": round(k.job_seconds, 2),
+            "worker_decisions": k.decisions,
+            "worker_unchanged": k.outcomes.get("unchanged", 0),
+            "worker_review_cases": k.review_cases,
+        }
+
     def as_dict(self) -> dict[str, object]:
         w, r, a, e, g = self.writer, self.relay, self.applier, self.latency, self.agents
-        in_process, bare = a.applier.per_second, a.bare.per_second
+        # The agents' ratios from the rates as printed, so a reader dividing the two
+        # printed keys gets the printed ratio.
+        in_process, bare, agents = _eps(a.applier), _eps(a.bare), round(g.eps, 1)
         return {
             "writer_ratio_b1": _ratio(w.gapless_b1, w.baseline_b1),
             "writer_ratio_b100": _ratio(w.gapless_b100, w.baseline_b100),
@@ -78,13 +95,14 @@ class Figures:
             "e2e_max_ms": round(e.max_ms, 2),
             "e2e_relay_p50_ms": round(e.relay_p50_ms, 2),
             "e2e_consume_apply_p50_ms": round(e.consume_apply_p50_ms, 2),
-            "agents_backlog_eps": round(g.eps, 1),
-            "agents_ratio": round(g.eps / in_process, 3) if in_process else 0.0,
-            "agents_vs_bare": round(g.eps / bare, 3) if bare else 0.0,
+            "agents_backlog_eps": agents,
+            "agents_ratio": round(agents / in_process, 3) if in_process else 0.0,
+            "agents_vs_bare": round(agents / bare, 3) if bare else 0.0,
             "agents_backlog_events": g.events,
             "agents_rss_before_mb": round(g.rss_before_mb, 1),
             "agents_peak_rss_mb": round(g.peak_rss_mb, 1),
             **self._deployed(),
+            **self._worker(),
             "seconds": self.seconds,
             **self.environment,
         }
@@ -94,6 +112,7 @@ def render_table(figures: Figures) -> str:
     d = figures.as_dict()
     env = figures.environment
     w, r, a, e, g = figures.writer, figures.relay, figures.applier, figures.latency, figures.agents
+    k = figures.worker
 
     def row(name: str, ours: Rate, base: Rate | None, unit: str) -> str:
         if base is None:
@@ -149,5 +168,11 @@ def render_table(figures: Figures) -> str:
             for r in figures.deployed.rates
         ],
         f"  highest offered rate with p99 <= 100 ms: {figures.deployed.max_rate:.0f}/s",
+        "",
+        f"(g) the deployed capture worker (`gapless resolver-worker`) settling one json-feed"
+        f" capture of {k.products:,} products ({k.known:,} known to the catalog)",
+        f"  {k.per_second:>11,.0f} products/s over {k.seconds:.1f} s (job {k.job_seconds:.1f} s):"
+        f" {k.decisions:,} decisions, {d['worker_unchanged']:,} unchanged,"
+        f" {k.review_cases:,} review cases",
     ]
     return "\n".join(lines)

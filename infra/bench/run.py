@@ -8,7 +8,10 @@ d. end to end: writer COMMIT to projection COMMIT at a fixed offered load;
 e. the deployed agents (``gapless agents``, a subprocess) catching up a backlog of
    ``backlog`` events, against phase (c)'s rates;
 f. end to end through the deployed relay and agents at 200, 1,000 and 2,000
-   events/s offered (``infra.bench.deployed_latency``).
+   events/s offered (``infra.bench.deployed_latency``);
+g. the deployed capture worker (``gapless resolver-worker``) settling one json-feed
+   capture of ``worker_products`` products posted through the resolver API's intake
+   (``infra.bench.capture_worker``).
 Absolute figures depend on the machine; the ratios, taken within one run, are what
 to compare between changes.
 """
@@ -27,6 +30,7 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from infra.bench.agents import measure_agents
 from infra.bench.applier import measure_applier
+from infra.bench.capture_worker import PRODUCTS, measure_capture_worker
 from infra.bench.deployed_latency import measure_deployed_latency
 from infra.bench.latency import measure_latency
 from infra.bench.relay import measure_relay
@@ -60,7 +64,11 @@ def environment_of(box: Sandbox) -> dict[str, object]:
 
 
 def run_bench(
-    seconds: float, as_json: bool, echo: Callable[[str], None], backlog: int = BACKLOG
+    seconds: float,
+    as_json: bool,
+    echo: Callable[[str], None],
+    backlog: int = BACKLOG,
+    worker_products: int = PRODUCTS,
 ) -> None:
     """Prepare the local services, run every phase in a sandbox, print the figures."""
     from infra.config import use_local_services
@@ -69,7 +77,8 @@ def run_bench(
     use_local_services()
     provision(echo)
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
-    with sandbox(echo, extra_topics={"agents": 6, "deployed": 6, "control": 1, "status": 1}) as box:
+    topics = {"agents": 6, "deployed": 6, "control": 1, "status": 1, "jobs": 1}
+    with sandbox(echo, extra_topics=topics) as box:
         environment = environment_of(box)
         pool = ConnectionPool(
             box.databases.resolver_dsn, min_size=THREADS, max_size=THREADS, open=True
@@ -83,13 +92,16 @@ def run_bench(
             latency = measure_latency(box, pool, epochs, seconds, E2E_RATE, echo)
             agents = measure_agents(box, backlog, echo)
             deployed = measure_deployed_latency(box, seconds, echo)
+            worker = measure_capture_worker(box, worker_products, echo)
         finally:
             pool.close()
             epochs.close()
     environment.update(
         loadavg_start=loadavg_start, loadavg_end=[round(x, 2) for x in os.getloadavg()]
     )
-    figures = Figures(seconds, environment, writer, relay, applier, latency, agents, deployed)
+    figures = Figures(
+        seconds, environment, writer, relay, applier, latency, agents, deployed, worker
+    )
     if as_json:
         print(json.dumps(figures.as_dict()))
     else:

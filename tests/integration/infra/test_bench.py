@@ -1,14 +1,17 @@
-"""``gapless bench`` end to end at a tiny size against real PostgreSQL and Kafka: every
-phase runs (the deployed agents' backlog among them) and ``--json`` prints one object
-with every key, each of a sane value (never a timing assertion: speed is what the
-bench reports, not what a test judges), and nothing of its sandbox is left."""
+"""``gapless bench`` end to end at a tiny size against real PostgreSQL, Kafka and S3:
+every phase runs (the deployed agents' backlog and the deployed capture worker among
+them) and ``--json`` prints one object with every key, each of a sane value (never a
+timing assertion: speed is what the bench reports, not what a test judges), and
+nothing of its sandbox is left; ``gapless bench memory`` likewise."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,7 +25,15 @@ KEYS = (
     "loadavg_end", "cores", "e2e_deployed_p50_ms_200", "e2e_deployed_p99_ms_200",
     "e2e_deployed_p99_ms_1000", "e2e_deployed_p99_ms_2000", "e2e_deployed_achieved_eps_1000",
     "e2e_deployed_max_rate_eps", "writer_bulk_b100_eps", "writer_ratio_bulk_b100",
-    "writer_sql_replay_b1_eps", "writer_ratio_sql_b1",
+    "writer_sql_replay_b1_eps", "writer_ratio_sql_b1", "worker_products_per_s",
+    "worker_products", "worker_decisions", "worker_review_cases", "worker_unchanged",
+    "worker_seconds",
+)  # fmt: skip
+MEMORY_KEYS = (
+    "backlog_events", "relay_peak_rss_mb", "agents_peak_rss_mb", "relay_rss_10_mb",
+    "relay_rss_50_mb", "relay_rss_100_mb", "agents_rss_10_mb", "agents_rss_50_mb",
+    "agents_rss_100_mb", "relay_flat", "agents_flat", "relay_samples", "agents_samples",
+    "loadavg_start", "loadavg_end",
 )  # fmt: skip
 
 
@@ -34,22 +45,19 @@ def _sandboxes(settings: DatabaseSettings) -> list[str]:
     return sorted(r[0] for r in rows)
 
 
-def test_the_bench_reports_every_phase_the_deployed_agents_included(
-    db_settings: DatabaseSettings,
-) -> None:
-    before = _sandboxes(db_settings)
+def _buckets() -> set[str]:
+    from db.objects import s3_client
+    from infra.config import load
+    from schemas.settings import ObjectStoreSettings
+
+    listed = s3_client(load(ObjectStoreSettings)).list_buckets().get("Buckets", [])
+    return {b["Name"] for b in listed if "Name" in b}
+
+
+def _bench(*args: str) -> tuple[dict[str, Any], str]:
+    """Run ``gapless bench ARGS --json``: (its JSON object, its stderr)."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "infra.cli",
-            "bench",
-            "--seconds",
-            "1",
-            "--backlog",
-            "3000",
-            "--json",
-        ],
+        [sys.executable, "-m", "infra.cli", "bench", *args, "--json"],
         env=dict(os.environ),
         capture_output=True,
         timeout=600,
@@ -57,7 +65,14 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
     )
     stderr = done.stderr.decode(errors="replace")
     assert done.returncode == 0, stderr[-4000:]
-    d = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return json.loads(done.stdout.decode().strip().splitlines()[-1]), stderr
+
+
+def test_the_bench_reports_every_phase_the_deployed_agents_included(
+    db_settings: DatabaseSettings,
+) -> None:
+    before, buckets = _sandboxes(db_settings), _buckets()
+    d, stderr = _bench("--seconds", "1", "--backlog", "3000", "--worker-products", "100")
     assert set(KEYS) <= d.keys(), set(KEYS) - d.keys()
     assert d["agents_backlog_events"] == 3000
     assert d["agents_backlog_eps"] > 0 and d["applier_eps"] > 0
@@ -72,5 +87,25 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
         assert 0 < d[f"e2e_deployed_p50_ms_{rate}"] <= d[f"e2e_deployed_p99_ms_{rate}"]
         assert d[f"e2e_deployed_achieved_eps_{rate}"] > 0
     assert d["e2e_deployed_max_rate_eps"] in (0, 200, 1000, 2000)
+    assert d["worker_products"] == 100 and d["worker_products_per_s"] > 0
+    # 10 known products (half changed), 90 new of which one has no GTIN.
+    assert (d["worker_decisions"], d["worker_unchanged"], d["worker_review_cases"]) == (94, 5, 1)
     assert "(e) the deployed agents" not in stderr  # the table is for --json-less runs
+    assert _sandboxes(db_settings) == before
+    assert _buckets() == buckets
+
+
+def test_the_memory_bench_follows_the_relay_and_the_agents_through_the_backlog(
+    db_settings: DatabaseSettings,
+) -> None:
+    before = _sandboxes(db_settings)
+    d, _stderr = _bench("memory", "--events", "4000")
+    assert set(MEMORY_KEYS) <= d.keys(), set(MEMORY_KEYS) - d.keys()
+    assert d["backlog_events"] == 4000
+    for name in ("relay", "agents"):
+        samples = d[f"{name}_samples"]
+        assert samples[-1][1] == 4000  # the last sample saw the whole backlog done
+        assert all(a[1] <= b[1] for a, b in itertools.pairwise(samples))
+        assert d[f"{name}_peak_rss_mb"] >= d[f"{name}_rss_100_mb"] > 20
+        assert isinstance(d[f"{name}_flat"], bool)
     assert _sandboxes(db_settings) == before
