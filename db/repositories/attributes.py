@@ -142,6 +142,25 @@ def get_definition(
     return _definition(row) if row else None
 
 
+def get_definitions(
+    tx: Transaction, tenant_id: str, catalog_id: str, versions: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], DefinitionRow]:
+    """``get_definition(..., lock="share")`` for several ``(key, version)`` pairs in one
+    statement, locked in key order."""
+    if not versions:
+        return {}
+    pairs = sorted(set(versions))
+    rows = tx.execute(
+        _DEFINITION + " WHERE d.tenant_id = %s AND d.catalog_id = %s"
+        " AND (d.attribute_key, d.version) IN"
+        " (SELECT * FROM unnest(%s::text[], %s::int4[]))"
+        " ORDER BY d.attribute_key, d.version FOR SHARE OF d",
+        (tenant_id, catalog_id, [k for k, _ in pairs], [v for _, v in pairs]),
+    ).fetchall()
+    found = [_definition(r) for r in rows]
+    return {(d.attribute_key, d.version): d for d in found}
+
+
 def list_definitions(
     tx: Transaction, tenant_id: str, catalog_id: str, attribute_key: str | None = None
 ) -> list[DefinitionRow]:
@@ -266,6 +285,55 @@ def save_value(
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ValueWrite:
+    """One item's value of one key, as ``save_values`` writes it."""
+
+    item_id: str
+    attribute_key: str
+    definition_version: int
+    value: str
+    item_revision: int
+
+
+def save_values(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    writes: Sequence[ValueWrite],
+    decision_id: uuid.UUID,
+) -> dict[tuple[str, str], int]:
+    """``save_value`` for several distinct (item, key) pairs in one statement; returns
+    the new revision by (item id, key)."""
+    if not writes:
+        return {}
+    rows = tx.execute(
+        "INSERT INTO attribute_value (tenant_id, catalog_id, item_id, attribute_key,"
+        " definition_version, value, item_revision, revision, decision_id)"
+        " SELECT %(t)s, %(c)s, r.item_id, r.attribute_key, r.version, r.value,"
+        " r.item_revision, 1, %(d)s"
+        " FROM unnest(%(items)b::text[], %(keys)b::text[], %(versions)b::int4[],"
+        " %(values)b::text[], %(item_revisions)b::int4[])"
+        " AS r(item_id, attribute_key, version, value, item_revision)"
+        " ON CONFLICT (tenant_id, catalog_id, item_id, attribute_key) DO UPDATE SET"
+        " definition_version = excluded.definition_version, value = excluded.value,"
+        " item_revision = excluded.item_revision, decision_id = excluded.decision_id,"
+        " revision = attribute_value.revision + 1, updated_at = now()"
+        " RETURNING item_id, attribute_key, revision",
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "d": decision_id,
+            "items": [w.item_id for w in writes],
+            "keys": [w.attribute_key for w in writes],
+            "versions": [w.definition_version for w in writes],
+            "values": [w.value for w in writes],
+            "item_revisions": [w.item_revision for w in writes],
+        },
+    ).fetchall()
+    return {(r[0], r[1]): int(r[2]) for r in rows}
 
 
 def values_of_item(

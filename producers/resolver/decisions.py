@@ -125,8 +125,9 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
        immutable decision row (INV-05);
     4. apply each fact with ``revision + 1`` and its invariant checks (INV-01, INV-03,
        INV-07, INV-08), each naming the decision; consecutive independent facts of a
-       set-based type (items, retirements, listing mappings) together, one statement
-       per step (``fact_runs``), with the same outcome as one by one;
+       set-based type (items, retirements, listing mappings, attribute values)
+       together, one statement per step (``fact_runs``), with the same outcome as one
+       by one;
     5. queue one event per affected aggregate revision with its dependencies: the
        decision's first, then the facts' in the order they were applied;
     6. record the decision's effects: every aggregate revision those events change

@@ -18,13 +18,15 @@ What could take a value out of its definition's reach later, and how it is refus
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg.errors
 
 from db.repositories import attributes as rows
 from db.repositories import catalog_items as items
-from db.repositories.attributes import DefinitionRow
+from db.repositories.attributes import DefinitionRow, ValueWrite
+from db.repositories.catalog_items import ItemRow
 from db.stream_writer import PendingEvent
 from db.tables.attributes import VALUE_TYPES
 from db.unit_of_work import UnitOfWork
@@ -53,7 +55,7 @@ from producers.resolver.exceptions import (
     ItemNotFound,
     ParentClassNotFound,
 )
-from producers.resolver.facts import DecisionScope
+from producers.resolver.facts import DecisionScope, Footprint
 from schemas.events import AggregateRef, AttributeDefined, AttributeValueSet, CatalogClassDefined
 from schemas.ids import definition_id, value_id
 
@@ -156,7 +158,24 @@ class SetAttributeValue:
             raise ItemNotFound(f"no item can have the id {self.item_id!r}")
 
     def accept(self, uow: UnitOfWork, scope: DecisionScope) -> None:
-        set_attribute_value(uow, scope, self)
+        set_attribute_values(uow, scope, [self])
+
+    def footprint(self) -> Footprint:
+        return Footprint(
+            frozenset({(VALUE, value_id(self.item_id, self.attribute_key))}),
+            frozenset(
+                {
+                    (ITEM, self.item_id),
+                    (DEFINITION, definition_id(self.attribute_key, self.version)),
+                }
+            ),
+        )
+
+    @classmethod
+    def accept_all(
+        cls, uow: UnitOfWork, scope: DecisionScope, facts: Sequence[SetAttributeValue]
+    ) -> None:
+        set_attribute_values(uow, scope, facts)
 
 
 # --- the write path (parts of ``record_decision``) -------------------------------------
@@ -260,84 +279,103 @@ def publish_attribute(uow: UnitOfWork, scope: DecisionScope, fact: PublishAttrib
 
 
 def set_attribute_value(uow: UnitOfWork, scope: DecisionScope, fact: SetAttributeValue) -> int:
-    """Write the item's value of the key with ``revision + 1``; returns the revision.
+    """Write one item's value of one key (``set_attribute_values``); returns its revision."""
+    return set_attribute_values(uow, scope, [fact])[0]
+
+
+def set_attribute_values(
+    uow: UnitOfWork, scope: DecisionScope, facts: Sequence[SetAttributeValue]
+) -> list[int]:
+    """Write each item's value of its key with ``revision + 1`` (distinct (item, key)
+    pairs); returns the revisions in order. One statement per step for all the facts,
+    the lineage once per class met.
 
     1. lock the stream's cursor (before reading anything exported);
-    2. share-lock the definition version and require it published (a published
-       version never changes, so its type and applicability hold from here on);
-    3. share-lock the item and require it active: FOR SHARE conflicts with any
-       writer's UPDATE of the row, so the item can neither leave 'active' nor change
-       class until this transaction ends;
-    4. require the version to apply to the item's class or one of its ancestors (the
-       lineage is read without locks: classes never change through the domain, and
-       the deferred trigger re-checks, with locks, for writers that skip it);
-    5. turn the value into canonical text for the definition's type;
-    6. write the value naming the item revision it saw, and queue its event, depending
-       on that item revision and on the published definition revision.
-    The deferred INV-07 trigger re-checks the row at COMMIT.
+    2. share-lock the definition versions named (in key order); a published version
+       never changes, so its type and applicability hold from here on;
+    3. share-lock the items (in key order): FOR SHARE conflicts with any writer's
+       UPDATE of the row, so an item can neither leave 'active' nor change class until
+       this transaction ends;
+    4. check each fact in order, the first failure refused: its definition version
+       exists and is published, its item exists and is active, the version applies to
+       the item's class or one of its ancestors (the lineage is read without locks:
+       classes never change through the domain, and the deferred trigger re-checks,
+       with locks, for writers that skip it), and the value is canonical text for the
+       definition's type;
+    5. write the values, each naming the item revision it saw, and queue their events
+       in order, each depending on that item revision and on the published definition
+       revision.
+    The deferred INV-07 trigger re-checks the rows at COMMIT.
     """
     writer = uow.stream(scope.tenant_id, scope.catalog_id)
     tx = uow.tx
-    where = f"{scope.tenant_id}/{scope.catalog_id}"
-    name = f"attribute {fact.attribute_key!r} version {fact.version}"
-    definition = rows.get_definition(
-        tx, scope.tenant_id, scope.catalog_id, fact.attribute_key, fact.version, lock="share"
-    )
-    if definition is None:
-        raise AttributeNotFound(f"no {name} in {where}")
-    if definition.status != "published":
-        raise AttributeNotPublished(f"{name} is a {definition.status}, not published")
-
-    item = items.get_for_share(tx, scope.tenant_id, scope.catalog_id, fact.item_id)
-    if item is None:
-        raise ItemNotFound(f"no item {fact.item_id!r} in {where}")
-    if item.status != "active":
-        raise ItemNotActive(f"item {fact.item_id!r} of {where} is {item.status}")
-
-    lineage = rows.lineage(tx, scope.tenant_id, scope.catalog_id, item.class_id)
-    if not applies(lineage, definition.applies_to):
-        raise AttributeNotApplicable(
-            f"{name} applies to {list(definition.applies_to)}, not to item"
-            f" {fact.item_id!r} of class {' < '.join(lineage)}"
-        )
-    value = canonical_value(definition.value_type, definition.allowed_values, fact.value)
-
-    revision = rows.save_value(
+    t, c = scope.tenant_id, scope.catalog_id
+    where = f"{t}/{c}"
+    definitions = rows.get_definitions(tx, t, c, [(f.attribute_key, f.version) for f in facts])
+    found = items.get_many_for_share(tx, t, c, [f.item_id for f in facts])
+    lineages: dict[str, list[str]] = {}
+    checked: list[tuple[SetAttributeValue, DefinitionRow, ItemRow, str]] = []
+    for fact in facts:
+        name = f"attribute {fact.attribute_key!r} version {fact.version}"
+        definition = definitions.get((fact.attribute_key, fact.version))
+        if definition is None:
+            raise AttributeNotFound(f"no {name} in {where}")
+        if definition.status != "published":
+            raise AttributeNotPublished(f"{name} is a {definition.status}, not published")
+        item = found.get(fact.item_id)
+        if item is None:
+            raise ItemNotFound(f"no item {fact.item_id!r} in {where}")
+        if item.status != "active":
+            raise ItemNotActive(f"item {fact.item_id!r} of {where} is {item.status}")
+        lineage = lineages.get(item.class_id)
+        if lineage is None:
+            lineage = lineages[item.class_id] = rows.lineage(tx, t, c, item.class_id)
+        if not applies(lineage, definition.applies_to):
+            raise AttributeNotApplicable(
+                f"{name} applies to {list(definition.applies_to)}, not to item"
+                f" {fact.item_id!r} of class {' < '.join(lineage)}"
+            )
+        value = canonical_value(definition.value_type, definition.allowed_values, fact.value)
+        checked.append((fact, definition, item, value))
+    revisions = rows.save_values(
         tx,
-        scope.tenant_id,
-        scope.catalog_id,
-        fact.item_id,
-        fact.attribute_key,
-        fact.version,
-        value,
-        item.revision,
+        t,
+        c,
+        [
+            ValueWrite(f.item_id, f.attribute_key, f.version, value, item.revision)
+            for f, _, item, value in checked
+        ],
         scope.decision_id,
     )
-    writer.append(
-        PendingEvent(
-            aggregate=AggregateRef(
-                type=VALUE, id=value_id(fact.item_id, fact.attribute_key), revision=revision
-            ),
-            dependencies=(
-                AggregateRef(type=ITEM, id=item.item_id, revision=item.revision),
-                AggregateRef(
-                    type=DEFINITION,
-                    id=definition_id(fact.attribute_key, fact.version),
-                    revision=definition.revision,
+    saved: list[int] = []
+    for fact, definition, item, value in checked:
+        revision = revisions[(fact.item_id, fact.attribute_key)]
+        saved.append(revision)
+        writer.append(
+            PendingEvent(
+                aggregate=AggregateRef(
+                    type=VALUE, id=value_id(fact.item_id, fact.attribute_key), revision=revision
                 ),
-            ),
-            payload=AttributeValueSet(
-                item_id=fact.item_id,
-                item_revision=item.revision,
-                attribute_key=fact.attribute_key,
-                definition_version=fact.version,
-                value_type=definition.value_type,
-                value=value,
-                decision_id=scope.decision_id,
-            ),
+                dependencies=(
+                    AggregateRef(type=ITEM, id=item.item_id, revision=item.revision),
+                    AggregateRef(
+                        type=DEFINITION,
+                        id=definition_id(fact.attribute_key, fact.version),
+                        revision=definition.revision,
+                    ),
+                ),
+                payload=AttributeValueSet(
+                    item_id=fact.item_id,
+                    item_revision=item.revision,
+                    attribute_key=fact.attribute_key,
+                    definition_version=fact.version,
+                    value_type=definition.value_type,
+                    value=value,
+                    decision_id=scope.decision_id,
+                ),
+            )
         )
-    )
-    return revision
+    return saved
 
 
 def _defined_event(definition: DefinitionRow) -> PendingEvent:

@@ -15,6 +15,7 @@ import pytest
 
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction, UnitOfWork
+from producers.resolver.attributes.facts import DefineAttribute, DefineClass, SetAttributeValue
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import DomainError
@@ -81,6 +82,19 @@ def setup_steps() -> list[Step]:
         ],
         # The same item twice in one decision, and a parent written after its child read it.
         lambda c: [item(c, "i3", "again"), item(c, "i3", "and again"), item(c, "i4", parent="i6")],
+        lambda c: [
+            DefineClass("shoe"),
+            DefineClass("boot"),
+            DefineAttribute("colour", 1, "Colour", "text", ("shoe",), publish=True),
+            DefineAttribute("size", 1, "Size", "number", ("shoe",), publish=True),
+            DefineAttribute("draft", 1, "Draft", "text", ("shoe",)),
+        ],
+        # Values of several items and keys, one key set twice for one item (its own run).
+        lambda c: [
+            *(SetAttributeValue(f"i{k}", "colour", 1, f"c{k}") for k in range(4)),
+            *(SetAttributeValue(f"i{k}", "size", 1, 40 + k) for k in range(3)),
+            SetAttributeValue("i0", "colour", 1, "again"),
+        ],
     ]
 
 
@@ -100,6 +114,17 @@ REFUSED: list[Step] = [
     lambda c: [MapListing("L1", "i2"), MapListing("L9", "i9"), MapListing("L8", "nope")],
     # An item of another catalog in the middle of a run.
     lambda c: [item(c, "n1"), item("elsewhere", "n2"), item(c, "n3", parent="nope")],
+    # A class change that would strand a value, after a harmless one.
+    lambda c: [item(c, "i5"), ItemChange(TENANT, c, "i1", "boot", "a boot")],
+    # Values: a draft definition, a retired item, a missing one, a bad number.
+    lambda c: [
+        SetAttributeValue("i2", "colour", 1, "red"),
+        SetAttributeValue("i2", "draft", 1, "x"),
+        SetAttributeValue("i8", "colour", 1, "x"),
+    ],
+    lambda c: [SetAttributeValue("i2", "colour", 1, "red"), SetAttributeValue("i8", "size", 1, 1)],
+    lambda c: [SetAttributeValue("i2", "size", 1, "big"), SetAttributeValue("nope", "size", 1, 1)],
+    lambda c: [SetAttributeValue("i2", "size", 2, 1)],
 ]
 
 
@@ -112,6 +137,11 @@ def state(dsn: str, catalog: str) -> dict[str, Any]:
         items = conn.execute(
             "SELECT item_id, class_id, status, title, parent_item_id, attributes, revision"
             f" FROM catalog_item {where} ORDER BY item_id",
+            key,
+        ).fetchall()
+        attribute_values = conn.execute(
+            "SELECT item_id, attribute_key, definition_version, value, item_revision, revision"
+            f" FROM attribute_value {where} ORDER BY item_id, attribute_key",
             key,
         ).fetchall()
         mappings = conn.execute(
@@ -151,6 +181,7 @@ def state(dsn: str, catalog: str) -> dict[str, Any]:
     return {
         "items": text(items),
         "mappings": text(mappings),
+        "values": text(attribute_values),
         "effects": sorted(text(effects)),
         "events": text(events),
     }
@@ -174,6 +205,7 @@ def test_facts_accepted_together_equal_facts_accepted_one_by_one(
     for kind, rows in before.items():
         assert rows == alone[kind], kind
     assert len(before["items"]) == 15 and len(before["mappings"]) == 8
+    assert len(before["values"]) == 7
 
     errors = []
     for step in REFUSED:
@@ -187,6 +219,11 @@ def test_facts_accepted_together_equal_facts_accepted_one_by_one(
         "ITEM_WAS_SPLIT",
         "TARGET_NOT_ACTIVE",
         "INVALID_DECISION",
+        "ATTRIBUTE_NOT_APPLICABLE",
+        "ATTRIBUTE_NOT_PUBLISHED",
+        "ITEM_NOT_ACTIVE",
+        "ATTRIBUTE_VALUE_INVALID",
+        "ATTRIBUTE_NOT_FOUND",
     ]
     # A refused decision leaves nothing behind, either way.
     assert state(dsn, "together") == before
@@ -220,6 +257,10 @@ def test_a_decision_of_many_items_sends_as_many_statements_as_one_of_two(
     assert many == few
     assert count([MapListing(f"L{k}", "b1") for k in range(100)]) == count(
         [MapListing(f"M{k}", "a1") for k in range(2)]
+    )
+    count([DefineAttribute("colour", 1, "Colour", "text", ("shoe",), publish=True)])
+    assert count([SetAttributeValue(f"b{k}", "colour", 1, "red") for k in range(100)]) == count(
+        [SetAttributeValue(f"a{k}", "colour", 1, "red") for k in range(2)]
     )
     assert count([RetireItem(f"b{k}", "x") for k in range(100)]) == count(
         [RetireItem(f"a{k}", "x") for k in range(2)]
