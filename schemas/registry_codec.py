@@ -92,6 +92,8 @@ class RegistryCodec(EventCodec):
         found = self._ids.get(kind.fullname)
         if found is not None:
             return found
+        # Serializes first registrations only (a cached id never takes it): two writer
+        # threads would both register, and both set the subject's compatibility.
         with self._lock:
             found = self._ids.get(kind.fullname)
             if found is None:
