@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from schemas.settings import GaplessSettings, KafkaSettings
+from schemas.settings import GaplessSettings, KafkaSettings, SchemaRegistrySettings
 
 if TYPE_CHECKING:
     from db.pauses import PauseWatch
@@ -76,9 +76,10 @@ class FencedRetentionSettings(GaplessSettings):
     )
 
 
-class PauseSettings(DatabaseSettings, KafkaSettings):
+class PauseSettings(DatabaseSettings, KafkaSettings, SchemaRegistrySettings):
     """What a process that honours catalog pauses (``db.pauses``) needs: the control
-    database that holds them and the control topic that announces them."""
+    database that holds them and the control topic that announces them; and, since
+    every such process writes or reads events, the schema registry."""
 
     pause_poll_seconds: float = Field(
         default=2.0,

@@ -11,9 +11,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
-from schemas.codec import CODEC
 from schemas.events import CatalogItemRetired, CatalogItemUpserted, Envelope
 from schemas.exceptions import CodecError
+from schemas.registry_codec import codec_for
+from schemas.settings import SchemaRegistrySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ def tail(
             "enable.partition.eof": True,
         }
     )
+    codec = codec_for(SchemaRegistrySettings())  # both framings when a registry is set
     try:
         partitions = list(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
@@ -138,7 +140,7 @@ def tail(
                 raise RuntimeError(f"Kafka error while tailing {topic}: {error}")
             at_end.discard(partition)
             try:
-                event = CODEC.decode_value(message.value() or b"")
+                event = codec.decode_value(message.value() or b"")
             except CodecError as exc:
                 on_error(partition, offset, exc)
                 continue

@@ -38,6 +38,7 @@ from producers.resolver.routes import router as resolver_router
 from producers.retention.metrics import RetentionCollector
 from producers.retention.routes import router as retention_router
 from schemas.http.errors import ErrorBody, error_response, install_error_handlers
+from schemas.registry_codec import codec_for
 
 DESCRIPTION = """\
 The resolver's HTTP API. Every request carries `Authorization: Bearer <token>`; a
@@ -116,7 +117,14 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     )
     app.state.grants = settings.grants()
     app.state.resources = Resources(
-        pool, uow_pool, epochs, settings.lease_max_ttl_seconds, CLAIM_FIELDS, pauses, notifier
+        pool,
+        uow_pool,
+        epochs,
+        settings.lease_max_ttl_seconds,
+        CLAIM_FIELDS,
+        pauses,
+        notifier,
+        codec_for(settings),
     )
     install_error_handlers(
         app,

@@ -398,6 +398,9 @@ class EventCodec:
 
     Build one per process and share it (``CODEC``); it holds no per-message state.
     ``avro_dir`` is for tests that need another set of current and released schemas.
+    This one writes and reads the single-object framing only; with a schema registry
+    configured, processes use ``schemas.registry_codec.RegistryCodec``, which writes
+    the Confluent framing and reads both.
     """
 
     def __init__(self, avro_dir: Path = AVRO_DIR) -> None:
@@ -421,7 +424,8 @@ class EventCodec:
             raise Unencodable(
                 f"no schema for payload type {type(envelope.payload).__name__}",
             )
-        return self._value.encode(
+        return self._encode(
+            self._value,
             {
                 "tenant_id": envelope.tenant_id,
                 "catalog_id": envelope.catalog_id,
@@ -433,12 +437,12 @@ class EventCodec:
                 "dependencies": [_aggregate_record(ref) for ref in envelope.dependencies],
                 "occurred_at": envelope.occurred_at,
                 "payload": to_record(envelope.payload),
-            }
+            },
         )
 
     def decode_value(self, data: bytes) -> Envelope:
         """The envelope framed in ``data``; any unreadable input raises ``CodecError``."""
-        record = self._value.decode(data)
+        record = self._decode(self._value, data)
         try:
             payload_name, payload_record = record["payload"]
             payload = _PAYLOADS[payload_name](payload_record)
@@ -465,15 +469,23 @@ class EventCodec:
 
     def encode_key(self, key: StreamKey) -> bytes:
         """The framed Avro bytes of a stream key."""
-        return self._key.encode({"tenant_id": key.tenant_id, "catalog_id": key.catalog_id})
+        return self._encode(self._key, {"tenant_id": key.tenant_id, "catalog_id": key.catalog_id})
 
     def decode_key(self, data: bytes) -> StreamKey:
         """The stream key framed in ``data``; any unreadable input raises ``CodecError``."""
-        record = self._key.decode(data)
+        record = self._decode(self._key, data)
         try:
             return StreamKey(tenant_id=record["tenant_id"], catalog_id=record["catalog_id"])
         except Exception as exc:
             raise MalformedBody(f"decoded key is not a stream key: {exc!r}") from exc
+
+    def _encode(self, kind: SingleObjectFormat, record: Mapping[str, Any]) -> bytes:
+        """The framed bytes of one record; ``schemas.registry_codec`` frames otherwise."""
+        return kind.encode(record)
+
+    def _decode(self, kind: SingleObjectFormat, data: bytes) -> Any:
+        """The record framed in ``data``; ``schemas.registry_codec`` reads both framings."""
+        return kind.decode(data)
 
     def headers(self, envelope: Envelope) -> KafkaHeaders:
         """Kafka headers: event_id and history_epoch as UTF-8 text."""

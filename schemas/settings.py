@@ -64,6 +64,20 @@ class KafkaSettings(GaplessSettings):
     )
 
 
+class SchemaRegistrySettings(GaplessSettings):
+    """Where the Confluent-compatible schema registry is, for the processes that encode
+    or decode events (``schemas.registry_codec``)."""
+
+    schema_registry_url: str | None = Field(
+        default=None,
+        description=(
+            "GAPLESS_SCHEMA_REGISTRY_URL: the registry's Confluent-compatible API"
+            " (Apicurio: <address>/apis/ccompat/v7). Set: writers encode in the Confluent"
+            " framing and readers read it; unset: the single-object framing only."
+        ),
+    )
+
+
 class ObjectStoreSettings(GaplessSettings):
     """The S3-compatible object store and the bounds of every call to it; shared by
     the API (evidence puts, export writes), the capture worker (evidence reads), the

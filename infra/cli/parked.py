@@ -137,11 +137,14 @@ def parked_retry(event_ids: tuple[uuid.UUID, ...], as_json: bool) -> None:
     from processors.applier.exceptions import ParkedRepairError
     from processors.applier.parked_repair import retry
     from processors.settings import AgentSettings
-    from schemas.codec import CODEC
+    from schemas.registry_codec import codec_for
 
     settings = guarded(lambda: load(AgentSettings))
     applier = Applier(
-        settings.product_dsn, EpochSource(settings.control_dsn), CODEC, settings.agents_consumer
+        settings.product_dsn,
+        EpochSource(settings.control_dsn),
+        codec_for(settings),
+        settings.agents_consumer,
     )
     try:
         outcomes = retry(applier, list(dict.fromkeys(event_ids)))

@@ -71,11 +71,14 @@ def quarantine_retry(entry_ids: tuple[int, ...], as_json: bool) -> None:
     from processors.applier.exceptions import QuarantineRepairError
     from processors.applier.repair import retry
     from processors.settings import AgentSettings
-    from schemas.codec import CODEC
+    from schemas.registry_codec import codec_for
 
     settings = guarded(lambda: load(AgentSettings))
     applier = Applier(
-        settings.product_dsn, EpochSource(settings.control_dsn), CODEC, settings.agents_consumer
+        settings.product_dsn,
+        EpochSource(settings.control_dsn),
+        codec_for(settings),
+        settings.agents_consumer,
     )
     failed = 0
     for entry_id in entry_ids:

@@ -59,8 +59,9 @@ from producers.resolver.listing_mappings import MapListing
 from producers.resolver.review_cases import CaseRevision, open_case
 from producers.resolver.shipping_policies import VersionShippingPolicy
 from producers.resolver.splits import SplitItem, Successor
-from schemas.codec import CODEC
 from schemas.events import Envelope, EvidenceRef
+from schemas.registry_codec import codec_for
+from schemas.settings import SchemaRegistrySettings
 
 CLASSES = ("shoe", "jacket", "lamp", "kettle", "desk")
 CLASS_TREE = (
@@ -230,6 +231,7 @@ def run_workload(
     run on catalogs an earlier one wrote needs an ``id_tag`` of its own (the ids it
     makes would collide otherwise)."""
     catalogs = [_Catalog(t, c, tag=id_tag) for t, c in streams]
+    codec = codec_for(SchemaRegistrySettings())  # the framing users' writers would choose
     stats = WorkloadStats()
     names = [name for name, _ in OPERATIONS]
     weights = [weight for _, weight in OPERATIONS]
@@ -242,7 +244,7 @@ def run_workload(
             with stats.lock:
                 stats.refusals_attempted[step.refusal] += 1
         try:
-            with unit(pool, epochs, CODEC) as uow:
+            with unit(pool, epochs, codec) as uow:
                 record_decision(uow, step.decision)
                 envelopes = uow.envelopes
         except _Abandon:
@@ -605,7 +607,7 @@ def _open(
     pool: ConnectionPool, epochs: EpochSource, stats: WorkloadStats, c: _Catalog, case: str
 ) -> None:
     """Open a case (the resolver's own work queue: no cursor lock, no event)."""
-    with UnitOfWork(pool, epochs, CODEC) as uow:
+    with UnitOfWork(pool, epochs, codec_for(SchemaRegistrySettings())) as uow:
         open_case(uow, c.tenant_id, c.catalog_id, case, "listing", case.removeprefix("case-"))
         uow.commit()
     with stats.lock:

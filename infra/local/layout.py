@@ -48,13 +48,15 @@ def _repo_root() -> Path:
 
 @dataclass(frozen=True)
 class Layout:
-    """Paths and ports shared by the three launchers."""
+    """Paths and ports shared by the launchers."""
 
     local: Path
     pg_port: int
     kafka_port: int
     kafka_controller_port: int
     s3_port: int
+    registry_port: int = 18081
+    registry_management_port: int = 18091
 
     @property
     def logs(self) -> Path:
@@ -89,4 +91,6 @@ def current_layout() -> Layout:
         kafka_port=_port("GAPLESS_LOCAL_KAFKA_PORT", 19092),
         kafka_controller_port=_port("GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT", 19093),
         s3_port=_port("GAPLESS_LOCAL_S3_PORT", 19000),
+        registry_port=_port("GAPLESS_LOCAL_REGISTRY_PORT", 18081),
+        registry_management_port=_port("GAPLESS_LOCAL_REGISTRY_MANAGEMENT_PORT", 18091),
     )

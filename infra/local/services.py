@@ -12,7 +12,7 @@ import fcntl
 import os
 from collections.abc import Callable, Iterator
 
-from infra.local import collector_keys, kafka, postgres, s3
+from infra.local import collector_keys, kafka, postgres, registry, s3
 from infra.local.api_token import dev_token, dev_token_grant
 from infra.local.errors import ServiceError
 from infra.local.layout import Layout, current_layout
@@ -40,7 +40,8 @@ def _exclusive(layout: Layout) -> Iterator[None]:
 
 
 def up(echo: Echo) -> None:
-    """Start PostgreSQL, Kafka and versitygw unless running; wait until each is ready.
+    """Start PostgreSQL, Kafka, versitygw and the schema registry unless running; wait
+    until each is ready.
 
     Raises ServiceError (with a hint) when a prerequisite is missing, a port is
     taken (``PortTaken``, naming the holder and the variable that moves the port:
@@ -49,11 +50,12 @@ def up(echo: Echo) -> None:
     """
     layout = current_layout()
     with _exclusive(layout):
-        for launcher in (postgres, kafka, s3):
+        for launcher in (postgres, kafka, s3, registry):
             launcher.check_ports(layout)
         postgres.start(layout, echo)
         kafka.start(layout, echo)
         s3.start(layout, echo)
+        registry.start(layout, echo)
 
 
 def down(echo: Echo) -> None:
@@ -65,7 +67,7 @@ def down(echo: Echo) -> None:
     layout = current_layout()
     failures: list[ServiceError] = []
     with _exclusive(layout):
-        for stop in (s3.stop, kafka.stop, postgres.stop):
+        for stop in (registry.stop, s3.stop, kafka.stop, postgres.stop):
             try:
                 stop(layout, echo)
             except ServiceError as exc:
@@ -78,7 +80,12 @@ def down(echo: Echo) -> None:
 def status() -> list[ServiceStatus]:
     """One ServiceStatus per service, in start order. Never starts anything."""
     layout = current_layout()
-    return [postgres.status(layout), kafka.status(layout), s3.status(layout)]
+    return [
+        postgres.status(layout),
+        kafka.status(layout),
+        s3.status(layout),
+        registry.status(layout),
+    ]
 
 
 def local_environment() -> dict[str, str]:

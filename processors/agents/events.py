@@ -45,7 +45,8 @@ from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.settings import AgentSettings
 from schemas.backoff import Reconnect
-from schemas.codec import CODEC
+from schemas.exceptions import RegistryUnavailable
+from schemas.registry_codec import codec_for
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,9 @@ class EventsConsumer:
         while not self._stop.is_set():
             try:
                 return self._applier.apply(messages)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            except (psycopg.OperationalError, psycopg.InterfaceError, RegistryUnavailable) as exc:
+                # RegistryUnavailable: a Confluent-framed event whose writer schema the
+                # registry could not be asked for; the bytes may be good, so wait.
                 pause = reconnect.failed()
                 log.warning("batch not applied, retrying in %.1fs: %s", pause, exc)
             except Exception:
@@ -223,7 +226,7 @@ def register(
     applier = Applier(
         settings.product_dsn,
         EpochSource(settings.control_dsn),
-        CODEC,
+        codec_for(settings),
         consumer=settings.agents_consumer,
         pauses=pauses,
     )

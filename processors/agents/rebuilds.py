@@ -29,6 +29,7 @@ from processors.resolver_client import ResolverClient
 from processors.settings import AgentSettings
 from schemas import control
 from schemas.exceptions import CodecError
+from schemas.registry_codec import codec_for
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         stale_export_seconds=settings.rebuild_stale_export_seconds,
         # Its own source: the orchestrator runs in another thread than the agent.
         epochs=EpochSource(settings.control_dsn),
+        codec=codec_for(settings),
         on_change=status.row_changed,
     )
 

@@ -18,7 +18,7 @@ from processors.gaps import GapCloser
 from processors.reporter import ProgressReporter
 from processors.resolver_client import ResolverClient, RetryPolicy
 from processors.settings import AgentSettings
-from schemas.codec import CODEC
+from schemas.registry_codec import codec_for
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def register(
         Applier(
             settings.product_dsn,
             EpochSource(settings.control_dsn),
-            CODEC,
+            codec_for(settings),
             consumer=settings.agents_consumer,
             pauses=pauses,
         ),

@@ -125,7 +125,9 @@ class Applier:
         The caller may acknowledge the messages only after this returns. If it raises,
         nothing of the batch is committed and the messages must be delivered again.
         A message that cannot be decoded, or whose event fails to apply on its own,
-        is quarantined (committed) instead of raising; so is a parked event whose
+        is quarantined (committed) instead of raising (except when the schema registry
+        is unavailable, ``CodecError.retryable``: that raises, so the batch is delivered
+        again rather than good events set aside); so is a parked event whose
         release fails, and an event that would park on a skipped one. An event of a
         paused catalog (``pauses``) in its current epoch is left out, unrecorded: its
         stream's progress stays before it, and after the resume the gap closer fetches
@@ -141,6 +143,8 @@ class Applier:
                     raise Truncated("message has no value")
                 decoded.append(_Decoded(message, self._codec.decode_value(message.value)))
             except CodecError as exc:
+                if exc.retryable:
+                    raise  # the registry is unavailable: the bytes may be good
                 undecodable.append((message, exc))
         keys = {(d.event.tenant_id, d.event.catalog_id) for d in decoded}
         with self._unpaused(keys) as allowed:

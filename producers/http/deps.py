@@ -14,7 +14,7 @@ from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
 from db.pauses import PauseWatch
 from db.unit_of_work import UnitOfWork
-from schemas.codec import CODEC
+from schemas.codec import CODEC, EventCodec
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,8 @@ class Resources:
     ``uow_pool`` is not: a Unit of Work owns one transaction on one of its
     connections from the first statement to ``commit()`` or rollback.
     ``claim_fields`` are the names captured products can state, which an identity
-    rule may name (from the capture adapters' inventories).
+    rule may name (from the capture adapters' inventories). ``codec`` frames the
+    events (``schemas.registry_codec.codec_for``: the settings choose the framing).
     """
 
     pool: ConnectionPool
@@ -35,11 +36,12 @@ class Resources:
     claim_fields: frozenset[str]
     pauses: PauseWatch | None = None
     notifier: CommitNotifier | None = None
+    codec: EventCodec = CODEC
 
     def unit_of_work(self) -> UnitOfWork:
         """A unit of work that refuses paused catalogs (``STREAM_PAUSED``, 503) and
         wakes the relay after its commit (``db.commit_notifier``)."""
-        return UnitOfWork(self.uow_pool, self.epochs, CODEC, self.pauses, self.notifier)
+        return UnitOfWork(self.uow_pool, self.epochs, self.codec, self.pauses, self.notifier)
 
 
 def resources(request: Request) -> Resources:

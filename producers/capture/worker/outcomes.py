@@ -19,6 +19,7 @@ import psycopg.errors
 
 from producers.capture.exceptions import AdapterError, Failure
 from producers.resolver.exceptions import DomainError
+from schemas.exceptions import IncompatibleSchema, RegistryUnavailable
 
 MAX_ERROR_CHARS = 500
 
@@ -53,6 +54,10 @@ def classify(exc: BaseException) -> Classified:
         return Classified(exc.code, False, sanitize(exc.message))
     if isinstance(exc, DomainError):
         return Classified(exc.code, exc.code in RETRYABLE_DOMAIN_CODES, sanitize(exc.message))
+    if isinstance(exc, RegistryUnavailable | IncompatibleSchema):
+        # The schema registry's answer, under its own code; retried within the budget
+        # (the registry back, or its subject's history mended, the write goes through).
+        return Classified(exc.code, True, sanitize(exc.message))
     text = sanitize(f"{type(exc).__name__}: {exc}")
     if isinstance(
         exc,

@@ -28,7 +28,7 @@ from producers.capture.worker.resolution import RESOLVE, Resolve
 from producers.capture.worker.retries import RetryPolicy
 from producers.capture.worker.settings import WorkerSettings
 from producers.http.probes import serve
-from schemas.codec import CODEC
+from schemas.registry_codec import codec_for
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def build(
         pool,
         uow_pool,
         epochs,
-        CODEC,
+        codec_for(s),
         EvidenceReader.from_settings(s, slots),
         parse,
         resolve,

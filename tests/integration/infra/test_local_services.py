@@ -152,7 +152,7 @@ def test_up_twice_leaves_running_services_alone(env: dict[str, str]) -> None:
     up(messages.append)
 
     after = status()
-    assert [s.name for s in after] == ["postgres", "kafka", "s3"]
+    assert [s.name for s in after] == ["postgres", "kafka", "s3", "registry"]
     assert all(s.running for s in after), after
     assert [s.pid for s in after] == [s.pid for s in before]
     assert not any("starting" in message for message in messages), messages

@@ -31,6 +31,10 @@ READ_ELSEWHERE = {
     "GAPLESS_LOCAL_KAFKA_PORT",
     "GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT",
     "GAPLESS_LOCAL_S3_PORT",
+    "GAPLESS_LOCAL_REGISTRY_PORT",
+    "GAPLESS_LOCAL_REGISTRY_MANAGEMENT_PORT",
+    # infra/local/registry.py: the java that runs the local schema registry.
+    "GAPLESS_LOCAL_REGISTRY_JAVA",
     # infra/cli/output.py: who an operator command acts as, for the audit trail.
     "GAPLESS_OPERATOR",
 }
