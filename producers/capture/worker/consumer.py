@@ -30,22 +30,26 @@ from producers.capture.worker import metrics
 from producers.capture.worker.pipeline import RunReport
 from schemas.exceptions import CodecError
 from schemas.jobs import JobMessage
+from schemas.settings import KafkaConnection, client_config
 
 log = logging.getLogger(__name__)
 
 
-def job_consumer(bootstrap: str, group: str, topic: str, client_id: str) -> Consumer:
+def job_consumer(kafka: KafkaConnection, group: str, topic: str, client_id: str) -> Consumer:
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "client.id": client_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            # A dead worker's partitions move on soon; its jobs wait for their claims to expire.
-            "session.timeout.ms": 10_000,
-            "logger": log,
-        }
+        client_config(
+            kafka,
+            {
+                "group.id": group,
+                "client.id": client_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                # A dead worker's partitions move on soon; its jobs wait for their
+                # claims to expire.
+                "session.timeout.ms": 10_000,
+                "logger": log,
+            },
+        )
     )
     consumer.subscribe([topic])
     return consumer
