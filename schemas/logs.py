@@ -2,9 +2,9 @@
 
 Every long-running process calls ``configure_logging`` once at start-up. A record
 about one event carries it in ``extra`` (``event_fields``), and the JSON line has its
-``stream``, ``position`` and ``event_id`` beside ``ts``, ``level``, ``logger`` and
-``msg``. It sits in ``schemas`` so the processes in ``producers`` and ``processors``
-can use it as well as ``infra``.
+``stream``, ``position`` and ``event_id`` (or a capture job's ``job_id``) beside
+``ts``, ``level``, ``logger`` and ``msg``. It sits in ``schemas`` so the processes in
+``producers`` and ``processors`` can use it as well as ``infra``.
 """
 
 from __future__ import annotations
@@ -17,18 +17,30 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas.ids import StreamId
 from schemas.settings import LogSettings
 
 # The extra fields a record may carry, in the order they are written.
-EVENT_FIELDS = ("stream", "position", "event_id")
+EVENT_FIELDS = ("stream", "position", "event_id", "job_id")
 
 
 def event_fields(
-    stream: object = None, position: int | None = None, event_id: uuid.UUID | str | None = None
+    stream: StreamId | tuple[str, str, int] | None = None,
+    position: int | None = None,
+    event_id: uuid.UUID | str | None = None,
+    job_id: uuid.UUID | str | None = None,
 ) -> dict[str, Any]:
-    """``extra=`` for a log record about one event (or one stream), without the unknowns."""
-    found = {"stream": stream, "position": position, "event_id": event_id}
-    return {k: (v if isinstance(v, int) else str(v)) for k, v in found.items() if v is not None}
+    """``extra=`` for a log record about one event, stream or capture job, without the
+    unknowns; a stream is written ``tenant/catalog@epoch``."""
+    if isinstance(stream, tuple):
+        stream = StreamId(*stream)
+    found: dict[str, Any] = {
+        "stream": None if stream is None else str(stream),
+        "position": position,
+        "event_id": None if event_id is None else str(event_id),
+        "job_id": None if job_id is None else str(job_id),
+    }
+    return {k: v for k, v in found.items() if v is not None}
 
 
 class JsonFormatter(logging.Formatter):
