@@ -280,7 +280,10 @@ class _Seek:
         """A partition read to its end without the position: whatever comes next is new."""
         if partition in self.seeking and self.target is not None:
             self.seeking.discard(partition)
-            self._progress(f"partition {partition}: position {self.target.position} not found")
+            self._progress(
+                f"partition {partition} read to its end: no event of the stream at or"
+                f" after position {self.target.position}"
+            )
 
     def _report(self) -> None:
         now = time.monotonic()

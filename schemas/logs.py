@@ -62,7 +62,8 @@ class JsonFormatter(logging.Formatter):
             line["exc"] = self.formatException(record.exc_info)
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        # Compact, as the lines have always been written: greps for '"msg":"…"' hold.
+        return json.dumps(line, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
 class TextFormatter(logging.Formatter):
