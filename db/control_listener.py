@@ -19,14 +19,15 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 from db.pauses import PauseWatch
 from schemas import control
 from schemas.exceptions import CodecError
+from schemas.settings import KafkaConnection, client_config
 
 log = logging.getLogger(__name__)
 
 
 class ControlListener:
-    def __init__(self, watch: PauseWatch, bootstrap: str, topic: str) -> None:
+    def __init__(self, watch: PauseWatch, kafka: KafkaConnection, topic: str) -> None:
         self._watch = watch
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._topic = topic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -51,12 +52,14 @@ class ControlListener:
 
     def _listen(self) -> None:
         consumer = Consumer(
-            {
-                "bootstrap.servers": self._bootstrap,
-                "group.id": f"pause-listener-{uuid.uuid4()}",  # never joined: assign()
-                "enable.auto.commit": False,
-                "enable.partition.eof": False,
-            }
+            client_config(
+                self._kafka,
+                {
+                    "group.id": f"pause-listener-{uuid.uuid4()}",  # never joined: assign()
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": False,
+                },
+            )
         )
         try:
             metadata = consumer.list_topics(self._topic, timeout=10)
@@ -83,11 +86,11 @@ class ControlListener:
             consumer.close()
 
 
-def listener(bootstrap: str, topic: str) -> Callable[[PauseWatch], Callable[[], None]]:
+def listener(kafka: KafkaConnection, topic: str) -> Callable[[PauseWatch], Callable[[], None]]:
     """What a ``PauseWatch`` calls at its start (``listen``): a listener for it,
     started; returns its stop."""
 
     def start(watch: PauseWatch) -> Callable[[], None]:
-        return ControlListener(watch, bootstrap, topic).start().stop
+        return ControlListener(watch, kafka, topic).start().stop
 
     return start

@@ -99,5 +99,5 @@ class PauseSettings(DatabaseSettings, KafkaSettings, SchemaRegistrySettings):
             self.control_dsn,
             role,
             poll_seconds=self.pause_poll_seconds,
-            listen=listener(self.kafka_bootstrap, self.control_topic),
+            listen=listener(self.client_config(), self.control_topic),
         )

@@ -35,9 +35,10 @@ def load(settings_class: type[S]) -> S:
         problems = []
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"])
-            variable = _variable(settings_class, field)
             given = "" if hide else f" (got {error.get('input')!r})"
-            problems.append(f"{variable}: {error['msg']}{given}")
+            # A check across fields has no location: its message names the variables.
+            named = f"{_variable(settings_class, field)}: " if field else ""
+            problems.append(f"{named}{error['msg']}{given}")
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
     present = {name.upper() for name in os.environ}
     for current, *deprecated in settings_class.variables().values():

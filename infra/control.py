@@ -11,6 +11,7 @@ from confluent_kafka import KafkaException, Producer
 from schemas import control
 from schemas.control import ControlCommand
 from schemas.errors import GaplessError
+from schemas.settings import KafkaConnection, client_config
 from schemas.topics import CONTROL_TOPIC
 
 
@@ -43,11 +44,14 @@ def rebuild_command(
 
 
 def publish(
-    bootstrap: str, command: ControlCommand, topic: str = CONTROL_TOPIC, timeout: float = 15.0
+    kafka: KafkaConnection,
+    command: ControlCommand,
+    topic: str = CONTROL_TOPIC,
+    timeout: float = 15.0,
 ) -> None:
     """Put one command on the control topic (``GAPLESS_CONTROL_TOPIC``) and wait for
     the broker's confirmation."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = Producer(client_config(kafka, {"enable.idempotence": True}))
     problems: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:

@@ -221,7 +221,7 @@ def fence_epoch(
             consumer,
             rebuild_id,
         )
-        publish(kafka.kafka_bootstrap, command, kafka.control_topic)
+        publish(kafka.client_config(), command, kafka.control_topic)
         echo(f"5/6 rebuild at epoch {issued.epoch} requested: {rebuild_id}")
     else:
         echo(f"5/6 rebuild at epoch {issued.epoch}: {rebuild_id} is {report.rebuild_phase}")

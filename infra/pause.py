@@ -65,7 +65,7 @@ class PauseReport:
 
 def _announce(kafka: KafkaSettings, kind: Kind, pause: Pause, actor: str, reason: str) -> None:
     publish(
-        kafka.kafka_bootstrap,
+        kafka.client_config(),
         ControlCommand(
             command_id=pause.pause_id,
             kind=kind,

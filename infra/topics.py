@@ -13,7 +13,7 @@ from schemas.topics import JOBS_TOPIC
 
 def ensure_topics(settings: KafkaSettings, echo: Callable[[str], None] = lambda _: None) -> None:
     """Create missing topics; existing ones are left as they are."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(settings.client_config())
     existing = set(admin.list_topics(timeout=15).topics)
     wanted = {
         settings.events_topic: settings.events_partitions,

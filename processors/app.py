@@ -7,6 +7,7 @@ from typing import Any
 
 import faust
 
+from processors.broker import broker_credentials
 from processors.settings import AgentSettings
 
 
@@ -23,6 +24,7 @@ def create_app(settings: AgentSettings) -> Any:
     app = faust.App(
         settings.agents_app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=broker_credentials(settings),
         store="memory://",
         autodiscover=False,
         topic_replication_factor=1,

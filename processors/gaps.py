@@ -38,6 +38,7 @@ from processors.applier.progress import Stream
 from processors.exceptions import ResolverUnavailable, RetainedEventsGone
 from processors.reporter import NEEDS_REBUILD
 from processors.resolver_client import ResolverClient
+from schemas.logs import event_fields
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ class GapCloser:
                     stream,
                     position,
                     exc,
+                    extra=event_fields(stream, position + 1),
                 )
                 self._gone[stream] = position
                 NEEDS_REBUILD.labels(*map(str, stream)).set(1)
@@ -193,5 +195,6 @@ class GapCloser:
                 position,
                 result.applied,
                 result.duplicates,
+                extra=event_fields(stream, position + 1),
             )
         return results

@@ -89,7 +89,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
         settings.resolver_dsn, settings.control_dsn, exports_settings or ExportSettings()
     )
     enqueuer = JobEnqueuer(
-        settings.kafka_bootstrap, settings.jobs_topic, settings.enqueue_timeout_seconds
+        settings.client_config(), settings.jobs_topic, settings.enqueue_timeout_seconds
     )
 
     @asynccontextmanager

@@ -14,7 +14,10 @@ This module sits in ``schemas``, the lowest layer, so ``db``, ``producers``,
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, SecretStr
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import CONTROL_TOPIC, EVENTS_TOPIC, REBUILD_STATUS_TOPIC
@@ -42,9 +45,44 @@ class GaplessSettings(BaseSettings):
         return found
 
 
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+# Each security field and the librdkafka property it passes through, unchanged.
+KAFKA_SECURITY_PROPERTIES = {
+    "kafka_security_protocol": "security.protocol",
+    "kafka_sasl_mechanism": "sasl.mechanism",
+    "kafka_sasl_username": "sasl.username",
+    "kafka_sasl_password": "sasl.password",
+    "kafka_ssl_ca_location": "ssl.ca.location",
+    "kafka_ssl_certificate_location": "ssl.certificate.location",
+    "kafka_ssl_key_location": "ssl.key.location",
+    "kafka_ssl_key_password": "ssl.key.password",
+    "kafka_ssl_endpoint_identification_algorithm": "ssl.endpoint.identification.algorithm",
+}
+
+
+KafkaConnection = str | Mapping[str, Any]
+"""A bootstrap list (a broker without security, e.g. the local one), or
+``KafkaSettings.client_config()``, which carries the security settings."""
+
+
+def client_config(
+    connection: KafkaConnection, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Kafka client's configuration: the connection's, plus the client's own
+    ``extra`` properties."""
+    base = {"bootstrap.servers": connection} if isinstance(connection, str) else dict(connection)
+    return {**base, **(extra or {})}
+
+
 class KafkaSettings(GaplessSettings):
-    """The broker, the events topic's name and layout, and the control and rebuild
+    """The broker, its security settings (passed through to every Kafka client the
+    project builds), the events topic's name and layout, and the control and rebuild
     status topics' names."""
+
+    # The SASL and key passwords must not end up in an error message.
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
 
     kafka_bootstrap: str = Field(
         default="127.0.0.1:19092",
@@ -62,6 +100,87 @@ class KafkaSettings(GaplessSettings):
         default=REBUILD_STATUS_TOPIC,
         description="GAPLESS_REBUILD_STATUS_TOPIC: the agents' rebuild status events.",
     )
+    kafka_security_protocol: SecurityProtocol | None = Field(
+        default=None, description="GAPLESS_KAFKA_SECURITY_PROTOCOL: security.protocol."
+    )
+    kafka_sasl_mechanism: SaslMechanism | None = Field(
+        default=None, description="GAPLESS_KAFKA_SASL_MECHANISM: sasl.mechanism."
+    )
+    kafka_sasl_username: str | None = Field(
+        default=None, description="GAPLESS_KAFKA_SASL_USERNAME: sasl.username."
+    )
+    kafka_sasl_password: SecretStr | None = Field(
+        default=None, description="GAPLESS_KAFKA_SASL_PASSWORD: sasl.password."
+    )
+    kafka_ssl_ca_location: str | None = Field(
+        default=None, description="GAPLESS_KAFKA_SSL_CA_LOCATION: ssl.ca.location."
+    )
+    kafka_ssl_certificate_location: str | None = Field(
+        default=None,
+        description="GAPLESS_KAFKA_SSL_CERTIFICATE_LOCATION: ssl.certificate.location.",
+    )
+    kafka_ssl_key_location: str | None = Field(
+        default=None, description="GAPLESS_KAFKA_SSL_KEY_LOCATION: ssl.key.location."
+    )
+    kafka_ssl_key_password: SecretStr | None = Field(
+        default=None, description="GAPLESS_KAFKA_SSL_KEY_PASSWORD: ssl.key.password."
+    )
+    kafka_ssl_endpoint_identification_algorithm: Literal["https", "none"] | None = Field(
+        default=None,
+        description="GAPLESS_KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM:"
+        " ssl.endpoint.identification.algorithm.",
+    )
+
+    @model_validator(mode="after")
+    def _security_consistent(self) -> KafkaSettings:
+        """Refuse at start-up what librdkafka would refuse (or ignore) at the first
+        connection, naming the variables."""
+        protocol = self.kafka_security_protocol or "PLAINTEXT"
+        sasl = protocol.startswith("SASL_")
+        if self.kafka_sasl_mechanism is not None and not sasl:
+            raise ValueError(
+                "GAPLESS_KAFKA_SASL_MECHANISM needs GAPLESS_KAFKA_SECURITY_PROTOCOL"
+                f" SASL_PLAINTEXT or SASL_SSL (it is {protocol})"
+            )
+        if sasl and (self.kafka_sasl_username is None or self.kafka_sasl_password is None):
+            raise ValueError(
+                f"GAPLESS_KAFKA_SECURITY_PROTOCOL={protocol} needs GAPLESS_KAFKA_SASL_USERNAME"
+                " and GAPLESS_KAFKA_SASL_PASSWORD"
+            )
+        if not sasl and (self.kafka_sasl_username or self.kafka_sasl_password):
+            raise ValueError(
+                "GAPLESS_KAFKA_SASL_USERNAME and GAPLESS_KAFKA_SASL_PASSWORD need"
+                f" GAPLESS_KAFKA_SECURITY_PROTOCOL SASL_PLAINTEXT or SASL_SSL (it is {protocol})"
+            )
+        ssl_set = [
+            name
+            for name in KAFKA_SECURITY_PROPERTIES
+            if name.startswith("kafka_ssl_") and getattr(self, name) is not None
+        ]
+        if ssl_set and not protocol.endswith("SSL"):
+            named = ", ".join(f"GAPLESS_{n.upper()}" for n in ssl_set)
+            raise ValueError(
+                f"{named} need GAPLESS_KAFKA_SECURITY_PROTOCOL SSL or SASL_SSL (it is {protocol})"
+            )
+        return self
+
+    def kafka_security(self) -> dict[str, str]:
+        """The security properties that are set, under librdkafka's names."""
+        found: dict[str, str] = {}
+        for name, prop in KAFKA_SECURITY_PROPERTIES.items():
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            if value is not None:
+                found[prop] = value
+        return found
+
+    def client_config(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every Kafka client's base configuration: the bootstrap list and the security
+        settings, plus the client's own ``extra`` properties."""
+        return client_config(
+            {"bootstrap.servers": self.kafka_bootstrap, **self.kafka_security()}, extra
+        )
 
 
 class SchemaRegistrySettings(GaplessSettings):
@@ -109,3 +228,21 @@ class ObjectStoreSettings(GaplessSettings):
         le=256,
         description="GAPLESS_S3_MAX_CONCURRENCY: object calls in flight per process.",
     )
+
+
+class LogSettings(GaplessSettings):
+    """How the long-running processes log (see ``schemas.logs``)."""
+
+    log_format: Literal["json", "text"] | None = Field(
+        default=None,
+        description="GAPLESS_LOG_FORMAT: json (one object per line) or text; unset: json"
+        " when stderr is not a terminal, text when it is.",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        default="INFO", description="GAPLESS_LOG_LEVEL"
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value

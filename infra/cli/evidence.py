@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from infra.cli.output import actor, echo, emit, fail, guarded, json_logging, resolver_conn
+from infra.cli.output import actor, echo, emit, fail, guarded, process_logging, resolver_conn
 from infra.config import load
 
 
@@ -93,7 +93,7 @@ def evidence_sweeper() -> None:
     from producers.capture.evidence_retention.service import run
     from producers.capture.evidence_retention.settings import EvidenceSweepSettings
 
-    json_logging()
+    process_logging()
     settings = guarded(lambda: load(EvidenceSweepSettings))
     log = logging.getLogger("gapless.evidence")
 

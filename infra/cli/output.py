@@ -1,10 +1,9 @@
-"""What every command shares: messages to stderr, failing with exit code 2, JSON logs,
+"""What every command shares: messages to stderr, failing with exit code 2, the logs,
 one record printed as a JSON object or as a table line, and the operator's name."""
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -40,14 +39,13 @@ def emit(as_json: bool, record: Mapping[str, Any], line: str) -> None:
     click.echo(json.dumps(record) if as_json else line)
 
 
-def json_logging(level: str = "INFO") -> None:
-    """Structured logs on stderr, one JSON object per line, for the long-running processes."""
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-        '"msg":"%(message)s"}',
-    )
+def process_logging() -> None:
+    """Logs of a long-running process on stderr: JSON lines, or text on a terminal
+    (GAPLESS_LOG_FORMAT, GAPLESS_LOG_LEVEL)."""
+    from schemas.logs import configure_logging
+    from schemas.settings import LogSettings
+
+    configure_logging(guarded(lambda: load(LogSettings)))
 
 
 def actor() -> str:

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from infra.cli.output import echo, emit, guarded, json_logging
+from infra.cli.output import echo, emit, guarded, process_logging
 from infra.config import load
 
 
@@ -18,7 +18,7 @@ def relay() -> None:
     from producers.relay.service import run as run_relay
     from producers.relay.settings import RelaySettings
 
-    json_logging()
+    process_logging()
     settings = guarded(lambda: load(RelaySettings))
     run_relay(settings)
 
@@ -33,7 +33,7 @@ def resolver_api() -> None:
     from producers.exports.settings import ExportSettings
     from producers.http.settings import ApiSettings
 
-    json_logging()
+    process_logging()
     settings = guarded(lambda: load(ApiSettings))
     exports = guarded(lambda: load(ExportSettings))
     uvicorn.run(
@@ -58,7 +58,7 @@ def read_api() -> None:
     from processors.serving.app import create_app
     from processors.settings import ReadApiSettings
 
-    json_logging()
+    process_logging()
     settings = guarded(lambda: load(ReadApiSettings))
     uvicorn.run(
         create_app(settings),
@@ -112,21 +112,29 @@ def prune(once: bool, as_json: bool) -> None:
         if not results:
             echo("no stream has published events left to prune")
         return
-    json_logging()
+    process_logging()
     run(settings, lambda results: show(results, quiet=True), after=exports.sweep)
 
 
 @click.command()
 def agents() -> None:
     """Run the product agents (a Faust worker) until SIGTERM (a deployable process)."""
+    import sys
+
     import faust
 
     from processors.app import create_app
     from processors.settings import AgentSettings
+    from schemas.logs import logging_config
+    from schemas.settings import LogSettings
 
     settings = guarded(lambda: load(AgentSettings))
+    logs = guarded(lambda: load(LogSettings))
     app = create_app(settings)
-    worker = faust.Worker(app, loglevel="INFO")
+    # Faust's worker sets up logging itself as it starts: hand it the same JSON or text.
+    worker = faust.Worker(
+        app, loglevel=logs.log_level, logging_config=logging_config(logs, sys.stderr.isatty())
+    )
     worker.execute_from_commandline()
 
 
@@ -145,7 +153,7 @@ def sweep_jobs(once: bool) -> None:
 
     settings = guarded(lambda: load(SweeperSettings))
     if not once:
-        json_logging()
+        process_logging()
     result = run(settings, once)
     if result is not None:
         click.echo(
@@ -173,6 +181,6 @@ def resolver_worker() -> None:
     from producers.capture.worker.service import run
     from producers.capture.worker.settings import WorkerSettings
 
-    json_logging()
+    process_logging()
     settings = guarded(lambda: load(WorkerSettings))
     run(settings)

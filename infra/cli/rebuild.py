@@ -21,7 +21,7 @@ def _publish(command: Any) -> None:
 
     settings = guarded(lambda: load(KafkaSettings))
     try:
-        publish(settings.kafka_bootstrap, command, settings.control_topic)
+        publish(settings.client_config(), command, settings.control_topic)
     except ControlTopicUnavailable as exc:
         fail(exc)
 
@@ -175,11 +175,12 @@ class StatusWatch:
         settings = guarded(lambda: load(KafkaSettings))
         status_topic = settings.rebuild_status_topic
         self._consumer = Consumer(
-            {
-                "bootstrap.servers": settings.kafka_bootstrap,
-                "group.id": f"gapless-rebuild-wait-{uuid.uuid4()}",
-                "enable.auto.commit": False,
-            }
+            settings.client_config(
+                {
+                    "group.id": f"gapless-rebuild-wait-{uuid.uuid4()}",
+                    "enable.auto.commit": False,
+                }
+            )
         )
         now_ms = int(time.time() * 1000) - 1000
         topic = self._consumer.list_topics(status_topic, timeout=10).topics

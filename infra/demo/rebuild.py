@@ -49,7 +49,7 @@ class DemoRebuild:
             self.requested = True
         command = rebuild_command(self.tenant, self.catalog, "demo", "the demo's rebuild drill")
         kafka = load(KafkaSettings)
-        publish(kafka.kafka_bootstrap, command, kafka.control_topic)
+        publish(kafka.client_config(), command, kafka.control_topic)
         self.rebuild_id = command.command_id
         self._echo(f"  rebuild of {self.tenant}/{self.catalog} requested: {self.rebuild_id}")
 

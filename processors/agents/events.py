@@ -91,21 +91,22 @@ class EventsConsumer:
         s = self._settings
         session_ms = int(s.agents_session_timeout_seconds * 1000)
         return Consumer(
-            {
-                "bootstrap.servers": s.kafka_bootstrap,
-                "group.id": f"{s.agents_app_id}.events",
-                "client.id": f"{s.agents_app_id}-events",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "session.timeout.ms": session_ms,
-                "heartbeat.interval.ms": max(1000, session_ms // 4),
-                # A batch retried through a long database outage must not cost the
-                # assignment: Faust's default, five minutes.
-                "max.poll.interval.ms": 300_000,
-                "fetch.min.bytes": 1,
-                "fetch.wait.max.ms": 50,
-            }
+            s.client_config(
+                {
+                    "group.id": f"{s.agents_app_id}.events",
+                    "client.id": f"{s.agents_app_id}-events",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    "session.timeout.ms": session_ms,
+                    "heartbeat.interval.ms": max(1000, session_ms // 4),
+                    # A batch retried through a long database outage must not cost the
+                    # assignment: Faust's default, five minutes.
+                    "max.poll.interval.ms": 300_000,
+                    "fetch.min.bytes": 1,
+                    "fetch.wait.max.ms": 50,
+                }
+            )
         )
 
     def _run(self) -> None:

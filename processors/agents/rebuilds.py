@@ -49,7 +49,7 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         body: bytes = s3.get_object(Bucket=settings.exports_bucket, Key=key)["Body"].read()
         return body
 
-    status = StatusPublisher(settings.kafka_bootstrap, settings.rebuild_status_topic)
+    status = StatusPublisher(settings.client_config(), settings.rebuild_status_topic)
     orchestrator = Orchestrator(
         settings.product_dsn,
         client,

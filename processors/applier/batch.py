@@ -40,6 +40,7 @@ from schemas.codec import EventCodec
 from schemas.events import Envelope, aggregate_key
 from schemas.exceptions import CodecError, Truncated
 from schemas.ids import AggregateKey
+from schemas.logs import event_fields
 
 log = logging.getLogger(__name__)
 
@@ -182,15 +183,20 @@ class Applier:
         held = {id(d) for d in unknown_epoch}
         decoded = [d for d in decoded if id(d) not in held]
         conn = self.connection()
+        bad: list[tuple[RawMessage, CodecError]] = []  # newly quarantined, to log
+        early: list[_Decoded] = []
         try:
             with conn.transaction():
                 self._apply_in_transaction(conn, decoded, current, result)
                 for message, error in undecodable:
-                    result.quarantined += self._undecodable(conn, message, error)
+                    opened = self._undecodable(conn, message, error)
+                    result.quarantined += opened
+                    if opened:
+                        bad.append((message, error))
                 offsets.record(conn, self.consumer, messages)
                 for d in unknown_epoch:
                     epoch = current.get((d.event.tenant_id, d.event.catalog_id))
-                    result.quarantined += quarantine(
+                    opened = quarantine(
                         conn,
                         self.consumer,
                         d.message,
@@ -200,6 +206,9 @@ class Applier:
                         f"{epoch}); retry after the epoch is issued",
                         d.event,
                     )
+                    result.quarantined += opened
+                    if opened:
+                        early.append(d)
         except (psycopg.OperationalError, psycopg.InterfaceError):
             raise  # connection trouble: retry the whole batch
         except psycopg.Error as exc:
@@ -208,6 +217,21 @@ class Applier:
                 return self._isolate(conn, decoded[0], current, exc, result)
             log.warning("batch of %d failed (%s); applying one by one", len(messages), exc)
             return self._apply_singly(messages)
+        # Logged once committed: a rolled-back batch quarantined nothing.
+        for message, error in bad:
+            log.error(
+                "quarantined undecodable message (partition %s, offset %s): %s",
+                message.partition,
+                message.offset,
+                error,
+                extra=event_fields(message.stream, message.position),
+            )
+        for d in early:
+            log.error(
+                "quarantined event %s: its history epoch is not current",
+                d.event.event_id,
+                extra=event_fields(d.event.stream, d.event.position, d.event.event_id),
+            )
         return result
 
     def resume_offsets(self, topic: str) -> dict[int, int]:
@@ -285,7 +309,13 @@ class Applier:
                             for e in ([event.event_id] if event else event_ids)
                         ],
                     )
-                log.error("parked events set aside on retry: %s", sorted(map(str, moved)))
+                log.error(
+                    "parked events set aside on retry: %s",
+                    sorted(map(str, moved)),
+                    extra=event_fields(event.stream, event.position, event.event_id)
+                    if event is not None and len(moved) == 1
+                    else {},
+                )
                 if event is None or not moved:
                     return {}
 
@@ -342,7 +372,12 @@ class Applier:
             )
         if not moved:  # no longer parked: nothing else to blame
             return self._quarantine_one(conn, item, error, result)
-        log.error("quarantined released parked event %s: %s", event.event_id, error)
+        log.error(
+            "quarantined released parked event %s: %s",
+            event.event_id,
+            error,
+            extra=event_fields(event.stream, event.position, event.event_id),
+        )
         again = self.apply([item.message])
         again.received = result.received
         again.quarantined += len(moved)
@@ -377,7 +412,13 @@ class Applier:
                 conn, self.consumer, item.message, code, str(exc), item.event
             )
             offsets.record(conn, self.consumer, [item.message])
-        log.error("quarantined event %s: %s", item.event.event_id, exc)
+        e = item.event
+        log.error(
+            "quarantined event %s: %s",
+            e.event_id,
+            exc,
+            extra=event_fields(e.stream, e.position, e.event_id),
+        )
         return result
 
     def _apply_in_transaction(

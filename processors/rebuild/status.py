@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException, Producer
 from db.rebuilds import RebuildRow
 from schemas import control
 from schemas.control import ControlCommand, RebuildStatus
+from schemas.settings import KafkaConnection, client_config
 from schemas.topics import REBUILD_STATUS_TOPIC
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,8 @@ def refusal(command: ControlCommand, consumer: str, code: str, message: str) -> 
 
 
 class StatusPublisher:
-    def __init__(self, bootstrap: str, topic: str = REBUILD_STATUS_TOPIC) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    def __init__(self, kafka: KafkaConnection, topic: str = REBUILD_STATUS_TOPIC) -> None:
+        self._producer = Producer(client_config(kafka, {"linger.ms": 5}))
         self._topic = topic
 
     def _delivered(self, err: Any, _msg: Any) -> None:

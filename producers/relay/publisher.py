@@ -8,31 +8,36 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from db.outbox import OutboxRow
 from producers.relay.exceptions import PublishFailed
+from schemas.settings import KafkaConnection, client_config
 
 
-def producer_config(bootstrap: str, delivery_timeout_s: float) -> dict[str, object]:
-    return {
-        "bootstrap.servers": bootstrap,
+def producer_config(kafka: KafkaConnection, delivery_timeout_s: float) -> dict[str, object]:
+    return client_config(
+        kafka,
         # Idempotence + acks=all: the broker drops the producer's own retries, and a
         # message counts as delivered only once every in-sync replica has it.
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 2,
-        "compression.type": "lz4",
-        # murmur2 is the partitioner Java clients use, so any producer of this key
-        # lands the stream in the same partition.
-        "partitioner": "murmur2_random",
-        "delivery.timeout.ms": int(delivery_timeout_s * 1000),
-    }
+        {
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "compression.type": "lz4",
+            # murmur2 is the partitioner Java clients use, so any producer of this key
+            # lands the stream in the same partition.
+            "partitioner": "murmur2_random",
+            "delivery.timeout.ms": int(delivery_timeout_s * 1000),
+        },
+    )
 
 
 class Publisher:
     """Sends a batch and returns only when every message of it has a delivery report."""
 
-    def __init__(self, bootstrap: str, topic: str, delivery_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, kafka: KafkaConnection, topic: str, delivery_timeout_s: float = 30.0
+    ) -> None:
         self.topic = topic
         self._timeout = delivery_timeout_s
-        self._producer = Producer(producer_config(bootstrap, delivery_timeout_s))
+        self._producer = Producer(producer_config(kafka, delivery_timeout_s))
 
     def publish(self, rows: Sequence[OutboxRow]) -> None:
         """Produce ``rows`` in order and wait for all delivery reports.

@@ -27,6 +27,7 @@ from producers.relay.publisher import Publisher
 from producers.relay.settings import DEFAULT_BATCH_SIZE
 from schemas.backoff import Reconnect
 from schemas.ids import StreamId
+from schemas.logs import event_fields
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ class Relay:
                             f"{stream}: rows {after + 1}…{through} above published position"
                             f" {after} expected, {len(rows)} found ({found}); skipped"
                         ),
+                        extra=event_fields(stream, after + 1),
                     )
             if not claimed:
                 return 0

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 def build(settings: RelaySettings, pauses: PauseWatch | None = None) -> Relay:
     publisher = Publisher(
-        settings.kafka_bootstrap, settings.events_topic, settings.relay_delivery_timeout_seconds
+        settings.client_config(), settings.events_topic, settings.relay_delivery_timeout_seconds
     )
     return Relay(
         settings.resolver_dsn,

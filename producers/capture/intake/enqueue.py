@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 
 from schemas.jobs import JobMessage
+from schemas.settings import KafkaConnection, client_config
 
 log = logging.getLogger(__name__)
 
@@ -27,21 +28,23 @@ log = logging.getLogger(__name__)
 class JobEnqueuer:
     """One idempotent producer per process; ``send`` is safe from many threads."""
 
-    def __init__(self, bootstrap: str, topic: str, timeout_seconds: float) -> None:
+    def __init__(self, kafka: KafkaConnection, topic: str, timeout_seconds: float) -> None:
         self.topic = topic
         self._timeout = timeout_seconds
         self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "client.id": "gapless-intake",
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                # A delivery report (success or failure) arrives within this bound.
-                "message.timeout.ms": int(timeout_seconds * 1000),
-                # librdkafka's own log lines go through logging, not raw stderr.
-                "logger": log,
-            }
+            client_config(
+                kafka,
+                {
+                    "client.id": "gapless-intake",
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    # A delivery report (success or failure) arrives within this bound.
+                    "message.timeout.ms": int(timeout_seconds * 1000),
+                    # librdkafka's own log lines go through logging, not raw stderr.
+                    "logger": log,
+                },
+            )
         )
         self._lock = threading.Lock()
 

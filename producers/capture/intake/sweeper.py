@@ -137,7 +137,7 @@ def run(settings: SweeperSettings, once: bool = False) -> SweepResult | None:
         open=True,
     )
     enqueuer = JobEnqueuer(
-        settings.kafka_bootstrap, settings.jobs_topic, settings.enqueue_timeout_seconds
+        settings.client_config(), settings.jobs_topic, settings.enqueue_timeout_seconds
     )
     sweeper = Sweeper(pool, enqueuer, settings)
     stop = threading.Event()

@@ -30,22 +30,27 @@ from producers.capture.worker import metrics
 from producers.capture.worker.pipeline import RunReport
 from schemas.exceptions import CodecError
 from schemas.jobs import JobMessage
+from schemas.logs import event_fields
+from schemas.settings import KafkaConnection, client_config
 
 log = logging.getLogger(__name__)
 
 
-def job_consumer(bootstrap: str, group: str, topic: str, client_id: str) -> Consumer:
+def job_consumer(kafka: KafkaConnection, group: str, topic: str, client_id: str) -> Consumer:
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "client.id": client_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            # A dead worker's partitions move on soon; its jobs wait for their claims to expire.
-            "session.timeout.ms": 10_000,
-            "logger": log,
-        }
+        client_config(
+            kafka,
+            {
+                "group.id": group,
+                "client.id": client_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                # A dead worker's partitions move on soon; its jobs wait for their
+                # claims to expire.
+                "session.timeout.ms": 10_000,
+                "logger": log,
+            },
+        )
     )
     consumer.subscribe([topic])
     return consumer
@@ -103,13 +108,19 @@ class JobLoop:
 
         for job_id, outcome in zip(unique, pool.map(run, unique), strict=True):
             if outcome is not None and outcome.result != "not_claimed":
-                log.info("job %s: %s %s", job_id, outcome.result, outcome.outcomes or "")
+                log.info(
+                    "job %s: %s %s",
+                    job_id,
+                    outcome.result,
+                    outcome.outcomes or "",
+                    extra=event_fields(job_id=job_id),
+                )
 
     def _safe_run(self, job_id: uuid.UUID, message: JobMessage | None) -> RunReport | None:
         try:
             return self._run_job(job_id, message)
         except Exception:  # a run leaves its claim to expire; the loop goes on
-            log.exception("job %s: run failed", job_id)
+            log.exception("job %s: run failed", job_id, extra=event_fields(job_id=job_id))
             return None
 
     def poll_once(self, pool: ThreadPoolExecutor) -> int:

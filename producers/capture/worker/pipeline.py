@@ -56,6 +56,7 @@ from producers.resolver.review_cases import open_case
 from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.jobs import CAPTURE_JOB, JobMessage
+from schemas.logs import event_fields
 
 log = logging.getLogger(__name__)
 
@@ -265,10 +266,20 @@ class CaptureWorker:
             report.result = "claim_lost"
         except RunAborted as exc:
             report.result = "aborted"
-            log.warning("job %s aborted; its claim will expire: %s", job_id, exc)
+            log.warning(
+                "job %s aborted; its claim will expire: %s",
+                job_id,
+                exc,
+                extra=event_fields(job_id=job_id),
+            )
         except Exception as exc:  # the database went away between steps, …
             report.result = "aborted"
-            log.warning("job %s aborted; its claim will expire: %s", job_id, classify(exc).message)
+            log.warning(
+                "job %s aborted; its claim will expire: %s",
+                job_id,
+                classify(exc).message,
+                extra=event_fields(job_id=job_id),
+            )
         if report.result in ("claim_lost", "aborted") and self._vanished(job):
             return self._unknown(report, "its row went while a run had it")
         metrics.RUNS.labels(report.result).inc()
@@ -300,6 +311,7 @@ class CaptureWorker:
             report.job_id,
             how,
             JOB_GONE,
+            extra=event_fields(job_id=report.job_id),
         )
         return report
 
@@ -417,7 +429,14 @@ class CaptureWorker:
         )
         report.result = status
         report.error_code = failure.code
-        log.warning("job %s %s: %s %s", job.job_id, status, failure.code, failure.message)
+        log.warning(
+            "job %s %s: %s %s",
+            job.job_id,
+            status,
+            failure.code,
+            failure.message,
+            extra=event_fields(job_id=job.job_id),
+        )
 
     def _end(self, run: _Run) -> None:
         with self._short() as tx:

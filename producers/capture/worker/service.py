@@ -125,7 +125,7 @@ def run(
     loop = JobLoop(
         wiring.worker.run,
         job_consumer(
-            settings.kafka_bootstrap, settings.worker_group, settings.jobs_topic, settings.worker_id
+            settings.client_config(), settings.worker_group, settings.jobs_topic, settings.worker_id
         ),
         _scan(wiring, settings),
         settings.worker_concurrency,

@@ -50,7 +50,7 @@ def test_tail_shows_events_of_either_framing(
             kafka_settings.kafka_bootstrap,
             topic,
             TailFilter(),
-            from_beginning=True,
+            start="beginning",
             follow=False,
             limit=None,
             on_error=lambda _p, _o, exc: errors.append(exc),

@@ -58,15 +58,20 @@ app.kubernetes.io/component: {{ kebabcase .name }}
 {{- toYaml $config -}}
 {{- end -}}
 
-{{/* env entries taking each variable of a map from a key of the existing Secret. */}}
+{{/* env entries taking each variable of a map from a key of the existing Secret
+   (with "optional": a key the Secret lacks leaves the variable unset). */}}
 {{- define "gapless.secretEnv" -}}
 {{- $secret := .root.Values.secrets.existingSecret -}}
+{{- $optional := .optional | default false -}}
 {{- range $variable, $key := .secretEnv }}
 - name: {{ $variable }}
   valueFrom:
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $key }}
+      {{- if $optional }}
+      optional: true
+      {{- end }}
 {{- end }}
 {{- end -}}
 
