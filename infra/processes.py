@@ -53,13 +53,14 @@ def free_port(start: int | None = None) -> int:
 class Deployed:
     """One ``gapless`` command as its own process (``python -m infra.cli ARGS``) with
     the whole environment ``env``, its output appended to ``log``, and optionally the
-    URL that answers 200 once it is ready."""
+    URL that answers 200 once it is ready and a working directory of its own."""
 
     name: str
     args: list[str]
     env: dict[str, str]
     log: Path
     health_url: str | None = None
+    cwd: Path | None = None
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -79,6 +80,7 @@ class Deployed:
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 env=env,
+                cwd=self.cwd,
                 start_new_session=True,
             )
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import shutil
+import tempfile
 from typing import Any
 
 import faust
@@ -21,8 +23,14 @@ def create_app(settings: AgentSettings) -> Any:
     from processors.agents import events as events_agent
     from processors.agents import health, housekeeping, rebuilds, recovery
 
+    # Faust insists on a data directory (``<app id>-data`` in the working directory by
+    # default) even with no tables in use: a private temporary one keeps the working
+    # directory clean and works on a read-only container filesystem.
+    datadir = tempfile.mkdtemp(prefix=f"{settings.agents_app_id}-")
+    atexit.register(shutil.rmtree, datadir, ignore_errors=True)
     app = faust.App(
         settings.agents_app_id,
+        datadir=datadir,
         broker=f"kafka://{settings.kafka_bootstrap}",
         broker_credentials=broker_credentials(settings),
         store="memory://",

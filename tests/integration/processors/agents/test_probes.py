@@ -31,7 +31,11 @@ def test_the_agents_are_alive_at_once_and_ready_once_consuming(
     if database == "away":
         env["GAPLESS_PRODUCT_DSN"] = f"postgresql://nobody@127.0.0.1:{free_port()}/product"
     base = f"http://127.0.0.1:{port}"
-    agents = Deployed("agents", ["agents"], env, tmp_path / "agents.log", base + "/healthz")
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    agents = Deployed(
+        "agents", ["agents"], env, tmp_path / "agents.log", base + "/healthz", cwd=workdir
+    )
     agents.start()
     try:
         agents.wait_ready(timeout=60)  # /healthz: alive
@@ -41,6 +45,8 @@ def test_the_agents_are_alive_at_once_and_ready_once_consuming(
         assert agents.popen is not None
         agents.popen.send_signal(signal.SIGTERM)
         agents.popen.wait(timeout=60)
+        # Faust's data directory is a private temporary one, never the working directory.
+        assert list(workdir.iterdir()) == []
     finally:
         agents.kill()
         print(agents.tail())
