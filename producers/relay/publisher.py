@@ -29,8 +29,30 @@ def producer_config(kafka: KafkaConnection, delivery_timeout_s: float) -> dict[s
     )
 
 
+class _Window:
+    """The delivery reports of the messages sent between two confirms."""
+
+    __slots__ = ("delivered", "errors", "sent")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.delivered = 0
+        self.errors: list[KafkaError] = []
+
+    def report(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.delivered += 1
+
+
 class Publisher:
-    """Sends a batch and returns only when every message of it has a delivery report."""
+    """Sends batches and confirms them only when every message has a delivery report.
+
+    ``send`` hands rows to the producer without waiting, so the caller can read the
+    next rows from the database while librdkafka ships these; ``confirm`` waits for
+    every report of what was sent since the last ``confirm``. ``publish`` is both.
+    """
 
     def __init__(
         self, kafka: KafkaConnection, topic: str, delivery_timeout_s: float = 30.0
@@ -38,25 +60,11 @@ class Publisher:
         self.topic = topic
         self._timeout = delivery_timeout_s
         self._producer = Producer(producer_config(kafka, delivery_timeout_s))
+        self._window = _Window()
 
-    def publish(self, rows: Sequence[OutboxRow]) -> None:
-        """Produce ``rows`` in order and wait for all delivery reports.
-
-        Raises ``PublishFailed`` if any report is an error or missing after the
-        timeout; the caller then leaves the published position where it was and
-        retries later (some of the rows may have reached Kafka: the consumers' inbox
-        absorbs the repeats).
-        """
-        errors: list[KafkaError] = []
-        delivered = 0
-
-        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-            nonlocal delivered
-            if err is not None:
-                errors.append(err)
-            else:
-                delivered += 1
-
+    def send(self, rows: Sequence[OutboxRow]) -> None:
+        """Produce ``rows`` in order; returns once the producer holds them all."""
+        window = self._window
         for row in rows:
             while True:
                 try:
@@ -65,20 +73,40 @@ class Publisher:
                         key=row.key,
                         value=row.value,
                         headers=row.headers,
-                        on_delivery=on_delivery,
+                        on_delivery=window.report,
                     )
+                    window.sent += 1
                     break
                 except BufferError:
                     # Local queue full: serve delivery callbacks to make room.
                     self._producer.poll(0.05)
+
+    def confirm(self) -> None:
+        """Wait for the delivery report of everything sent since the last confirm.
+
+        Raises ``PublishFailed`` if any report is an error or missing after the
+        timeout; the caller then leaves the published positions where they were and
+        retries later (some of the rows may have reached Kafka: the consumers' inbox
+        absorbs the repeats).
+        """
+        # Reports that arrive after a confirm gave up go to that window, never to
+        # the next one's counts.
+        window, self._window = self._window, _Window()
         remaining = self._producer.flush(self._timeout)
-        if errors:
-            raise PublishFailed(f"{len(errors)} deliveries failed, first: {errors[0]}")
-        if remaining or delivered != len(rows):
+        if window.errors:
             raise PublishFailed(
-                f"{len(rows) - delivered} of {len(rows)} messages had no delivery report "
-                f"after {self._timeout}s"
+                f"{len(window.errors)} deliveries failed, first: {window.errors[0]}"
             )
+        if remaining or window.delivered != window.sent:
+            raise PublishFailed(
+                f"{window.sent - window.delivered} of {window.sent} messages had no delivery"
+                f" report after {self._timeout}s"
+            )
+
+    def publish(self, rows: Sequence[OutboxRow]) -> None:
+        """Produce ``rows`` in order and wait for all their delivery reports."""
+        self.send(rows)
+        self.confirm()
 
     def close(self) -> None:
         self._producer.flush(self._timeout)

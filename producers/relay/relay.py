@@ -24,7 +24,7 @@ from db.pauses import PauseWatch
 from db.stream_writer import NOTIFY_CHANNEL
 from producers.relay.exceptions import OutboxGap, RelayError
 from producers.relay.publisher import Publisher
-from producers.relay.settings import DEFAULT_BATCH_SIZE
+from producers.relay.settings import DEFAULT_BATCH_SIZE, READ_CHUNK
 from schemas.backoff import Reconnect
 from schemas.ids import StreamId
 from schemas.logs import event_fields
@@ -58,6 +58,7 @@ class Relay:
         dsn: str,
         publisher: Publisher,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        read_chunk: int = READ_CHUNK,
         poll_seconds: float = 1.0,
         after_publish: AfterPublish | None = None,
         reconnect: Reconnect | None = None,
@@ -67,6 +68,7 @@ class Relay:
         self._pauses = pauses
         self._publisher = publisher
         self._batch_size = batch_size
+        self._read_chunk = read_chunk
         self._poll_seconds = poll_seconds
         self._after_publish = after_publish
         self._conn: psycopg.Connection | None = None
@@ -105,14 +107,17 @@ class Relay:
            it too if its epoch is fenced (the fence takes the same claim, so a batch
            in flight finishes before a fence and none starts after it); read its
            published position P and its cursor C after the claims, then the rows
-           P+1 … min(C, P + what is left of the batch) in position order, and check
-           they are exactly P+1 … P+n — a stream whose rows do not line up is skipped
-           and reported (``OutboxGap``; its share of the batch goes to the streams
-           after it); each of these is one statement for every stream;
-        2. produce every claimed stream's rows, each stream in its own order, and
-           wait once for every delivery report;
-        3. move each stream's published position to its P+n (one statement, a row
-           per stream, never backwards); COMMIT releases the claims.
+           P+1 … min(C, P + what is left of the batch) in position order, a chunk
+           of ``READ_CHUNK`` rows at a time, and check each chunk's rows are exactly
+           the next ones — a stream whose rows do not line up is skipped from there
+           on and reported (``OutboxGap``; what it would have taken goes to the
+           streams after it); the claims are one statement for every stream, and so
+           is each chunk's read;
+        2. hand each chunk to the producer as soon as it is read, each stream in
+           its own order (so Kafka takes one chunk while the next is read), and
+           after the last one wait once for every delivery report;
+        3. move each stream's published position to the end of what it sent (one
+           statement, a row per stream, never backwards); COMMIT releases the claims.
         What a crash leaves: before 2, nothing sent and nothing recorded (the server
         drops the claims with the connection); during 2 or after it and before 3's
         COMMIT, some or all rows in Kafka with every position unchanged, so the next
@@ -137,7 +142,7 @@ class Relay:
             yield allowed
 
     def _publish_claimed(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
-        claimed: list[tuple[StreamId, list[OutboxRow]]] = []
+        sent: dict[StreamId, list[OutboxRow]] = {}
         # One pipeline for the whole transaction: BEGIN goes with the claims, the
         # position moves with COMMIT; a database round trip per step, not per stream.
         with conn.pipeline(), conn.transaction():
@@ -148,38 +153,50 @@ class Relay:
                 elif c.cursor > c.published:
                     waiting.append(c)
             budget = self._batch_size
+            after = {c.stream: c.published for c in waiting}
             while waiting and budget > 0:
+                # One read of up to a chunk, sent at once, so librdkafka ships these
+                # rows while the next chunk is read.
+                chunk = min(budget, self._read_chunk)
                 plan: list[tuple[StreamId, int, int]] = []
-                while waiting and budget > 0:
-                    c = waiting.pop(0)
-                    take = min(c.cursor - c.published, budget)
-                    plan.append((c.stream, c.published, c.published + take))
-                    budget -= take
-                for (stream, after, through), rows in zip(
+                for c in waiting:
+                    if chunk == 0:
+                        break
+                    take = min(c.cursor - after[c.stream], chunk)
+                    plan.append((c.stream, after[c.stream], after[c.stream] + take))
+                    chunk -= take
+                for (stream, first_after, through), rows in zip(
                     plan, read_ranges(conn, plan), strict=True
                 ):
-                    if rows and rows[0].position == after + 1 and len(rows) == through - after:
-                        claimed.append((stream, rows))
+                    expected = through - first_after
+                    if rows and rows[0].position == first_after + 1 and len(rows) == expected:
+                        self._publisher.send(rows)
+                        sent.setdefault(stream, []).extend(rows)
+                        after[stream] = through
+                        budget -= expected
                         continue
-                    budget += through - after  # its share goes to the streams after it
+                    # Skipped for this pass; its share goes to the streams after it.
+                    waiting = [c for c in waiting if c.stream != stream]
                     FAILURES.inc()
                     found = f"{rows[0].position}…{rows[-1].position}" if rows else "none"
                     log.error(
                         "%s",
                         OutboxGap(
-                            f"{stream}: rows {after + 1}…{through} above published position"
-                            f" {after} expected, {len(rows)} found ({found}); skipped"
+                            f"{stream}: rows {first_after + 1}…{through} above published"
+                            f" position {first_after} expected, {len(rows)} found ({found});"
+                            " skipped"
                         ),
-                        extra=event_fields(stream, after + 1),
+                        extra=event_fields(stream, first_after + 1),
                     )
-            if not claimed:
+                waiting = [c for c in waiting if after[c.stream] < c.cursor]
+            if not sent:
                 return 0
-            self._publisher.publish([row for _, rows in claimed for row in rows])
-            for stream, rows in claimed:
+            self._publisher.confirm()
+            for stream, rows in sent.items():
                 if self._after_publish is not None:
                     self._after_publish(stream, rows)
-            mark_published_all(conn, [(stream, rows[-1].position) for stream, rows in claimed])
-        total = sum(len(rows) for _, rows in claimed)
+            mark_published_all(conn, [(stream, after[stream]) for stream in sent])
+        total = sum(len(rows) for rows in sent.values())
         PUBLISHED.inc(total)
         return total
 

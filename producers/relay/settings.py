@@ -6,14 +6,16 @@ from pydantic import Field
 
 from db.settings import PauseSettings
 
-DEFAULT_BATCH_SIZE = 1000
+DEFAULT_BATCH_SIZE = 5000
 """Rows per claim, per wait for delivery reports and per published-position update.
 
 Each batch pays a fixed price (a Kafka round trip for its delivery reports, a COMMIT
-with its WAL flush, the claim and the position read). 1000 rather than 500 measured
-about 13 % more relay throughput in ``gapless bench``; larger batches gained nothing
-more. A crash re-publishes at most one batch of a stream.
+with its WAL flush, the claim and the position read); it is read ``READ_CHUNK`` rows
+at a time, each chunk sent while the next is read. A crash re-publishes at most one
+batch of a stream. docs/benchmarks.md has the measurements behind both numbers.
 """
+READ_CHUNK = 1000
+"""Rows per read of a batch: one statement, then handed to the producer at once."""
 
 
 class RelaySettings(PauseSettings):

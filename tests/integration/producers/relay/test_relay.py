@@ -286,14 +286,20 @@ def test_one_pass_publishes_several_small_streams_with_one_wait(
     epochs.close()
 
     waits: list[int] = []
+    sent: list[int] = []
     publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
-    publish = publisher.publish
+    send, confirm = publisher.send, publisher.confirm
 
-    def counting(rows: list[OutboxRow]) -> None:
-        waits.append(len(rows))
-        publish(rows)
+    def counting_send(rows: list[OutboxRow]) -> None:
+        sent.append(len(rows))
+        send(rows)
 
-    publisher.publish = counting  # type: ignore[method-assign]
+    def counting_confirm() -> None:
+        waits.append(sum(sent))
+        confirm()
+
+    publisher.send = counting_send  # type: ignore[method-assign]
+    publisher.confirm = counting_confirm  # type: ignore[method-assign]
     assert Relay(clean_db.resolver_dsn, publisher, batch_size=100).run_once() == 12
     assert waits == [12]
     assert [_published(clean_db, s) for s in streams] == [4, 4, 4]
@@ -342,3 +348,59 @@ def test_a_pass_skips_a_stream_claimed_elsewhere_or_with_a_gap_and_splits_its_bu
         ("c4", 1), ("c4", 2), ("c4", 3), ("c4", 4),
         ("c5", 1), ("c5", 2), ("c5", 3), ("c5", 4),
     ]  # fmt: skip
+
+
+def _stream_of_rows(settings: DatabaseSettings, catalog: str, items: int) -> StreamId:
+    pool = ConnectionPool(settings.resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(settings.control_dsn)
+    for i in range(items):
+        with UnitOfWork(pool, epochs, CODEC) as uow:  # two events: the decision, the item
+            accept(uow, "t1", catalog, ItemChange("t1", catalog, f"i{i}", "lamp", "l"))
+    pool.close()
+    epochs.close()
+    return StreamId("t1", catalog, 1)
+
+
+def test_a_batch_is_read_in_chunks_sent_while_the_next_is_read_and_confirmed_once(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """A batch larger than a read chunk: each chunk is handed to the producer as soon
+    as it is read, every stream in its own order, with one wait for delivery reports
+    at the end; a gap found in a later chunk stops that stream after its last whole
+    chunk (the rows of its earlier chunks count) for this pass."""
+    whole, gapped = _stream_of_rows(clean_db, "c1", 5), _stream_of_rows(clean_db, "c2", 5)
+    with psycopg.connect(clean_db.resolver_owner_dsn, autocommit=True) as owner:
+        owner.execute(
+            "DELETE FROM outbox WHERE tenant_id = 't1' AND catalog_id = 'c2' AND position = 8"
+        )
+    sends: list[list[tuple[str, int]]] = []
+    confirms = 0
+    publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
+    send, confirm = publisher.send, publisher.confirm
+
+    def counting_send(rows: list[OutboxRow]) -> None:
+        decoded = (CODEC.decode_value(r.value) for r in rows)
+        sends.append([(e.catalog_id, e.position) for e in decoded])
+        send(rows)
+
+    def counting_confirm() -> None:
+        nonlocal confirms
+        confirms += 1
+        confirm()
+
+    publisher.send = counting_send  # type: ignore[method-assign]
+    publisher.confirm = counting_confirm  # type: ignore[method-assign]
+    relay = Relay(clean_db.resolver_dsn, publisher, batch_size=100, read_chunk=3)
+    published = relay.publish_streams(relay._connection(), [whole, gapped])
+    # c1's 10 rows fill the first chunks and one row of the fourth, c2 takes 1…2 there
+    # and 3…5 next; its chunk 6…8 misses 8, so c2 stops at 5.
+    assert published == 15
+    assert confirms == 1
+    assert all(len(rows) <= 3 for rows in sends)
+    assert [_published(clean_db, s) for s in (whole, gapped)] == [10, 5]
+    assert sends[3:5] == [[("c1", 10)], [("c2", 1), ("c2", 2)]]  # one read, a send per stream
+    messages = _consume_all(kafka_settings.kafka_bootstrap, topic)
+    in_kafka = [CODEC.decode_value(m.value) for m in messages]
+    for catalog, last in (("c1", 10), ("c2", 5)):
+        positions = [e.position for e in in_kafka if e.catalog_id == catalog]
+        assert positions == list(range(1, last + 1))  # one partition per stream: in order
