@@ -4,15 +4,18 @@ Both sides get the same batches of 500 encoded messages (new items, fresh event 
 contiguous positions over several streams), decode them with the same codec, fold
 them with the same projection code and upsert the rows with the same statement (one
 ``INSERT … SELECT FROM unnest`` of binary arrays, ``catalog_items.PROJECTION.upsert``),
-one transaction per batch. Only the applier also locks and advances the streams'
-progress, checks the inbox, records each event's outcome and plans dependencies; the
-bare side writes a copy of ``product_item`` and nothing else. Building the messages
-is outside the clock on both sides.
+one transaction per batch, and both refresh the items' search documents with the
+search-document projection's own statement. Only the applier also locks and advances
+the streams' progress, checks the inbox, records each event's outcome and plans
+dependencies; the bare side writes copies of ``product_item`` and
+``product_search_document`` and nothing else. Building the messages is outside the
+clock on both sides.
 """
 
 from __future__ import annotations
 
 import gc
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
-from processors.projections import catalog_items
+from processors.projections import catalog_items, search_documents
 from schemas.codec import CODEC
 from schemas.events import AggregateRef, CatalogItemUpserted, Envelope, StreamKey
 
@@ -34,7 +37,17 @@ BATCH = 500
 STREAMS = 8
 CATALOG = "catalog1"
 
-BARE_TABLE_DDL = "CREATE TABLE bench_product_item (LIKE product_item INCLUDING ALL)"
+BARE_TABLES = ("product_item", "product_attribute_value", "product_search_document")
+"""The projection tables the bare side writes (or reads) copies of, ``bench_<name>``."""
+BARE_TABLE_DDL = [f"CREATE TABLE bench_{t} (LIKE {t} INCLUDING ALL)" for t in BARE_TABLES]
+
+
+def _on_bare_tables(statement: str) -> str:
+    return re.sub(rf"(?<![\w.])({'|'.join(BARE_TABLES)})\b", r"bench_\1", statement)
+
+
+# The search-document projection's live refresh, aimed at the bench copies.
+BARE_REFRESH = _on_bare_tables(search_documents._REFRESH)
 
 # catalog_items.PROJECTION.upsert, aimed at the bench copy of the table.
 BARE_UPSERT = (
@@ -100,7 +113,8 @@ class MessageSource:
 
 
 def bare_apply(conn: psycopg.Connection, messages: list[RawMessage]) -> int:
-    """Decode, fold and upsert in one transaction: a consumer with no guarantees."""
+    """Decode, fold, upsert and refresh the search documents in one transaction: a
+    consumer with no guarantees."""
     events = [CODEC.decode_value(m.value or b"") for m in messages]
     rows = [
         c for c in catalog_items.fold(events).values() if isinstance(c, catalog_items.ItemState)
@@ -122,6 +136,10 @@ def bare_apply(conn: psycopg.Connection, messages: list[RawMessage]) -> int:
                 [c.position for c in rows],
             ),
         )
+        keys = search_documents.items_of(events)
+        conn.execute(
+            BARE_REFRESH, ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], 1)
+        )
     return len(rows)
 
 
@@ -137,7 +155,8 @@ def measure_applier(box: Sandbox, seconds: float, echo: Echo) -> ApplierFigures:
     applier = Applier(dbs.product_dsn, epochs, CODEC, consumer=f"bench-{box.run_id}")
     figures = ApplierFigures(Rate(), Rate())
     with psycopg.connect(dbs.product_dsn) as conn:
-        conn.execute(BARE_TABLE_DDL)
+        for ddl in BARE_TABLE_DDL:
+            conn.execute(ddl)
         conn.commit()
         # Warm-up outside the clock: connections, prepared statements, progress rows.
         applier.apply(gapless.batch())

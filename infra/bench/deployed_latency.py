@@ -15,6 +15,19 @@ clock of the bench's). It leaves out the writer's own transaction (about a
 millisecond) and the rest of the applying one, so it is the path the pipeline adds:
 relay, Kafka, the agents' fetch and the wait for a batch.
 
+Where that time goes is split at the Kafka ``CreateTime`` the relay's producer stamped
+on each message (read back from the topic after the run; milliseconds, the host's
+wall clock, as PostgreSQL's): ``relay_*`` from the writer's transaction start to the
+produce, ``apply_*`` from the produce to the applying transaction's start (broker,
+fetch, waiting behind earlier batches). The two parts' p99s need not add up to the
+whole's: the slowest events of one part are not those of the other.
+
+And what each rate costs in CPU (``infra.bench.cpu``): microseconds per event of the
+writers (this process), the relay, the agents and, on the local services, PostgreSQL
+(every backend: the writers', the relay's, the agents') and the Kafka broker, from
+the first write to the last apply; with the cores they kept busy over that time.
+That is the budget a rate needs on this machine, whatever the latencies say.
+
 The highest offered rate whose p99 stayed at or below ``P99_TARGET_MS`` (among those
 measured) is reported as ``e2e_deployed_max_rate_eps``; 0 when none did.
 """
@@ -29,14 +42,17 @@ from datetime import datetime
 from pathlib import Path
 
 import psycopg
+from confluent_kafka import Consumer, TopicPartition
 from psycopg_pool import ConnectionPool
 
 from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
+from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.latency import percentile
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.bench.writer import write_gapless
 from infra.processes import Deployed, free_port
+from schemas.codec import HEADER_EVENT_ID
 
 RATES = (200.0, 1000.0, 2000.0)
 """Offered events per second: one-item decisions (two events each) at half the rate."""
@@ -58,6 +74,25 @@ class RateFigures:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    relay_p50_ms: float
+    """Writing transaction's start to the Kafka CreateTime."""
+    relay_p99_ms: float
+    apply_p50_ms: float
+    """Kafka CreateTime to the applying transaction's start."""
+    apply_p99_ms: float
+    cpu_us_per_event: dict[str, float]
+    """CPU microseconds per event of each process, first write to last apply."""
+    cores: float
+    """CPU seconds of all of them over those seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """One event's three instants, as milliseconds since the epoch."""
+
+    committed: float
+    produced: float
+    applied: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +134,8 @@ def _processes(box: Sandbox, topic: str, logs: Path) -> list[Deployed]:
     return [relay, agents]
 
 
-def _latencies(box: Sandbox, event_ids: list[str]) -> list[float] | None:
-    """Milliseconds from each event's write to its apply; None while some is unapplied."""
+def _applied(box: Sandbox, event_ids: list[str]) -> dict[str, tuple[datetime, datetime]] | None:
+    """Each event's (committed_at, decided_at); None while some is unapplied."""
     with psycopg.connect(box.databases.product_dsn, autocommit=True) as conn:
         applied: dict[str, datetime] = dict(
             conn.execute(
@@ -118,7 +153,76 @@ def _latencies(box: Sandbox, event_ids: list[str]) -> list[float] | None:
                 (event_ids,),
             ).fetchall()
         )
-    return [(applied[e] - committed[e]).total_seconds() * 1000 for e in event_ids]
+    return {e: (committed[e], applied[e]) for e in event_ids}
+
+
+def _create_times(box: Sandbox, topic: str, event_ids: set[str]) -> dict[str, float]:
+    """The Kafka CreateTime (ms) of each of ``event_ids``, read from the whole topic."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": box.bootstrap,
+            "group.id": f"{box.consumer_group}-create-times",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=30)
+        partitions = [TopicPartition(topic, p, 0) for p in metadata.topics[topic].partitions]
+        ends = {
+            tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions
+        }
+        consumer.assign(partitions)
+        pending = {p for p, end in ends.items() if end > 0}
+        found: dict[str, float] = {}
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while pending and time.monotonic() < deadline:
+            for m in consumer.consume(1000, timeout=1.0):
+                partition, offset = m.partition(), m.offset()
+                if m.error() is not None or partition is None or offset is None:
+                    continue
+                if offset + 1 >= ends[partition]:
+                    pending.discard(partition)
+                event_id = dict(m.headers() or []).get(HEADER_EVENT_ID)
+                text = event_id.decode() if isinstance(event_id, bytes) else event_id
+                if text in event_ids:
+                    found[text] = float(m.timestamp()[1])
+        return found
+    finally:
+        consumer.close()
+
+
+def _timed(
+    applied: dict[str, tuple[datetime, datetime]], produced: dict[str, float]
+) -> list[_Timed]:
+    missing = set(applied) - set(produced)
+    if missing:
+        raise RuntimeError(f"{len(missing)} applied events not found on the topic")
+    return [
+        _Timed(committed.timestamp() * 1000, produced[e], decided.timestamp() * 1000)
+        for e, (committed, decided) in applied.items()
+    ]
+
+
+def _figures(
+    offered: float, achieved: float, timed: list[_Timed], cpu_us: dict[str, float], cores: float
+) -> RateFigures:
+    whole = [t.applied - t.committed for t in timed]
+    relay = [t.produced - t.committed for t in timed]
+    apply = [t.applied - t.produced for t in timed]
+    return RateFigures(
+        offered=offered,
+        achieved=achieved,
+        events=len(timed),
+        p50_ms=percentile(whole, 50),
+        p99_ms=percentile(whole, 99),
+        max_ms=max(whole),
+        relay_p50_ms=percentile(relay, 50),
+        relay_p99_ms=percentile(relay, 99),
+        apply_p50_ms=percentile(apply, 50),
+        apply_p99_ms=percentile(apply, 99),
+        cpu_us_per_event=cpu_us,
+        cores=cores,
+    )
 
 
 def _offer(
@@ -168,7 +272,8 @@ def _offer(
 def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> DeployedLatency:
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    processes = _processes(box, box.topic("deployed"), logs)
+    topic = box.topic("deployed")
+    processes = _processes(box, topic, logs)
     tenants = [box.tenant(f"d{i}") for i in range(WRITERS)]
     pool = ConnectionPool(box.databases.resolver_dsn, min_size=WRITERS, max_size=WRITERS)
     epochs = EpochSource(box.databases.control_dsn)
@@ -181,10 +286,13 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
         for p in processes:
             p.wait_ready(START_TIMEOUT_S)
         pool.wait()
+        meter = CpuMeter(
+            {"writers": os.getpid(), **{p.name: p.pid for p in processes}, **local_service_pids()}
+        )
 
-        def drained(ids: list[str], timeout: float) -> list[float]:
+        def drained(ids: list[str], timeout: float) -> dict[str, tuple[datetime, datetime]]:
             deadline = time.monotonic() + timeout
-            while (found := _latencies(box, ids)) is None:
+            while (found := _applied(box, ids)) is None:
                 for p in processes:
                     p.require_alive()
                 if time.monotonic() > deadline:
@@ -199,22 +307,22 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
                 f"deployed: {rate:.0f} events/s offered ({rate / 2:.0f} decisions/s)"
                 f" for {seconds:g}s"
             )
+            cpu_before, clock = meter.sample(), time.monotonic()
             ids, took = _offer(pool, epochs, notifier, tenants, rate / 2, seconds, f"r{rate:.0f}")
-            latencies = drained(ids, DRAIN_TIMEOUT_S)
-            figures.append(
-                RateFigures(
-                    offered=rate,
-                    achieved=2 * len(ids) / took,
-                    events=len(ids),
-                    p50_ms=percentile(latencies, 50),
-                    p99_ms=percentile(latencies, 99),
-                    max_ms=max(latencies),
-                )
-            )
+            applied = drained(ids, DRAIN_TIMEOUT_S)
+            cpu_after, elapsed = meter.sample(), time.monotonic() - clock
+            cpu_us = CpuMeter.per_event_us(cpu_before, cpu_after, 2 * len(ids))
+            cores = sum(cpu_after[n] - cpu_before[n] for n in cpu_before) / elapsed
+            timed = _timed(applied, _create_times(box, topic, set(ids)))
+            figures.append(_figures(rate, 2 * len(ids) / took, timed, cpu_us, cores))
             f = figures[-1]
             echo(
                 f"deployed: {f.achieved:.0f}/s achieved, p50 {f.p50_ms:.1f} ms,"
-                f" p99 {f.p99_ms:.1f} ms, max {f.max_ms:.1f} ms"
+                f" p99 {f.p99_ms:.1f} ms, max {f.max_ms:.1f} ms; commit->produce p50"
+                f" {f.relay_p50_ms:.1f} / p99 {f.relay_p99_ms:.1f} ms, produce->apply p50"
+                f" {f.apply_p50_ms:.1f} / p99 {f.apply_p99_ms:.1f} ms; CPU per event "
+                + ", ".join(f"{n} {us:.0f} µs" for n, us in f.cpu_us_per_event.items())
+                + f" ({f.cores:.2f} cores)"
             )
     finally:
         for p in reversed(processes):

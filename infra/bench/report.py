@@ -43,6 +43,12 @@ class Figures:
             out[f"e2e_deployed_p99_ms_{n}"] = round(at.p99_ms, 2) if at else None
             out[f"e2e_deployed_max_ms_{n}"] = round(at.max_ms, 2) if at else None
             out[f"e2e_deployed_achieved_eps_{n}"] = round(at.achieved, 1) if at else None
+            out[f"e2e_deployed_relay_p99_ms_{n}"] = round(at.relay_p99_ms, 2) if at else None
+            out[f"e2e_deployed_apply_p99_ms_{n}"] = round(at.apply_p99_ms, 2) if at else None
+            out[f"e2e_deployed_cpu_us_per_event_{n}"] = (
+                {k: round(v) for k, v in at.cpu_us_per_event.items()} if at else None
+            )
+            out[f"e2e_deployed_cores_{n}"] = round(at.cores, 2) if at else None
         out["e2e_deployed_max_rate_eps"] = self.deployed.max_rate
         return out
 
@@ -165,6 +171,10 @@ def render_table(figures: Figures) -> str:
         *[
             f"  {r.offered:>5.0f} events/s offered, {r.achieved:>6.0f} achieved:"
             f" p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, max {r.max_ms:.1f} ms"
+            f" (commit -> produce p99 {r.relay_p99_ms:.1f} ms, produce -> apply p99"
+            f" {r.apply_p99_ms:.1f} ms)\n      CPU per event: "
+            + ", ".join(f"{n} {us:,.0f} µs" for n, us in r.cpu_us_per_event.items())
+            + f"; {r.cores:.2f} cores busy"
             for r in figures.deployed.rates
         ],
         f"  highest offered rate with p99 <= 100 ms: {figures.deployed.max_rate:.0f}/s",

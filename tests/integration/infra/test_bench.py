@@ -27,7 +27,7 @@ KEYS = (
     "e2e_deployed_max_rate_eps", "writer_bulk_b100_eps", "writer_ratio_bulk_b100",
     "writer_sql_replay_b1_eps", "writer_ratio_sql_b1", "worker_products_per_s",
     "worker_products", "worker_decisions", "worker_review_cases", "worker_unchanged",
-    "worker_seconds",
+    "worker_seconds", "e2e_deployed_relay_p99_ms_1000", "e2e_deployed_apply_p99_ms_1000",
 )  # fmt: skip
 MEMORY_KEYS = (
     "backlog_events", "relay_peak_rss_mb", "agents_peak_rss_mb", "relay_rss_10_mb",
@@ -86,6 +86,12 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
     for rate in (200, 1000, 2000):
         assert 0 < d[f"e2e_deployed_p50_ms_{rate}"] <= d[f"e2e_deployed_p99_ms_{rate}"]
         assert d[f"e2e_deployed_achieved_eps_{rate}"] > 0
+        # CreateTime has millisecond resolution; it can read just before the commit.
+        assert d[f"e2e_deployed_relay_p99_ms_{rate}"] > -1
+        assert d[f"e2e_deployed_apply_p99_ms_{rate}"] > -1
+        cpu = d[f"e2e_deployed_cpu_us_per_event_{rate}"]
+        assert {"writers", "relay", "agents", "postgres", "kafka"} <= cpu.keys()
+        assert all(us > 0 for us in cpu.values()) and d[f"e2e_deployed_cores_{rate}"] > 0
     assert d["e2e_deployed_max_rate_eps"] in (0, 200, 1000, 2000)
     assert d["worker_products"] == 100 and d["worker_products_per_s"] > 0
     # 10 known products (half changed), 90 new of which one has no GTIN.

@@ -1,0 +1,71 @@
+"""CPU time of the processes on the deployed path, read from ``/proc``: each process
+tree's user and system time, its exited children's included (a PostgreSQL backend
+that ends between two samples is counted in the postmaster's ``cutime``).
+
+The bench process itself stands for the writers (its other threads are idle while
+they write); the local PostgreSQL and Kafka are found by their pid files when the
+bench runs on the services ``gapless up`` started, and left out otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from infra.bench.memory import process_tree
+from infra.local.layout import current_layout
+
+TICKS = os.sysconf("SC_CLK_TCK")
+LOCAL_SERVICES = ("postgres", "kafka")
+
+
+def _own_seconds(pid: int, with_exited_children: bool) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0  # gone meanwhile
+    # After the ")": state is field 3 of stat(5), so utime (14) is index 11 here.
+    ticks = int(fields[11]) + int(fields[12])
+    if with_exited_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICKS
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid``, its live descendants and its exited, reaped children."""
+    tree = process_tree(pid)
+    return sum(_own_seconds(p, with_exited_children=p == pid) for p in tree)
+
+
+def local_service_pids() -> dict[str, int]:
+    """The pids of the local PostgreSQL and Kafka, where their pid files name live ones."""
+    layout = current_layout()
+    found: dict[str, int] = {}
+    for name in LOCAL_SERVICES:
+        try:
+            pid = int(layout.pid_file(name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if Path(f"/proc/{pid}").exists():
+            found[name] = pid
+    return found
+
+
+class CpuMeter:
+    """CPU seconds of named processes between two ``sample`` calls."""
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        self.pids = dict(pids)
+
+    def sample(self) -> dict[str, float]:
+        return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    @staticmethod
+    def per_event_us(
+        before: Mapping[str, float], after: Mapping[str, float], events: int
+    ) -> dict[str, float]:
+        """Microseconds of CPU per event for each process between the two samples."""
+        if events <= 0:
+            return {}
+        return {name: (after[name] - before[name]) / events * 1e6 for name in before}
