@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from producers.capture.evidence import EvidenceStore
 from producers.capture.exceptions import EvidenceRejected, EvidenceUnavailable
+from tests.fixtures.waits import wait_for
 
 
 def client_error(code: str, status: int) -> ClientError:
@@ -21,10 +22,17 @@ def client_error(code: str, status: int) -> ClientError:
 
 
 class FakeS3:
-    def __init__(self, answers: list[Exception | None] | None = None, pause: float = 0) -> None:
+    def __init__(
+        self,
+        answers: list[Exception | None] | None = None,
+        pause: float = 0,
+        hold: threading.Event | None = None,
+    ) -> None:
         self.answers = list(answers or [])
         self.calls: list[dict[str, Any]] = []
         self.pause = pause
+        self.hold = hold
+        """Each put waits until this is set, when given."""
         self.in_flight = 0
         self.most_in_flight = 0
         self._lock = threading.Lock()
@@ -36,6 +44,8 @@ class FakeS3:
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
             answer = self.answers.pop(0) if self.answers else None
         time.sleep(self.pause)
+        if self.hold is not None:
+            assert self.hold.wait(30), "the test never released the held put"
         with self._lock:
             self.in_flight -= 1
         if answer is not None:
@@ -105,11 +115,13 @@ def test_puts_in_flight_stay_under_the_limit() -> None:
 
 
 def test_a_busy_limit_answers_unavailable_instead_of_queueing_forever() -> None:
-    fake = FakeS3(pause=0.3)
+    release = threading.Event()
+    fake = FakeS3(hold=release)
     evidence = store(fake, max_concurrency=1, slot_timeout=0.05)
     holder = threading.Thread(target=evidence.put, args=(b"a", "text/plain"))
     holder.start()
-    time.sleep(0.05)
+    wait_for(lambda: fake.in_flight == 1, "the first put holding the only slot", 30)
     with pytest.raises(EvidenceUnavailable, match="busy"):
         evidence.put(b"b", "text/plain")
+    release.set()
     holder.join()

@@ -17,6 +17,7 @@ from db.objects import s3_client
 from producers.capture.adapters import Extraction
 from producers.capture.worker.objects import ClusterSlots, EvidenceReader
 from producers.capture.worker.resolution import RESOLVE, ItemWork, Plan
+from tests.fixtures.waits import lock_waiters, wait_for
 
 from .conftest import T0, Harness, Parser, product
 
@@ -68,7 +69,12 @@ def test_a_run_that_lost_its_claim_never_overwrites_the_winner(harness: Harness)
         if work.product.source_item_id == "p0" and not b_started.is_set():
             harness.expire_claims()
             b_started.set()
-            time.sleep(1.0)  # B claims, reads, parses and blocks on p0's row meanwhile
+            # B claims, reads, parses and blocks on p0's row, which this run holds.
+            wait_for(
+                lambda: lock_waiters(harness.db.resolver_owner_dsn) > 0,
+                "worker B waiting on p0's row",
+                60,
+            )
         return RESOLVE(uow, work)
 
     a, b = harness.worker("A", resolve=stalling), harness.worker("B")

@@ -6,7 +6,6 @@ writers that bypass the domain, and the write path reports them as the same erro
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from producers.resolver.facts import DecisionScope
 from schemas.codec import CODEC
 from schemas.events import AggregateRef, AttributeDefined, AttributeValueSet, CatalogClassDefined
 from tests.fixtures.decisions import accept
+from tests.fixtures.waits import lock_waiters, wait_for
 from tests.integration.producers.resolver.conftest import (
     EVIDENCE,
     UowFactory,
@@ -649,10 +649,15 @@ def test_a_value_and_a_concurrent_reparent_never_both_commit(raw: psycopg.Connec
         )
         # The value's COMMIT walks i1's lineage and waits at 'shoe', which the
         # re-parent holds; the re-parent commits first and the value then sees it.
+        waiting = value_writer.info.backend_pid
         committing = threading.Thread(target=lambda: _commit_into(value_writer, outcomes))
         committing.start()
-        time.sleep(0.3)
-        assert committing.is_alive(), "the value's check did not wait for the re-parent"
+        wait_for(
+            lambda: lock_waiters(dsn, waiting) == 1,
+            "the value's check waiting for the re-parent",
+            60,
+        )
+        assert committing.is_alive()
         reparent(class_writer)
         committing.join(timeout=30)
     assert outcomes["reparent"] is None
