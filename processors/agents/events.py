@@ -105,6 +105,11 @@ class EventsConsumer:
                     "max.poll.interval.ms": 300_000,
                     "fetch.min.bytes": 1,
                     "fetch.wait.max.ms": 50,
+                    # Prefetch: librdkafka's defaults (100,000 messages, 64 MiB) hold a
+                    # minute of a backlog in memory; 20,000 events (a few seconds of
+                    # applying, 16 MiB at most) keep the next batches ready.
+                    "queued.min.messages": 20_000,
+                    "queued.max.messages.kbytes": 16_384,
                 }
             )
         )
