@@ -53,6 +53,8 @@ Echo = Callable[[str], None]
 
 DEMO_FEEDS = 4
 DEMO_PRODUCTS = 24
+API_START_TIMEOUT_S = 120.0
+"""How long the resolver API may take to answer at start (a busy machine is slow)."""
 
 
 def run_demo(
@@ -108,7 +110,7 @@ def run_demo(
     worker.start()
     began = time.monotonic()
     try:
-        _wait_for_api(echo)
+        _wait_for_api(api)
         captures = _collect(chaos, settings, streams, worker, echo)
         rebuild = DemoRebuild(settings, streams[0], echo)
         stats = _write(chaos, settings, streams, events, writers, relay, agents, echo, rebuild)
@@ -275,19 +277,22 @@ def _wait_caught_up(settings: DatabaseSettings, run_id: str, echo: Echo, timeout
     return False
 
 
-def _wait_for_api(echo: Echo, timeout: float = 30.0) -> None:
+def _wait_for_api(api: Deployed, timeout: float = API_START_TIMEOUT_S) -> None:
+    """Until the resolver API answers ``/readyz``; the collectors and the agents'
+    progress reports need it. Raises (with its log's tail) if it exits or never does."""
     import httpx
 
     url = os.environ["GAPLESS_RESOLVER_URL"] + "/readyz"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        api.require_alive()
         try:
             if httpx.get(url, timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    echo(f"warning: the resolver API did not answer at {url}; progress reports will lag")
+    raise RuntimeError(f"the resolver API did not answer {url} in {timeout:.0f}s\n{api.tail()}")
 
 
 def _wait_reported(settings: DatabaseSettings, run_id: str, timeout: float) -> bool:
