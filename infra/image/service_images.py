@@ -4,11 +4,15 @@ what the local services already run and never pulled:
 - ``postgres``: PostgreSQL 15 from Debian's packages on the base image;
 - ``kafka``: the jars ``infra/local/kafka.py`` resolves from Maven Central
   (``infra/kafka/pom.xml``) on Debian's Java 17 runtime, KRaft formatted at start;
-- ``s3``: the versitygw binary ``go install`` built for the local service, copied in.
+- ``s3``: the versitygw binary ``go install`` built for the local service, copied in;
+- ``registry``: Apicurio Registry, the application ``infra/local/registry.py`` fetches
+  from Maven Central, on the Java 21+ runtime that launcher finds (Debian bookworm
+  packages no Java 21), both copied in.
 
 Their Containerfiles are under ``infra/image/services/<name>/``. Each image is tagged
 with a key of everything it is built from (the files of its Containerfile's
-directory, the inputs copied in, the base image's id): ``localhost/gapless-<name>:<key>``.
+directory, the inputs copied in, the base image's id; see ``_key``):
+``localhost/gapless-<name>:<key>``.
 A tag that exists is reused without a build, so a second run costs one ``image
 inspect`` per image, and a change to any input builds a new image.
 
@@ -39,7 +43,7 @@ from typing import Literal
 
 from infra.image.build import BASE_IMAGE, build_base
 from infra.image.podman import ensure_installed, podman, succeeds
-from infra.local import kafka, s3
+from infra.local import kafka, registry, s3
 from infra.local.layout import INFRA_DIR, Layout
 from infra.local.processes import run
 
@@ -47,7 +51,8 @@ Echo = Callable[[str], None]
 Engine = Literal["podman", "docker"]
 
 SERVICES_DIR = INFRA_DIR / "image" / "services"
-SERVICES = ("postgres", "kafka", "s3")
+SERVICES = ("postgres", "kafka", "s3", "registry")
+HASHED_BYTES = 1 << 20
 DOCKER_BASE = "debian:bookworm-slim"
 """The base a Docker engine builds on (the same bookworm the podman base is)."""
 
@@ -102,6 +107,11 @@ def _extra_inputs(service: str, layout: Layout, echo: Echo) -> list[Input]:
         ]
     if service == "s3":
         return [Input("versitygw", s3.built_binary(layout, echo))]
+    if service == "registry":
+        return [
+            Input("app", registry.unpacked(layout, echo)),
+            Input("jdk", registry.java_home()),
+        ]
     return []
 
 
@@ -116,15 +126,19 @@ def _files(source: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _key(base_key: str, inputs: list[Input]) -> str:
-    """What the image is built from, hashed: the base, every input's names and bytes
-    (and whether it is executable: the entry points must stay so)."""
+    """What the image is built from, hashed: the base, every input's names, whether
+    it is executable (the entry points must stay so), and its bytes; a file over
+    ``HASHED_BYTES`` (a jar, the JDK's, a binary) by its size and modification time
+    instead, which resolving or building it again changes."""
     digest = hashlib.sha256(base_key.encode())
     for item in inputs:
         for name, path in _files(item.source):
+            stat = path.stat()
             digest.update(f"\0{item.name}/{name}\0{os.access(path, os.X_OK)}\0".encode())
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
+            if stat.st_size > HASHED_BYTES:
+                digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+                continue
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

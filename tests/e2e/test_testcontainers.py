@@ -8,9 +8,9 @@ representative subset of the integration tests in a child pytest with the provid
 selected, ``DOCKER_HOST`` at that socket and ``TESTCONTAINERS_RYUK_DISABLED=true``
 (Ryuk's image would have to be pulled). It passes only if every one of them passes
 against the containers, and if the witness (``testcontainers_witness.py``, last in the
-child's session) finds that PostgreSQL, Kafka and S3 as the tests reached them were the
-containers; its report is then held against podman's event log, the configured port
-range and the local services' ports.
+child's session) finds that PostgreSQL, Kafka, S3 and the schema registry as the tests
+reached them were the containers; its report is then held against podman's event log,
+the configured port range and the local services' ports.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ SUBSET = (
     "tests/integration/producers/relay/test_relay.py",
     "tests/integration/producers/capture/evidence_retention/test_sweep.py",
     "tests/integration/processors/agents/test_probes.py",
+    "tests/integration/schemas/test_registry_codec.py",
 )
 """Migrations, the cursor lock and outbox, the relay publishing to Kafka, the evidence
-store on S3, the agents as a process."""
+store on S3, the agents as a process, the Confluent framing through the registry."""
 WITNESS = "tests/e2e/testcontainers_witness.py"
 CHILD_TIMEOUT = 540
 
@@ -125,9 +126,16 @@ def test_the_integration_subset_passes_against_containers_the_engine_ran(
 
     report = json.loads(report_file.read_text())
     containers = report["containers"]
-    assert set(containers) == {"postgres", "kafka", "s3"}
+    assert set(containers) == {"postgres", "kafka", "s3", "registry"}
     ports = {service: container["port"] for service, container in containers.items()}
-    local = {layout.pg_port, layout.kafka_port, layout.kafka_controller_port, layout.s3_port}
+    local = {
+        layout.pg_port,
+        layout.kafka_port,
+        layout.kafka_controller_port,
+        layout.s3_port,
+        layout.registry_port,
+        layout.registry_management_port,
+    }
     for service, container in containers.items():
         assert container["image"].startswith(f"localhost/gapless-{service}:"), container
         assert container["network_mode"] == "host", container
@@ -139,6 +147,7 @@ def test_the_integration_subset_passes_against_containers_the_engine_ran(
         assert urlsplit(environment_[name]).port == ports["postgres"], environment_
     assert environment_["kafka_bootstrap"] == f"127.0.0.1:{ports['kafka']}"
     assert urlsplit(environment_["s3_endpoint"]).port == ports["s3"]
+    assert urlsplit(environment_["registry_url"]).port == ports["registry"]
 
     # podman itself ran each container from its image.
     started = set()

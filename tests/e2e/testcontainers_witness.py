@@ -1,7 +1,9 @@
 """Run last in the child session of ``test_testcontainers.py`` (its name keeps it out of
-a normal collection): that PostgreSQL, Kafka and S3, reached through the variables the
-tests read, are the containers the provider started, by what each holds inside its
-container; and a report of them for the parent to hold against podman's event log.
+a normal collection): that PostgreSQL, Kafka, S3 and the schema registry, reached
+through the variables and the URL the tests read, are the containers the provider
+started, by what each holds inside its container (the registry, which keeps nothing
+on disk: by the process holding its port); and a report of them for the parent to
+hold against podman's event log.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import urllib.request
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import boto3
 import psycopg
@@ -19,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 from testcontainers.core.docker_client import DockerClient
 
 from db.settings import DatabaseSettings
+from infra.local.ports import holders
 from schemas.settings import KafkaSettings, ObjectStoreSettings
 from tests.fixtures.providers import Provided
 
@@ -28,12 +33,13 @@ REPORT_VARIABLE = "GAPLESS_TEST_SERVICES_REPORT"
 def test_the_services_the_tests_reached_are_the_containers(
     services: dict[str, str],
     provided_services: Provided,
+    registry_url: str,
     db_settings: DatabaseSettings,
     kafka_settings: KafkaSettings,
 ) -> None:
     assert provided_services.name == "testcontainers"
     containers = provided_services.containers
-    assert set(containers) == {"postgres", "kafka", "s3"}
+    assert set(containers) == {"postgres", "kafka", "s3", "registry"}
     engine = DockerClient().client
 
     def inside(service: str, *command: str) -> str:
@@ -74,6 +80,14 @@ def test_the_services_the_tests_reached_are_the_containers(
     s3.put_object(Bucket=store.evidence_bucket, Key=key, Body=body.encode())
     assert inside("s3", "cat", f"/var/lib/s3/data/{store.evidence_bucket}/{key}") == body
 
+    # The registry: its API answers at the URL the tests used, from the container's
+    # process (host networking: the listening socket is the container's main process's).
+    assert urlsplit(registry_url).port == containers["registry"].port
+    with urllib.request.urlopen(registry_url + "/subjects", timeout=10) as response:
+        assert json.loads(response.read()), "the registry tests registered no subject"
+    pid = engine.containers.get(containers["registry"].id).attrs["State"]["Pid"]
+    assert pid in {holder.pid for holder in holders(containers["registry"].port)}
+
     report = {
         "engine_version": engine.version().get("Version"),
         "containers": {
@@ -94,6 +108,7 @@ def test_the_services_the_tests_reached_are_the_containers(
             "control_dsn": db_settings.control_dsn,
             "kafka_bootstrap": kafka_settings.kafka_bootstrap,
             "s3_endpoint": store.s3_endpoint,
+            "registry_url": registry_url,
         },
     }
     Path(os.environ[REPORT_VARIABLE]).write_text(json.dumps(report, indent=2))

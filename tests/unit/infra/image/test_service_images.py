@@ -4,9 +4,17 @@ context holds every input under its name."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from infra.image.service_images import SERVICES, SERVICES_DIR, Input, _context, _key
+from infra.image.service_images import (
+    HASHED_BYTES,
+    SERVICES,
+    SERVICES_DIR,
+    Input,
+    _context,
+    _key,
+)
 from infra.local.layout import Layout
 
 
@@ -50,3 +58,12 @@ def test_every_service_has_a_containerfile_on_a_base_given_as_a_build_argument()
     for service in SERVICES:
         text = (SERVICES_DIR / service / "Containerfile").read_text()
         assert "ARG BASE_IMAGE=debian:bookworm-slim\nFROM ${BASE_IMAGE}\n" in text, service
+
+
+def test_a_large_input_is_keyed_by_its_size_and_modification_time(tmp_path: Path) -> None:
+    jar = tmp_path / "big.jar"
+    jar.write_bytes(b"x" * (HASHED_BYTES + 1))
+    inputs = [Input("big.jar", jar)]
+    key = _key("base", inputs)
+    os.utime(jar, ns=(1, 1))
+    assert _key("base", inputs) != key
