@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools \
-	image image-test
+	image image-test containers-test
 
 # Offline validators of infra/deploy (the Helm chart), built once with `go install` into
 # the local state directory; a version stamp makes a second run a no-op and a new
@@ -56,6 +56,11 @@ image: $(STAMP)
 image-test: $(STAMP)
 	$(BIN)/gapless up
 	$(BIN)/pytest -q tests/e2e/test_image.py
+
+# The test fixtures' services as containers through testcontainers, on podman's socket
+# (images built here, reused while their inputs are unchanged); `make test` runs it too.
+containers-test: $(STAMP)
+	$(BIN)/pytest -q tests/e2e/test_testcontainers.py
 
 bench: $(STAMP)
 	$(BIN)/gapless bench

@@ -99,6 +99,13 @@ def _resolve_jars(layout: Layout, echo: Callable[[str], None]) -> None:
     staging.rename(libs)
 
 
+def resolved_libs(layout: Layout, echo: Callable[[str], None]) -> Path:
+    """The directory of the broker's jars, resolved first when they do not match the
+    pom (the service images copy them in)."""
+    _resolve_jars(layout, echo)
+    return _libs(layout)
+
+
 def _server_properties(layout: Layout) -> str:
     broker = f"{HOST}:{layout.kafka_port}"
     controller = f"{HOST}:{layout.kafka_controller_port}"

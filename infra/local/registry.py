@@ -96,6 +96,18 @@ def _java() -> str:
     return str(max(found)[1])
 
 
+def java_home() -> Path:
+    """The home of the Java 21+ runtime the registry runs on (the registry's service
+    image copies it in: Debian bookworm packages no Java 21)."""
+    return Path(_java()).resolve().parent.parent
+
+
+def unpacked(layout: Layout, echo: Callable[[str], None]) -> Path:
+    """The application's directory, fetched and unpacked first if missing (the
+    registry's service image copies it in)."""
+    return _unpack(layout, echo)
+
+
 def _unpack(layout: Layout, echo: Callable[[str], None]) -> Path:
     """``.local/registry/<version>`` with the application, fetched and unpacked once.
 

@@ -127,6 +127,12 @@ def client(layout: Layout) -> S3Client:
     )
 
 
+def built_binary(layout: Layout, echo: Callable[[str], None]) -> Path:
+    """The versitygw binary, built with ``go install`` first if missing (the service
+    images copy it in)."""
+    return _ensure_binary(layout, echo)
+
+
 def _ensure_binary(layout: Layout, echo: Callable[[str], None]) -> Path:
     binary = _binary(layout)
     if binary.is_file() and os.access(binary, os.X_OK):
