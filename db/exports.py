@@ -206,7 +206,7 @@ SPLITS = (
     " 'source_item_id', s.source_item_id, 'source_revision', s.source_revision,"
     " 'successor_item_ids', ARRAY(SELECT x.item_id FROM item_split_successor x"
     "  WHERE x.tenant_id = s.tenant_id AND x.catalog_id = s.catalog_id"
-    "  AND x.split_id = s.split_id ORDER BY x.item_id),"
+    '  AND x.split_id = s.split_id ORDER BY x.item_id COLLATE "C"),'
     " 'remaps', coalesce((SELECT jsonb_object_agg(r.listing_id, r.to_item_id)"
     "  FROM item_split_remap r WHERE r.tenant_id = s.tenant_id"
     "  AND r.catalog_id = s.catalog_id AND r.split_id = s.split_id), '{}'::jsonb),"

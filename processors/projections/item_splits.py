@@ -50,7 +50,10 @@ def fold(events: Iterable[Envelope]) -> dict[AggregateKey, SplitState]:
             uuid.UUID(event.aggregate.id),
             payload.source_item_id,
             payload.source_revision,
-            tuple(payload.successor_item_ids),
+            # A split's successors are a set (the resolver keeps no order); stored in
+            # code-point order, the order an export lists them in, so the live path
+            # and a rebuild's load write the same row.
+            tuple(sorted(payload.successor_item_ids)),
             dict(payload.remaps),
             payload.decision_id,
             event.aggregate.revision,

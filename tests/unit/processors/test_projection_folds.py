@@ -159,6 +159,15 @@ def test_split_fold_keeps_one_row_per_split_with_its_successors() -> None:
     assert (row.decision_id, row.revision, row.position) == (DECISION, 1, 3)
 
 
+def test_a_splits_successors_are_kept_in_code_point_order_as_an_export_lists_them() -> None:
+    """The decision may name them in any order; the row is the same either way, and
+    the same as a rebuild's load writes from an export (``ORDER BY … COLLATE "C"``)."""
+    split_id = uuid.uuid4()
+    given = split(3, split_id, "p53", "p53-s99", "p53-s100", "p53-É", "p53-e")
+    row = item_splits.fold([given])[("t1", "c1", "item_split", str(split_id))]
+    assert row.successor_item_ids == ("p53-e", "p53-s100", "p53-s99", "p53-É")
+
+
 def test_a_split_parks_until_its_source_and_every_successor_are_applied() -> None:
     event_ = split(6, uuid.uuid4(), "i1", "i1-a", "i1-b")
     applied = {("t1", "c1", "catalog_item", "i1"): 2, ("t1", "c1", "catalog_item", "i1-a"): 1}
