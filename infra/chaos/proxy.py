@@ -319,6 +319,14 @@ class Routes:
     def all(self) -> tuple[Proxy, Proxy, Proxy]:
         return (self.pg, self.kafka, self.s3)
 
+    def heal_all(self) -> None:
+        """Every toxic removed and every proxy enabled, whoever applied them."""
+        for proxy in self.all():
+            for name in proxy.toxics():
+                proxy.remove_toxic(name)
+            if not proxy.enabled():
+                proxy.set_enabled(True)
+
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with the processes' DSNs, Kafka bootstrap and S3 endpoint routed
         through the proxies (the migration DSN, for set-up only, is left direct)."""
