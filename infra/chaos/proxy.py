@@ -3,14 +3,18 @@ through a real TCP fault proxy (toxiproxy, ``infra.local.toxiproxy`` builds it).
 
 The interface, for whoever schedules faults::
 
-    server = ToxiproxyServer.start(layout, PortBlock(base), log_path)
-    routes = Routes.create(server, layout, block)   # pg, kafka, s3 proxies
-    env = routes.environment(os.environ)            # DSNs, bootstrap, S3 endpoint
-    fault = Drop(routes.pg)                          # or Stall(...), Down(...), Slow(...)
-    fault.apply()   # takes effect at once, returns at once
-    ...             # the outage lasts as long as the caller waits
-    fault.heal()    # idempotent; the proxy carries traffic again
-    server.stop()
+    with proxied(layout, echo) as routes:           # pg, kafka, s3 proxies (see below)
+        env = routes.environment(os.environ)        # DSNs, bootstrap, S3 endpoint
+        fault = FAULTS["drop"](routes.pg)           # Drop, Stall, Down or Slow
+        fault.apply()   # takes effect at once, returns at once
+        ...             # the outage lasts as long as the caller waits
+        fault.heal()    # idempotent; the proxy carries traffic again
+        routes.heal_all()                           # every fault of every proxy
+
+``proxied`` restarts the local broker with its proxied listener when it runs
+without it, starts a server on sixteen ports from ``layout.proxy_port``
+(``PortBlock``) and stops it at the end; ``ToxiproxyServer.start`` and
+``Routes.create`` are the same in two steps.
 
 A ``Fault`` has a ``kind`` (``drop``, ``stall``, ``down``, ``slow``) and a ``target``
 (the proxy's name: ``pg``, ``kafka``, ``s3``); ``apply`` and ``heal`` only talk to
@@ -41,7 +45,7 @@ import contextlib
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -50,18 +54,24 @@ from urllib.parse import urlsplit, urlunsplit
 from infra.local import kafka, toxiproxy
 from infra.local.errors import ServiceError
 from infra.local.layout import HOST, Layout
-from infra.local.processes import alive, port_open, spawn, terminate, wait_until
+from infra.local.processes import alive, port_open, read_pid, spawn, terminate, wait_until
 
 READY_TIMEOUT = 30.0
 API_TIMEOUT = 10.0
 MARKER = toxiproxy.BINARY  # on the server's command line; see processes.alive
 DSN_VARIABLES = ("GAPLESS_RESOLVER_DSN", "GAPLESS_PRODUCT_DSN", "GAPLESS_CONTROL_DSN")
+NOT_FOUND, CONFLICT = 404, 409
 
 
 class ProxyError(ServiceError):
-    """The fault proxy could not be started or did not do what it was asked."""
+    """The fault proxy could not be started or did not do what it was asked;
+    ``status`` is the API's HTTP answer, when it gave one."""
 
     code = "FAULT_PROXY_FAILED"
+
+    def __init__(self, message: str, hint: str = "", status: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -98,11 +108,17 @@ class ToxiproxyServer:
         self.url = f"http://{HOST}:{port}"
 
     @classmethod
-    def start(cls, layout: Layout, block: PortBlock, log: Path) -> ToxiproxyServer:
-        """Build the server if needed, start it on ``block.api`` and wait for its API;
-        it starts with no proxies (a stale one from a crashed run is reset away)."""
+    def start(
+        cls, layout: Layout, block: PortBlock, log: Path, echo: Callable[[str], None] = print
+    ) -> ToxiproxyServer:
+        """Build the server if needed, start it on ``block.api`` with no proxies and
+        wait for its API. A server a crashed run left on the block is stopped first."""
         layout.ensure_dirs()
-        binary = toxiproxy.ensure_binary(layout, print)
+        binary = toxiproxy.ensure_binary(layout, echo)
+        pid_file = layout.pid_file(f"toxiproxy-{block.api}")
+        stale = read_pid(pid_file)
+        if stale is not None:  # left by a run that died before it stopped its server
+            terminate(stale, MARKER, grace=5)
         if port_open(HOST, block.api):
             raise ProxyError(
                 f"toxiproxy: port {block.api} is taken", "stop what listens there or pick a block"
@@ -110,7 +126,7 @@ class ToxiproxyServer:
         process = spawn(
             [str(binary), "-host", HOST, "-port", str(block.api)],
             log=log,
-            pid_file=layout.pid_file(f"toxiproxy-{block.api}"),
+            pid_file=pid_file,
         )
         server = cls(block.api, process.pid)
 
@@ -126,7 +142,6 @@ class ToxiproxyServer:
         if not wait_until(answers, timeout=READY_TIMEOUT, interval=0.2):
             terminate(process.pid, MARKER, grace=5)
             raise ProxyError(f"toxiproxy did not answer on {server.url}", f"see {log}")
-        server.call("POST", "/reset")
         return server
 
     def stop(self) -> None:
@@ -147,7 +162,8 @@ class ToxiproxyServer:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace").strip()
-            raise ProxyError(f"toxiproxy {method} {path}: {exc.code} {detail}") from exc
+            message = f"toxiproxy {method} {path}: {exc.code} {detail}"
+            raise ProxyError(message, status=exc.code) from exc
         except (urllib.error.URLError, OSError) as exc:
             raise ProxyError(f"toxiproxy {method} {path}: {exc}") from exc
         return json.loads(raw) if raw.strip() else None
@@ -172,14 +188,22 @@ class Proxy:
 
     def add_toxic(self, name: str, kind: str, stream: str, **attributes: int) -> None:
         """A toxic of toxiproxy's type ``kind`` on ``stream`` (``upstream``: to the
-        server, ``downstream``: to the client), applied to every connection."""
+        server, ``downstream``: to the client), applied to every connection. One of
+        that name already there is left as it is."""
         toxic = {"name": name, "type": kind, "stream": stream, "attributes": attributes}
-        self.server.call("POST", f"/proxies/{self.name}/toxics", toxic)
+        try:
+            self.server.call("POST", f"/proxies/{self.name}/toxics", toxic)
+        except ProxyError as exc:
+            if exc.status != CONFLICT:
+                raise
 
     def remove_toxic(self, name: str) -> None:
         """Remove toxic ``name``; one that is not there is no error."""
-        with contextlib.suppress(ProxyError):  # toxiproxy: 404 for an unknown toxic
+        try:
             self.server.call("DELETE", f"/proxies/{self.name}/toxics/{name}")
+        except ProxyError as exc:
+            if exc.status != NOT_FOUND:
+                raise
 
     def toxics(self) -> list[str]:
         return [t["name"] for t in self.server.call("GET", f"/proxies/{self.name}/toxics")]
@@ -337,3 +361,38 @@ class Routes:
         routed["GAPLESS_KAFKA_BOOTSTRAP"] = self.kafka.listen
         routed["GAPLESS_S3_ENDPOINT"] = f"http://{self.s3.listen}"
         return routed
+
+
+FAULTS: dict[str, Callable[[Proxy], Fault]] = {
+    "drop": Drop,
+    "stall": Stall,
+    "down": Down,
+    "slow": Slow,
+}
+"""Each fault kind and how to make one on a proxy (``FAULTS[kind](routes.pg)``)."""
+
+
+def ensure_proxied_broker(layout: Layout, block: PortBlock, echo: Callable[[str], None]) -> None:
+    """Restart the local broker with ``kafka_listener(block)`` unless it runs with it
+    already (its PLAINTEXT listener, data and topics stay as they are)."""
+    listener = kafka_listener(block)
+    if kafka.proxied_listener(layout) != listener:
+        kafka.stop(layout, echo)
+        kafka.start(layout, echo, proxied=listener)
+
+
+@contextlib.contextmanager
+def proxied(
+    layout: Layout, echo: Callable[[str], None], block: PortBlock | None = None
+) -> Iterator[Routes]:
+    """The three proxies for the duration of the block: the broker given its proxied
+    listener if needed, a server started on ``block`` (default: the layout's
+    ``proxy_port``) and stopped at the end, whatever happened."""
+    block = block or PortBlock(layout.proxy_port)
+    ensure_proxied_broker(layout, block, echo)
+    log = layout.log_file(f"toxiproxy-{block.api}")
+    server = ToxiproxyServer.start(layout, block, log, echo)
+    try:
+        yield Routes.create(server, layout, block)
+    finally:
+        server.stop()

@@ -119,7 +119,8 @@ def _resolve_jars(layout: Layout, echo: Callable[[str], None]) -> None:
     staging.rename(libs)
 
 
-def _server_properties(layout: Layout, proxied: ProxiedListener | None = None) -> str:
+def server_properties(layout: Layout, proxied: ProxiedListener | None = None) -> str:
+    """The broker's ``server.properties``, with the ``PROXIED`` listener if asked."""
     broker = f"{HOST}:{layout.kafka_port}"
     controller = f"{HOST}:{layout.kafka_controller_port}"
     listeners = f"PLAINTEXT://{broker},CONTROLLER://{controller}"
@@ -272,7 +273,7 @@ def start(
     java = require_tool("java", JAVA_HINT)
     _resolve_jars(layout, echo)
     _data_dir(layout).mkdir(parents=True, exist_ok=True)
-    _config_file(layout).write_text(_server_properties(layout, proxied))
+    _config_file(layout).write_text(server_properties(layout, proxied))
     _format_storage(layout, java, echo)
     extra = f", proxied {HOST}:{proxied.port}" if proxied is not None else ""
     echo(f"kafka: starting on {address} (controller {HOST}:{layout.kafka_controller_port}{extra})")

@@ -31,6 +31,7 @@ def test_drop_resets_what_carries_data_and_heal_lets_new_connections_through(
         fault = Drop(fault_routes.pg)
         assert (fault.kind, fault.target) == ("drop", "pg")
         fault.apply()
+        fault.apply()  # idempotent
         with pytest.raises(psycopg.OperationalError):
             conn.execute("SELECT 1")
         with pytest.raises(psycopg.OperationalError):
