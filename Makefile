@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools \
-	image image-test containers-test
+	image image-test containers-test fault-proxy
 
 # Offline validators of infra/deploy (the Helm chart), built once with `go install` into
 # the local state directory; a version stamp makes a second run a no-op and a new
@@ -35,7 +35,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gapless demo
 
-test: $(STAMP) deploy-tools
+test: $(STAMP) deploy-tools fault-proxy
 	$(BIN)/gapless up
 	$(BIN)/pytest -q
 
@@ -73,6 +73,11 @@ down: $(STAMP)
 
 status: $(STAMP)
 	$(BIN)/gapless status
+
+# toxiproxy for the network-fault tests: infra/local/toxiproxy.py pins its version and
+# builds it with `go install` once (a second run finds it and does nothing).
+fault-proxy: $(STAMP)
+	$(BIN)/python -m infra.local.toxiproxy
 
 deploy-tools: $(TOOLS)/.helm-$(HELM_VERSION) $(TOOLS)/.kubeconform-$(KUBECONFORM_VERSION) \
 	$(CRDS)/.prometheus-operator-$(PROMETHEUS_OPERATOR_VERSION)

@@ -1,1 +1,5 @@
-pytest_plugins = ["tests.fixtures.services", "tests.fixtures.resolver_api"]
+pytest_plugins = [
+    "tests.fixtures.services",
+    "tests.fixtures.resolver_api",
+    "tests.fixtures.fault_proxy",
+]

@@ -4,6 +4,12 @@ There is no reachable Kafka tarball, so the broker's jars come from Maven Centra
 through `infra/kafka/pom.xml` and run straight from `.local/kafka/libs`. The
 storage directory is formatted once (`--standalone`, i.e. a one-voter quorum)
 and reused across restarts, so topics and offsets survive `down`/`up`.
+
+A test that puts a TCP fault proxy between the clients and the broker starts it
+with a ``ProxiedListener`` as well: clients reach a broker at the address its
+metadata advertises, not at the bootstrap address, so going through a proxy takes
+a listener of its own advertised at the proxy's port. The PLAINTEXT listener and
+every default stay as they are; without the option the extra listener is not there.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import contextlib
 import hashlib
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -40,6 +47,19 @@ LOG4J_CONFIG = INFRA_DIR / "kafka" / "log4j2.properties"
 READY_TIMEOUT = 90.0
 JAVA_HINT = "install a Java 17+ runtime: sudo apt-get install -y openjdk-17-jre-headless"
 MVN_HINT = "install Maven 3: sudo apt-get install -y maven"
+
+
+PROXIED = "PROXIED"
+"""The name of the optional listener a fault proxy forwards to."""
+
+
+@dataclass(frozen=True)
+class ProxiedListener:
+    """A listener on ``port`` that tells clients to connect to ``advertised_port``
+    (where a proxy listens and forwards to ``port``)."""
+
+    port: int
+    advertised_port: int
 
 
 def bootstrap(layout: Layout) -> str:
@@ -106,19 +126,27 @@ def resolved_libs(layout: Layout, echo: Callable[[str], None]) -> Path:
     return _libs(layout)
 
 
-def _server_properties(layout: Layout) -> str:
+def server_properties(layout: Layout, proxied: ProxiedListener | None = None) -> str:
+    """The broker's ``server.properties``, with the ``PROXIED`` listener if asked."""
     broker = f"{HOST}:{layout.kafka_port}"
     controller = f"{HOST}:{layout.kafka_controller_port}"
+    listeners = f"PLAINTEXT://{broker},CONTROLLER://{controller}"
+    advertised = listeners
+    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    if proxied is not None:
+        listeners += f",{PROXIED}://{HOST}:{proxied.port}"
+        advertised += f",{PROXIED}://{HOST}:{proxied.advertised_port}"
+        protocols += f",{PROXIED}:PLAINTEXT"
     return f"""\
 # Written by infra/local/kafka.py on every start; edits here are overwritten.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers={controller}
-listeners=PLAINTEXT://{broker},CONTROLLER://{controller}
-advertised.listeners=PLAINTEXT://{broker},CONTROLLER://{controller}
+listeners={listeners}
+advertised.listeners={advertised}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map={protocols}
 log.dirs={_data_dir(layout)}
 num.partitions=6
 auto.create.topics.enable=false
@@ -202,29 +230,60 @@ def _our_pid(layout: Layout) -> int | None:
     return pid if pid is not None and alive(pid, MARKER) else None
 
 
-def check_ports(layout: Layout) -> None:
+def proxied_listener(layout: Layout) -> ProxiedListener | None:
+    """The proxied listener of the broker that runs now (from the configuration it
+    was started with), or None: not running, or without one."""
+    if _our_pid(layout) is None:
+        return None
+    try:
+        lines = _config_file(layout).read_text().splitlines()
+    except OSError:
+        return None
+    found: dict[str, int] = {}
+    prefix = f"{PROXIED}://{HOST}:"
+    for line in lines:
+        key, _, value = line.partition("=")
+        for entry in value.split(","):
+            if key in ("listeners", "advertised.listeners") and entry.startswith(prefix):
+                found[key] = int(entry.removeprefix(prefix))
+    if set(found) != {"listeners", "advertised.listeners"}:
+        return None
+    return ProxiedListener(found["listeners"], found["advertised.listeners"])
+
+
+def check_ports(layout: Layout, proxied: ProxiedListener | None = None) -> None:
     """Unless ours runs: ``PortTaken`` naming the holder if a port of the broker is taken."""
     if _our_pid(layout) is None:
         require_free(HOST, layout.kafka_port, NAME, "GAPLESS_LOCAL_KAFKA_PORT")
         controller = "GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT"
         require_free(HOST, layout.kafka_controller_port, f"{NAME} controller", controller)
+        if proxied is not None:
+            require_free(HOST, proxied.port, f"{NAME} proxied listener", "GAPLESS_LOCAL_PROXY_PORT")
 
 
-def start(layout: Layout, echo: Callable[[str], None]) -> None:
-    """Start the broker unless ours already runs; wait until the AdminClient answers."""
+def start(
+    layout: Layout, echo: Callable[[str], None], *, proxied: ProxiedListener | None = None
+) -> None:
+    """Start the broker unless ours already runs; wait until the AdminClient answers.
+
+    ``proxied``: also listen on ``proxied.port``, advertised at ``proxied.advertised_port``
+    (see the module's docstring). A broker already running is left as it is: see
+    ``proxied_listener`` for what it has, and ``stop`` it first to change it.
+    """
     address = bootstrap(layout)
     pid = _our_pid(layout)
     if pid is not None:
         echo(f"kafka: already running on {address} (pid {pid})")
         _wait_ready(layout, lambda: alive(pid, MARKER))
         return
-    check_ports(layout)
+    check_ports(layout, proxied)
     java = require_tool("java", JAVA_HINT)
     _resolve_jars(layout, echo)
     _data_dir(layout).mkdir(parents=True, exist_ok=True)
-    _config_file(layout).write_text(_server_properties(layout))
+    _config_file(layout).write_text(server_properties(layout, proxied))
     _format_storage(layout, java, echo)
-    echo(f"kafka: starting on {address} (controller {HOST}:{layout.kafka_controller_port})")
+    extra = f", proxied {HOST}:{proxied.port}" if proxied is not None else ""
+    echo(f"kafka: starting on {address} (controller {HOST}:{layout.kafka_controller_port}{extra})")
     broker = spawn(
         _java_command(layout, java, MARKER, str(_config_file(layout))),
         log=_stdout_log(layout),

@@ -57,6 +57,9 @@ class Layout:
     s3_port: int
     registry_port: int = 18081
     registry_management_port: int = 18091
+    proxy_port: int = 18470
+    """The first of sixteen ports a TCP fault proxy takes when a test starts one
+    (``infra.chaos.proxy.PortBlock``); nothing listens there otherwise."""
 
     @property
     def logs(self) -> Path:
@@ -93,4 +96,5 @@ def current_layout() -> Layout:
         s3_port=_port("GAPLESS_LOCAL_S3_PORT", 19000),
         registry_port=_port("GAPLESS_LOCAL_REGISTRY_PORT", 18081),
         registry_management_port=_port("GAPLESS_LOCAL_REGISTRY_MANAGEMENT_PORT", 18091),
+        proxy_port=_port("GAPLESS_LOCAL_PROXY_PORT", 18470),
     )

@@ -65,6 +65,8 @@ class EventsConsumer:
         self.batches = 0
         # True once the group gave it an assignment (possibly empty) and each of its
         # partitions was set to its resume offset: from then on it applies what arrives.
+        # False again when the assignment is revoked or lost (a rebalance, or a broker
+        # that went silent past the session timeout) until the next one.
         self.joined = False
 
     def start(self) -> None:
@@ -211,6 +213,7 @@ class EventsConsumer:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Between two polls: no batch of these partitions is in flight.
+        self.joined = False
         consumer.unassign()
         log.info("events: revoked %s", sorted(tp.partition for tp in partitions))
 

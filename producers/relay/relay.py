@@ -22,7 +22,7 @@ from db.outbox import (
 )
 from db.pauses import PauseWatch
 from db.stream_writer import NOTIFY_CHANNEL
-from producers.relay.exceptions import OutboxGap, RelayError
+from producers.relay.exceptions import OutboxGap, PublishFailed, RelayError
 from producers.relay.publisher import Publisher
 from producers.relay.settings import DEFAULT_BATCH_SIZE, READ_CHUNK
 from schemas.backoff import Reconnect
@@ -213,6 +213,12 @@ class Relay:
         total = 0
         try:
             total = self.publish_streams(conn, streams)
+        except PublishFailed as exc:
+            # Not a completed pass: while the broker confirms nothing (down, or silent
+            # past the delivery timeout) the relay must not look ready.
+            FAILURES.inc()
+            log.warning("publish failed, will retry: %s", exc)
+            return total
         except RelayError as exc:
             FAILURES.inc()
             log.warning("publish failed, will retry: %s", exc)

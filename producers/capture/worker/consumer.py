@@ -147,8 +147,12 @@ class JobLoop:
             named[job.job_id] = job
         self._run_all(pool, job_ids, named)
         if messages:
+            # Asynchronous: a broker gone silent must not hold the loop (and the repair
+            # scan, which needs no broker) until its request times out. The offsets are
+            # only a hint: a commit lost with the broker redelivers jobs, and a job run
+            # twice finds its outcomes recorded.
             try:
-                self._consumer.commit(asynchronous=False)
+                self._consumer.commit(asynchronous=True)
             except KafkaException as exc:  # a rebalance took the partitions: redelivered
                 log.warning("offset commit failed: %s", exc)
         return len(job_ids)

@@ -11,13 +11,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import psycopg
+from botocore.exceptions import BotoCoreError, ClientError
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
 from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
+from db.objects import s3_client
 from db.pauses import PauseWatch
 from producers.capture.jobs_metrics import IntakeCollector
 from producers.capture.worker.consumer import JobLoop, due_job_ids, job_consumer
@@ -29,6 +32,9 @@ from producers.capture.worker.retries import RetryPolicy
 from producers.capture.worker.settings import WorkerSettings
 from producers.http.probes import serve
 from schemas.registry_codec import codec_for
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +145,17 @@ def run(
         ):
             REGISTRY.register(collector)
         stale_after = max(30.0, settings.worker_scan_interval_seconds * 3)
+        probe = _probe_client(settings)
         server = serve(
             settings.worker_http_host,
             settings.worker_http_port,
             # Alive: the job loop goes round (it polls, scans and hands out runs);
-            # ready: and the resolver database answers.
+            # ready: and the resolver database and the evidence bucket answer.
             lambda: time.time() - loop.last_loop < stale_after,
-            lambda: _database_answers(wiring.pool),
+            lambda: (
+                _database_answers(wiring.pool)
+                and _evidence_answers(probe, settings.evidence_bucket)
+            ),
         )
     log.info(
         "resolver-worker %s started: topic %s, group %s",
@@ -170,6 +180,30 @@ def _database_answers(pool: ConnectionPool) -> bool:
         with pool.connection(timeout=2) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error:  # PoolTimeout included
+        return False
+    return True
+
+
+PROBE_TIMEOUT_SECONDS = 2.0
+
+
+def _probe_client(settings: WorkerSettings) -> S3Client:
+    """A client of its own for the readiness probe, bounded tighter than the reads: a
+    stalled object store makes the probe answer not ready within seconds."""
+    bounds = {
+        "s3_connect_timeout_seconds": PROBE_TIMEOUT_SECONDS,
+        "s3_read_timeout_seconds": PROBE_TIMEOUT_SECONDS,
+        "s3_max_concurrency": 1,
+    }
+    return s3_client(settings.model_copy(update=bounds))
+
+
+def _evidence_answers(client: S3Client, bucket: str) -> bool:
+    """Not ready while the evidence bucket does not answer: runs cannot read their
+    captures and leave their jobs to retry (with backoff) until it answers again."""
+    try:
+        client.head_bucket(Bucket=bucket)
+    except (BotoCoreError, ClientError):
         return False
     return True
 

@@ -33,6 +33,7 @@ READ_ELSEWHERE = {
     "GAPLESS_LOCAL_S3_PORT",
     "GAPLESS_LOCAL_REGISTRY_PORT",
     "GAPLESS_LOCAL_REGISTRY_MANAGEMENT_PORT",
+    "GAPLESS_LOCAL_PROXY_PORT",
     # infra/local/registry.py: the java that runs the local schema registry.
     "GAPLESS_LOCAL_REGISTRY_JAVA",
     # infra/cli/output.py: who an operator command acts as, for the audit trail.
