@@ -123,6 +123,7 @@ def agents() -> None:
 
     import faust
 
+    from infra.broker_wait import wait_for_broker
     from processors.app import create_app
     from processors.settings import AgentSettings
     from schemas.logs import logging_config
@@ -130,6 +131,9 @@ def agents() -> None:
 
     settings = guarded(lambda: load(AgentSettings))
     logs = guarded(lambda: load(LogSettings))
+    process_logging()
+    # Faust exits at start-up when no broker answers: wait for one instead.
+    wait_for_broker(settings.client_config())
     app = create_app(settings)
     # Faust's worker sets up logging itself as it starts: hand it the same JSON or text.
     worker = faust.Worker(

@@ -1,0 +1,1 @@
+"""Faults injected into a running pipeline: see ``infra.chaos.proxy`` for network faults."""
