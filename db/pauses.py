@@ -324,7 +324,8 @@ class PauseWatch:
                 break
             except psycopg.OperationalError as exc:
                 log.warning("pauses not read yet; waiting for the control database: %s", exc)
-                time.sleep(retry_seconds)
+                if self._stop.wait(retry_seconds):  # stopped before it ever started
+                    return self
         self._thread = threading.Thread(target=self._run, name="pause-watch", daemon=True)
         self._thread.start()
         if self._listen is not None:

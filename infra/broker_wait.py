@@ -5,7 +5,9 @@ and the process exits; a broker restart that happens to coincide with an agents
 worker's start (a deploy, a crash and its restart) would then leave the agents down
 until someone restarts them. ``wait_for_broker`` holds the start until the broker
 answers a metadata request, however long that takes (the process is not ready
-meanwhile, and SIGTERM still ends it), logging while it waits.
+meanwhile, and SIGTERM still ends it), logging while it waits. The broker can
+still go between that answer and Faust's own connection: ``lost_broker_at_start``
+tells that failure from any other, so the command starts again instead of exiting.
 """
 
 from __future__ import annotations
@@ -32,6 +34,17 @@ def broker_answers(config: Mapping[str, Any]) -> bool:
     except KafkaException:
         return False
     return True
+
+
+def lost_broker_at_start(worker: Any) -> bool:
+    """Whether a Faust worker's start failed because no broker answered
+    (``aiokafka``'s ``KafkaConnectionError``, "Unable to bootstrap")."""
+    from aiokafka.errors import KafkaConnectionError  # type: ignore[import-untyped]
+
+    starting = getattr(worker, "_starting_fut", None)
+    if starting is None or not starting.done() or starting.cancelled():
+        return False
+    return isinstance(starting.exception(), KafkaConnectionError)
 
 
 def wait_for_broker(

@@ -51,6 +51,9 @@ REBUILD_AT = 0.35
 FENCE_AT = 0.55
 SCRAPE_EVERY_S = 2.0
 ECHO_EVERY_S = 5.0
+KILL_DEADLINE_FACTOR = 4.0
+"""Kills wait for their target to be up; all of them must be done within this many
+times the campaign's seconds."""
 WORK_METRICS = {
     "relay": "gapless_relay_published_total",
     "agents": "gapless_applier_events_total",
@@ -427,20 +430,39 @@ def _run_plan(
     lane = threading.Thread(target=service_lane, name="service faults", daemon=True)
     lane.start()
     asked_rebuild = asked_fence = False
+    asking: threading.Thread | None = None
     last_scrape = last_echo = 0.0
     pending = list(kills)
     while pending or lane.is_alive() or time.monotonic() - began < settings.seconds:
         now = time.monotonic()
         elapsed = now - began
-        while pending and pending[0].at <= elapsed:
-            planned = pending.pop(0)
+        # A due kill waits until its target is up (``Fleet.killable``); the others
+        # due meanwhile go first.
+        readiness: dict[str, bool] = {}
+        if pending and elapsed > KILL_DEADLINE_FACTOR * settings.seconds:
+            lane_errors.append(
+                f"kills: {len(pending)} not delivered within"
+                f" {KILL_DEADLINE_FACTOR * settings.seconds:.0f}s (their targets never came up)"
+            )
+            pending.clear()
+        for planned in [p for p in pending if p.at <= elapsed]:
+            if planned.target not in readiness:
+                readiness[planned.target] = fleet.killable(planned.target)
+            if not readiness[planned.target]:
+                continue
+            readiness[planned.target] = False  # restarted now: not up yet
+            pending.remove(planned)
             kill = faults.Kill(fleet, planned.target, planned.armed)
             kill.apply()
             if kill.happened:
                 report.kills += 1
                 report.faults[schedule.KILL] += 1
         if not asked_rebuild and elapsed >= REBUILD_AT * settings.seconds:
-            asked_rebuild = _ask_rebuild(rebuild, echo)
+            asked_rebuild = True
+            asking = threading.Thread(
+                target=_ask_rebuild, args=(rebuild, echo), name="rebuild request", daemon=True
+            )
+            asking.start()
         if not asked_fence and elapsed >= FENCE_AT * settings.seconds:
             asked_fence = True
             fence.start()
@@ -458,6 +480,8 @@ def _run_plan(
         time.sleep(0.05)
     if not asked_rebuild:
         _ask_rebuild(rebuild, echo)
+    elif asking is not None:
+        asking.join()
     if not asked_fence:
         fence.start()
     seen.workload_errors += lane_errors
@@ -478,14 +502,17 @@ def _sleep_until(instant: float) -> None:
         time.sleep(pause)
 
 
-def _ask_rebuild(rebuild: Any, echo: Echo) -> bool:
-    try:
-        rebuild.request()
-    except Exception as exc:  # the broker may be down right now: ask again shortly
-        echo(f"  rebuild request not sent yet ({type(exc).__name__}); again")
-        rebuild.requested = False
-        return False
-    return True
+def _ask_rebuild(rebuild: Any, echo: Echo) -> None:
+    """Publish the request (the broker may be down right now: again until it is sent)."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            rebuild.request()
+            return
+        except Exception as exc:
+            echo(f"  rebuild request not sent yet ({type(exc).__name__}); again")
+            rebuild.requested = False
+            time.sleep(1.0)
 
 
 def _watch(fleet: Fleet, report: Report, seen: check.Seen, echo: Echo) -> None:

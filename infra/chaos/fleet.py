@@ -26,6 +26,7 @@ from infra.processes import Deployed
 Echo = Callable[[str], None]
 
 START_TIMEOUT_S = 120.0
+ARMED_GRACE_S = 20.0
 
 
 class ChaosProcess(Deployed):
@@ -56,6 +57,7 @@ class Member:
     process: ChaosProcess
     metrics_url: str | None
     incarnations: int = 0
+    started: float = 0.0
     killing: bool = False
     reported: object | None = None
     """The ``Popen`` whose exit on its own was recorded already."""
@@ -92,6 +94,19 @@ class Fleet:
         member.process.armed = armed
         member.process.start()
         member.incarnations += 1
+        member.started = time.monotonic()
+
+    def killable(self, name: str) -> bool:
+        """Whether ``name`` may be killed now: it answers its health check (killing a
+        process that is still starting only tests its start, again and again), and
+        an armed incarnation has had ``ARMED_GRACE_S`` to reach its crash point."""
+        member = self.members[name]
+        if not member.process.alive():
+            return False
+        armed = member.process.armed is not None
+        if armed and time.monotonic() - member.started < ARMED_GRACE_S:
+            return False
+        return member.process.health() == 200
 
     def kill(self, name: str, then_arm: Armed | None) -> bool:
         """SIGKILL ``name`` and start it again at once (armed with ``then_arm``);

@@ -62,9 +62,7 @@ def test_progress_short_of_the_cursor_is_lost() -> None:
 
 
 def test_a_committed_event_never_published_is_lost() -> None:
-    verdict = judge(
-        _observed(_stream(published=8, on_topic=frozenset(range(1, 9)))), _seen()
-    )
+    verdict = judge(_observed(_stream(published=8, on_topic=frozenset(range(1, 9)))), _seen())
     assert verdict.lost == 2
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from infra.chaos import schedule
 from infra.chaos.schedule import Options
 
@@ -44,7 +46,7 @@ def test_kills_reach_every_process_and_arm_their_own_crash_points() -> None:
 
 def test_service_faults_never_overlap() -> None:
     services = [p for p in schedule.plan(5, OPTIONS) if p.kind != schedule.KILL]
-    for earlier, later in zip(services, services[1:], strict=False):
+    for earlier, later in itertools.pairwise(services):
         assert earlier.at + earlier.hold <= later.at, (earlier, later)
 
 
