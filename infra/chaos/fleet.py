@@ -27,6 +27,7 @@ Echo = Callable[[str], None]
 
 START_TIMEOUT_S = 120.0
 ARMED_GRACE_S = 20.0
+MIN_UP_S = 3.0
 
 
 class ChaosProcess(Deployed):
@@ -58,6 +59,8 @@ class Member:
     metrics_url: str | None
     incarnations: int = 0
     started: float = 0.0
+    ready_since: float | None = None
+    """When this incarnation first answered its health check."""
     killing: bool = False
     reported: object | None = None
     """The ``Popen`` whose exit on its own was recorded already."""
@@ -95,18 +98,25 @@ class Fleet:
         member.process.start()
         member.incarnations += 1
         member.started = time.monotonic()
+        member.ready_since = None
 
     def killable(self, name: str) -> bool:
-        """Whether ``name`` may be killed now: it answers its health check (killing a
-        process that is still starting only tests its start, again and again), and
-        an armed incarnation has had ``ARMED_GRACE_S`` to reach its crash point."""
+        """Whether ``name`` may be killed now: it has answered its health check for
+        ``MIN_UP_S`` (killing a process that is still starting only tests its start,
+        again and again, and kills overdue on a slow machine would otherwise land the
+        moment it is up), and an armed incarnation has had ``ARMED_GRACE_S`` to reach
+        its crash point."""
         member = self.members[name]
         if not member.process.alive():
             return False
-        armed = member.process.armed is not None
-        if armed and time.monotonic() - member.started < ARMED_GRACE_S:
+        now = time.monotonic()
+        if member.ready_since is None:
+            if member.process.health() != 200:
+                return False
+            member.ready_since = now
+        if now - member.ready_since < MIN_UP_S:
             return False
-        return member.process.health() == 200
+        return member.process.armed is None or now - member.started >= ARMED_GRACE_S
 
     def kill(self, name: str, then_arm: Armed | None) -> bool:
         """SIGKILL ``name`` and start it again at once (armed with ``then_arm``);
