@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+
+from schemas.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +28,9 @@ PROBE_TIMEOUT_S = 5.0
 LOG_EVERY_S = 10.0
 
 
-def broker_answers(config: Mapping[str, Any]) -> bool:
-    """Whether a broker of ``config`` answers a metadata request now."""
-    admin = AdminClient(dict(config))
+def broker_answers(settings: KafkaSettings) -> bool:
+    """Whether a broker of ``settings`` answers a metadata request now."""
+    admin = AdminClient(settings.client_config())
     try:
         admin.list_topics(timeout=PROBE_TIMEOUT_S)
     except KafkaException:
@@ -48,21 +50,21 @@ def lost_broker_at_start(worker: Any) -> bool:
 
 
 def wait_for_broker(
-    config: Mapping[str, Any],
-    answers: Callable[[Mapping[str, Any]], bool] = broker_answers,
+    settings: KafkaSettings,
+    answers: Callable[[KafkaSettings], bool] = broker_answers,
     pause_s: float = 1.0,
 ) -> int:
     """Until the broker answers; how many probes failed first."""
     failed = 0
     logged = 0.0
-    while not answers(config):
+    while not answers(settings):
         failed += 1
         now = time.monotonic()
         if now - logged >= LOG_EVERY_S:
             logged = now
             log.warning(
                 "no broker answers at %s yet; waiting before starting (%d probes failed)",
-                config.get("bootstrap.servers"),
+                settings.client_config().get("bootstrap.servers"),
                 failed,
             )
         time.sleep(pause_s)

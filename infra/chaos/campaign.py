@@ -269,7 +269,7 @@ def _campaign(
     try:
         echo("starting the processes…")
         fleet.start_all()
-        load.set_up(kafka.events_topic, kafka.client_config())
+        load.set_up(kafka)
         rebuild = DemoRebuild(databases, load.domain_streams[0], echo)
         sampler.start()
         load.start()
@@ -293,7 +293,7 @@ def _campaign(
     observed = check.observe(
         databases.resolver_dsn,
         databases.product_dsn,
-        kafka.kafka_bootstrap,
+        kafka,
         kafka.events_topic,
         CONSUMER,
         load.tenant_like,

@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 from infra.demo.projection_check import compare_serving
 from schemas.codec import CODEC
 from schemas.errors import GaplessError
+from schemas.settings import KafkaSettings
 
 Stream = tuple[str, str, int]
 TERMINAL_JOB_STATES = ("done", "failed", "skipped")
@@ -161,14 +162,14 @@ def _ranges(positions: Sequence[int]) -> str:
 def observe(
     resolver_dsn: str,
     product_dsn: str,
-    bootstrap: str,
+    kafka: KafkaSettings,
     topic: str,
     consumer: str,
     tenant_like: str,
     poison: list[bytes],
 ) -> Observations:
     found = Observations(poison=list(poison))
-    on_topic, found.undecodable_on_topic = topic_positions(bootstrap, topic, tenant_like)
+    on_topic, found.undecodable_on_topic = topic_positions(kafka, topic, tenant_like)
     with psycopg.connect(resolver_dsn, autocommit=True) as conn:
         cursors = conn.execute(
             "SELECT c.tenant_id, c.catalog_id, c.history_epoch, c.position,"
@@ -233,18 +234,19 @@ def observe(
 
 
 def topic_positions(
-    bootstrap: str, topic: str, tenant_like: str
+    kafka: KafkaSettings, topic: str, tenant_like: str
 ) -> tuple[dict[Stream, set[int]], int]:
     """Every position of the run's streams on ``topic`` (from the beginning to the end
     each partition had when this started), and how many messages did not decode."""
     prefix = tenant_like.removesuffix("%")
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "gapless-chaos-check",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
+        kafka.client_config(
+            {
+                "group.id": "gapless-chaos-check",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
     )
     found: dict[Stream, set[int]] = {}
     undecodable = 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import runpy
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,9 +96,10 @@ def main() -> None:
         if name not in POINTS:
             raise SystemExit(f"{POINT_VARIABLE}={name!r}: not one of {', '.join(sorted(POINTS))}")
         arm(name, int(os.environ.get(PASSES_VARIABLE, "1")))
-    from infra.cli.main import main as gapless
-
-    gapless(args=sys.argv[1:], prog_name="gapless")
+    # The command runs as ``python -m infra.cli`` would run it, as this process's
+    # main program: this module stays below the CLI, which starts the campaign.
+    sys.argv[0] = "gapless"
+    runpy.run_module("infra.cli", run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

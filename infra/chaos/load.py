@@ -45,7 +45,7 @@ from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.review_cases import open_case
 from schemas.events import EvidenceRef
 from schemas.registry_codec import codec_for
-from schemas.settings import SchemaRegistrySettings
+from schemas.settings import KafkaSettings, SchemaRegistrySettings
 
 Echo = Callable[[str], None]
 
@@ -166,7 +166,7 @@ class Load:
 
     # Before the faults: what every later step builds on.
 
-    def set_up(self, events_topic: str, kafka_config: dict[str, str]) -> None:
+    def set_up(self, kafka: KafkaSettings) -> None:
         """Items for the API deciders, the collectors' credentials and identity
         generations, and the poison (sent first: it is delivered before any fault)."""
         for tenant, catalog in [*self.api_streams, self.fence_stream]:
@@ -179,10 +179,10 @@ class Load:
         headers = {"Authorization": f"Bearer {self.operator_token}"}
         with httpx.Client(base_url=self.api_url, headers=headers, timeout=30.0) as api:
             demo_captures.activate_identity(api, self.capture_tenants)
-        producer = Producer(kafka_config)
+        producer = Producer(kafka.client_config())
         for n in range(POISON):
             value = f"\x00chaos poison {self.run_id} {n}".encode()
-            producer.produce(events_topic, value=value, key=b"\xff not a stream key")
+            producer.produce(kafka.events_topic, value=value, key=b"\xff not a stream key")
             self.poison.append(value)
         if producer.flush(30) != 0:
             raise RuntimeError("the poison messages were not delivered")

@@ -135,7 +135,7 @@ def agents() -> None:
     logs = guarded(lambda: load(LogSettings))
     process_logging()
     # Faust exits at start-up when no broker answers: wait for one instead.
-    wait_for_broker(settings.client_config())
+    wait_for_broker(settings)
     app = create_app(settings)
     # Faust's worker sets up logging itself as it starts: hand it the same JSON or text.
     worker = faust.Worker(

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from infra.broker_wait import wait_for_broker
+from schemas.settings import KafkaSettings
 
 
 def test_it_waits_until_the_broker_answers() -> None:
     answers = iter([False, False, False, True])
-    probed: list[Mapping[str, Any]] = []
+    probed: list[KafkaSettings] = []
 
-    def answer(config: Mapping[str, Any]) -> bool:
-        probed.append(config)
+    def answer(settings: KafkaSettings) -> bool:
+        probed.append(settings)
         return next(answers)
 
-    config = {"bootstrap.servers": "127.0.0.1:1"}
-    assert wait_for_broker(config, answer, pause_s=0.0) == 3
-    assert probed == [config] * 4
+    settings = KafkaSettings(kafka_bootstrap="127.0.0.1:1")
+    assert wait_for_broker(settings, answer, pause_s=0.0) == 3
+    assert probed == [settings] * 4
 
 
 def test_a_broker_that_answers_costs_one_probe() -> None:
-    assert wait_for_broker({}, lambda _config: True, pause_s=0.0) == 0
+    assert wait_for_broker(KafkaSettings(), lambda _settings: True, pause_s=0.0) == 0
