@@ -95,7 +95,9 @@ def main() -> None:
     if name:
         if name not in POINTS:
             raise SystemExit(f"{POINT_VARIABLE}={name!r}: not one of {', '.join(sorted(POINTS))}")
-        arm(name, int(os.environ.get(PASSES_VARIABLE, "1")))
+        passes = int(os.environ.get(PASSES_VARIABLE, "1"))
+        arm(name, passes)
+        print(f"crash point {name} armed: dies on pass {passes}", file=sys.stderr, flush=True)
     # The command runs as ``python -m infra.cli`` would run it, as this process's
     # main program: this module stays below the CLI, which starts the campaign.
     sys.argv[0] = "gapless"

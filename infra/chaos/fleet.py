@@ -105,7 +105,7 @@ class Fleet:
         ``MIN_UP_S`` (killing a process that is still starting only tests its start,
         again and again, and kills overdue on a slow machine would otherwise land the
         moment it is up), and an armed incarnation has had ``ARMED_GRACE_S`` to reach
-        its crash point."""
+        its crash point once up."""
         member = self.members[name]
         if not member.process.alive():
             return False
@@ -116,7 +116,7 @@ class Fleet:
             member.ready_since = now
         if now - member.ready_since < MIN_UP_S:
             return False
-        return member.process.armed is None or now - member.started >= ARMED_GRACE_S
+        return member.process.armed is None or now - member.ready_since >= ARMED_GRACE_S
 
     def kill(self, name: str, then_arm: Armed | None) -> bool:
         """SIGKILL ``name`` and start it again at once (armed with ``then_arm``);

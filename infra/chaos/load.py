@@ -57,6 +57,9 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 )
 """What a writer in this process outlives: the database restarting, a paused or
 fenced catalog (the fence stream)."""
+WAIT_CODES = ("STREAM_PAUSED", "STREAM_FENCED")
+"""Answers that mean "not now" for as long as an operator holds the catalog (the
+fence stream during its fence): the decider tries again later, with a new case."""
 RETRY_FOR_S = 300.0
 """How long one request is retried through faults before it counts as failed."""
 ITEMS_PER_STREAM = 8
@@ -95,7 +98,7 @@ def post_until_answered(
     while True:
         try:
             response = http.post(path, json=body, headers=headers)
-            if response.status_code < 500:
+            if response.status_code < 500 or _code(response) in WAIT_CODES:
                 return response, failed
         except httpx.TransportError:
             response = None
@@ -284,6 +287,10 @@ class Load:
                 path = f"/v1/tenants/{tenant}/catalogs/{catalog}/review-cases/{case}/decisions"
                 response, failed = post_until_answered(http, path, body, {}, self.stop_event.is_set)
                 self.api.retries += failed
+                code = _code(response) if response is not None else None
+                if code in WAIT_CODES:
+                    self.stop_event.wait(1.0)  # the fence stream while it is paused
+                    continue
                 if response is None or response.status_code >= 500:
                     if not self.stop_event.is_set():  # else: given up as the load stops
                         self.api.gave_up += 1
@@ -296,14 +303,11 @@ class Load:
                     else:
                         self.api.one_item += 1
                     continue
-                code = _code(response)
                 if code == "STALE_REVISION" and failed:
                     self.api.answer_lost += 1
                     if multi:
                         window += timedelta(days=30)
                     continue
-                if code in ("STREAM_PAUSED", "STREAM_FENCED"):
-                    continue  # the fence stream while it is fenced: try again later
                 self.api.refused[f"{response.status_code} {code}"] += 1
 
     # Writes made in this process.
