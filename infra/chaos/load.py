@@ -178,10 +178,7 @@ class Load:
                 for n in range(ITEMS_PER_STREAM)
             ]
             self._record(self._rule(tenant, catalog, items))
-        demo_captures.register_collectors(self.databases, self.capture_tenants)
-        headers = {"Authorization": f"Bearer {self.operator_token}"}
-        with httpx.Client(base_url=self.api_url, headers=headers, timeout=30.0) as api:
-            demo_captures.activate_identity(api, self.capture_tenants)
+        self._collectors(self.capture_tenants)
         producer = Producer(kafka.client_config())
         for n in range(POISON):
             value = f"\x00chaos poison {self.run_id} {n}".encode()
@@ -237,10 +234,42 @@ class Load:
         self.events_written = events
 
     def _collect(self) -> None:
+        """Rounds of feeds until the load stops: the first on the tenants set up
+        before the faults, each later one on two new tenants (their credentials and
+        identity generations made then, again after a fault), so captures, evidence
+        puts and checkpoints go on throughout."""
         send = retrying_post(self.stop_event.is_set)
-        self.captures = demo_captures.post_feeds(
-            self.api_url, self.mint, self.capture_tenants, FEEDS, PRODUCTS, self.echo, send=send
-        )
+        tenants = self.capture_tenants
+        rounds = 0
+        attempt = 0
+        while not self.stop_event.is_set():
+            try:
+                stats = demo_captures.post_feeds(
+                    self.api_url, self.mint, tenants, FEEDS, PRODUCTS, self.echo, send=send
+                )
+            except (httpx.HTTPError, RuntimeError):
+                if self.stop_event.is_set():
+                    return  # a post cut short as the load stops: its outcome is the store's
+                raise
+            self.captures.posted += stats.posted
+            self.captures.repeated_posts += stats.repeated_posts
+            rounds += 1
+            while not self.stop_event.is_set():
+                # Fresh tenants each attempt: one a fault cut short may be half set up.
+                attempt += 1
+                tenants = [(f"{self.run_id}-cap{rounds}x{attempt}t{t}", "catalog1") for t in (1, 2)]
+                try:
+                    self._collectors(tenants)
+                    break
+                except (psycopg.Error, httpx.HTTPError, RuntimeError) as exc:
+                    self.echo(f"  collectors of round {rounds}: {exc}; again")
+                    self.stop_event.wait(2.0)
+
+    def _collectors(self, tenants: list[tuple[str, str]]) -> None:
+        demo_captures.register_collectors(self.databases, tenants)
+        headers = {"Authorization": f"Bearer {self.operator_token}"}
+        with httpx.Client(base_url=self.api_url, headers=headers, timeout=30.0) as api:
+            demo_captures.activate_identity(api, tenants)
 
     def _decide(self, stream: tuple[str, str]) -> None:
         tenant, catalog = stream
