@@ -283,7 +283,7 @@ def _campaign(
         seen.workload_errors += load.errors
         stopped = time.monotonic()
         echo("waiting for convergence…")
-        seen.converged = _converge(databases, load, fleet, fence, rebuild, seen, echo)
+        seen.converged = _converge(databases, load, fleet, fence, rebuild, report, seen, echo)
         report.converged_s = round(time.monotonic() - stopped, 1) if seen.converged else None
         seen.rebuild_phase = _rebuild_phase(rebuild)
         seen.fence_done = fence.done
@@ -537,13 +537,14 @@ def _converge(
     fleet: Fleet,
     fence: _Fence,
     rebuild: Any,
+    report: Report,
     seen: check.Seen,
     echo: Echo,
 ) -> bool:
     deadline = time.monotonic() + CONVERGE_TIMEOUT_S
     last = 0.0
     while time.monotonic() < deadline:
-        _watch(fleet, Report(0, False), seen, echo)
+        _watch(fleet, report, seen, echo)
         try:
             behind = _behind(databases, load)
         except psycopg.Error as exc:
