@@ -675,12 +675,13 @@ def _count_work(fleet: Fleet, report: Report, logs: Path, run_id: str) -> None:
 
 
 def _label_sets(url: str, metric: str) -> set[str]:
+    import http.client
     import urllib.request
 
     try:
         with urllib.request.urlopen(url, timeout=3) as response:
             text = response.read().decode()
-    except OSError:
+    except (OSError, http.client.HTTPException):  # down, or killed while answering
         return set()
     return {
         line.split("{", 1)[1].split("}", 1)[0]

@@ -11,6 +11,7 @@ campaign). The campaign restarts only what it killed or armed.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import sys
 import threading
 import time
@@ -193,7 +194,7 @@ def _counters(url: str, names: tuple[str, ...]) -> dict[str, float] | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             text = response.read().decode()
-    except OSError:
+    except (OSError, http.client.HTTPException):  # down, or killed while answering
         return None
     found = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
