@@ -312,11 +312,20 @@ class PauseWatch:
 
     # -- lifecycle ------------------------------------------------------------------
 
-    def start(self) -> PauseWatch:
+    def start(self, retry_seconds: float = 1.0) -> PauseWatch:
         """Read the open pauses once (so the process starts knowing them), then keep
-        them in the background. A control database that does not answer at start
-        fails the start: a process must not serve without knowing its pauses."""
-        self.refresh()
+        them in the background. A process must not serve without knowing its pauses,
+        so while the control database does not answer (restarting, say) the start
+        waits for it, logging, rather than exiting: the process recovers on its own
+        and is never ready before it knows its pauses."""
+        while True:
+            try:
+                self.refresh()
+                break
+            except psycopg.OperationalError as exc:
+                log.warning("pauses not read yet; waiting for the control database: %s", exc)
+                if self._stop.wait(retry_seconds):  # stopped before it ever started
+                    return self
         self._thread = threading.Thread(target=self._run, name="pause-watch", daemon=True)
         self._thread.start()
         if self._listen is not None:

@@ -7,6 +7,7 @@ import click
 from infra.cli import (
     bench,
     captures,
+    chaos,
     collectors,
     consumers,
     demo,
@@ -63,6 +64,7 @@ for command in (
     tail.tail,
     demo.demo,
     bench.bench,
+    chaos.chaos,
     drill.drill,
 ):
     main.add_command(command)

@@ -119,10 +119,13 @@ def prune(once: bool, as_json: bool) -> None:
 @click.command()
 def agents() -> None:
     """Run the product agents (a Faust worker) until SIGTERM (a deployable process)."""
+    import logging
+    import os
     import sys
 
     import faust
 
+    from infra.broker_wait import lost_broker_at_start, wait_for_broker
     from processors.app import create_app
     from processors.settings import AgentSettings
     from schemas.logs import logging_config
@@ -130,12 +133,23 @@ def agents() -> None:
 
     settings = guarded(lambda: load(AgentSettings))
     logs = guarded(lambda: load(LogSettings))
+    process_logging()
+    # Faust exits at start-up when no broker answers: wait for one instead.
+    wait_for_broker(settings)
     app = create_app(settings)
     # Faust's worker sets up logging itself as it starts: hand it the same JSON or text.
     worker = faust.Worker(
         app, loglevel=logs.log_level, logging_config=logging_config(logs, sys.stderr.isatty())
     )
-    worker.execute_from_commandline()
+    try:
+        worker.execute_from_commandline()
+    except SystemExit:
+        if not lost_broker_at_start(worker):
+            raise
+        # The broker went away between the wait above and Faust's start: start
+        # again in this process (same pid, same command line), waiting for it first.
+        logging.getLogger(__name__).warning("the broker went away during start-up; again")
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 @click.command("sweep-jobs")

@@ -40,6 +40,16 @@ TERMINAL_JOB_STATES = ("done", "failed", "skipped")
 IDENTITY_REVIEWER = "reviewer:demo-identity"
 
 
+Send = Callable[[httpx.Client, str, dict[str, Any], dict[str, str]], httpx.Response]
+"""Makes one POST: (client, path, JSON body, headers) → the answer."""
+
+
+def _post_once(
+    http: httpx.Client, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> httpx.Response:
+    return http.post(path, json=body, headers=headers)
+
+
 @dataclass
 class CaptureStats:
     posted: int = 0
@@ -103,23 +113,27 @@ def post_feeds(
     products: int,
     echo: Echo,
     after_tenant: Callable[[int], None] = lambda index: None,
+    send: Send | None = None,
 ) -> CaptureStats:
     """Step 3: ``feeds`` captures per tenant of ``products`` products or more each
-    (later feeds add products); ``after_tenant`` runs after each tenant's posts."""
+    (later feeds add products); ``after_tenant`` runs after each tenant's posts.
+    ``send`` makes each post (default: once, ``httpx.Client.post``); a caller riding
+    out faults passes one that retries, which the idempotency key makes safe."""
     stats = CaptureStats()
+    post = send or _post_once
     with httpx.Client(base_url=api_url, timeout=30.0) as http:
         for index, (tenant_id, _catalog) in enumerate(tenants):
             headers = {"Authorization": f"Bearer {token_for(client_id(tenant_id))}"}
             for feed in range(feeds):
                 body = _capture(_feed(feed, products))
                 key = f"{tenant_id}-feed-{feed}"
-                receipt = _ok(http.post("/v1/captures", json=body, headers=_with(headers, key)))
+                receipt = _ok(post(http, "/v1/captures", body, _with(headers, key)))
                 stats.posted += 1
                 stats.products_posted += products
                 stats.receipts.add(receipt["receipt_id"])
                 if feed == 0:
                     # A collector retrying after a lost answer gets the same receipt.
-                    again = _ok(http.post("/v1/captures", json=body, headers=_with(headers, key)))
+                    again = _ok(post(http, "/v1/captures", body, _with(headers, key)))
                     if again["receipt_id"] != receipt["receipt_id"]:
                         raise RuntimeError("a repeated post got a second receipt")
                     stats.repeated_posts += 1

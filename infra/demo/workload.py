@@ -202,6 +202,8 @@ class WorkloadStats:
     still commit when another writer changed the state first, e.g. published the
     draft it aimed at)."""
     cases_opened: int = 0
+    interrupted: int = 0
+    """Operations cut short by a ``transient`` error (their outcome unknown here)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -224,12 +226,19 @@ def run_workload(
     stop: threading.Event | None = None,
     pace_seconds: float = 0.0,
     id_tag: str = "",
+    transient: tuple[type[BaseException], ...] = (),
 ) -> WorkloadStats:
     """Commit about ``events`` events' worth of decisions from ``writers`` threads;
     with ``stop``, until it is set (or ``events``), each writer resting
     ``pace_seconds`` between decisions (a steady load beside other work). A later
     run on catalogs an earlier one wrote needs an ``id_tag`` of its own (the ids it
-    makes would collide otherwise)."""
+    makes would collide otherwise).
+
+    ``transient``: errors a writer outlives (a database restarting under it): the
+    operation is given up as if refused, counted ``interrupted``, and the writer goes
+    on after a short rest. Whether it committed is not known here (the answer to a
+    COMMIT can be lost), so the local picture leaves it out; the databases are the
+    truth for anyone checking."""
     catalogs = [_Catalog(t, c, tag=id_tag) for t, c in streams]
     codec = codec_for(SchemaRegistrySettings())  # the framing users' writers would choose
     stats = WorkloadStats()
@@ -247,6 +256,9 @@ def run_workload(
             with unit(pool, epochs, codec) as uow:
                 record_decision(uow, step.decision)
                 envelopes = uow.envelopes
+        except transient:
+            step.abandoned()
+            raise
         except _Abandon:
             step.abandoned()
             with stats.lock:
@@ -286,7 +298,12 @@ def run_workload(
             with stats.lock:
                 if stats.events >= events:
                     return
-            one_operation(rng)
+            try:
+                one_operation(rng)
+            except transient:
+                with stats.lock:
+                    stats.interrupted += 1
+                (stop or threading.Event()).wait(0.2)
             progress(stats.events)
             if pace_seconds and stop is not None:
                 stop.wait(pace_seconds)

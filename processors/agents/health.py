@@ -63,4 +63,5 @@ def register(app: Any, product_dsn: str, consuming: Callable[[], bool]) -> None:
     async def metrics(web: Any, request: Any) -> Any:
         # The collector queries the database: off the event loop.
         body = await asyncio.to_thread(exposition)
-        return web.bytes(body, content_type=CONTENT_TYPE_LATEST)
+        # In a header: aiohttp refuses a content_type argument naming a charset.
+        return web.bytes(body, headers={"Content-Type": CONTENT_TYPE_LATEST})

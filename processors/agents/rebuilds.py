@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -32,6 +33,24 @@ from schemas.exceptions import CodecError
 from schemas.registry_codec import codec_for
 
 log = logging.getLogger(__name__)
+
+
+async def carry_out(
+    record: Callable[[bytes], None], value: bytes, retry_seconds: float = 1.0
+) -> None:
+    """Record one command, going again while the product database does not answer.
+
+    The command is acknowledged (the agent's loop moves on) only once it is recorded:
+    an error escaping here would crash the agent and Faust would still commit the
+    offset, losing the command (a rebuild asked for while PostgreSQL restarted was
+    never started). Recording a command twice changes nothing (``accept``)."""
+    while True:
+        try:
+            await asyncio.to_thread(record, value)
+            return
+        except psycopg.OperationalError as exc:
+            log.warning("control command not recorded yet, again shortly: %s", exc)
+            await asyncio.sleep(retry_seconds)
 
 
 def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
@@ -96,7 +115,7 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
     @app.agent(topic)  # type: ignore[untyped-decorator]
     async def commands(stream: Any) -> None:
         async for value in stream:
-            await asyncio.to_thread(record, value)
+            await carry_out(record, value)
 
     def step_all() -> None:
         with psycopg.connect(settings.product_dsn) as conn:

@@ -38,6 +38,11 @@ READ_ELSEWHERE = {
     "GAPLESS_LOCAL_REGISTRY_JAVA",
     # infra/cli/output.py: who an operator command acts as, for the audit trail.
     "GAPLESS_OPERATOR",
+    # infra/chaos: the campaign's block of ports, and the crash point a process of
+    # the campaign is armed with.
+    "GAPLESS_CHAOS_PORT_BASE",
+    "GAPLESS_CHAOS_CRASH_POINT",
+    "GAPLESS_CHAOS_CRASH_PASSES",
 }
 
 

@@ -1,0 +1,165 @@
+"""The campaign's fault plan: what happens when, decided by one ``random.Random(seed)``.
+
+The plan is data (``Planned`` rows), made before anything starts, so the same seed
+and options give the same plan, and a failing run is reproduced by its seed. Two
+lanes run side by side:
+
+- kills: ``kills`` SIGKILLs of a random process at random instants over the
+  campaign's seconds; after a kill the process is started again at once (the
+  restart policy a container runtime applies), and about one restart in three is
+  *armed* with a crash point (``infra.chaos.crashpoints``): that incarnation dies on
+  its own in a narrow window (between produce and the published-position update,
+  after the applier's commit before its acknowledgement, between the evidence put
+  and the intake commit, around a checkpoint move, during a rebuild's load or
+  cutover) the n-th time it passes there;
+- services: PostgreSQL restarts (fast and immediate shutdown), broker SIGKILLs, the
+  object store down for a while, and proxy faults when a proxy is available, one at
+  a time, each held ``hold`` seconds before it is healed, in slots spread over the
+  campaign so they never overlap.
+
+What the instants mean at run time (starting a process, waiting for a service) is
+the campaign's business; the plan only orders them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+KILL = "kill"
+PG_FAST = "pg_restart_fast"
+PG_IMMEDIATE = "pg_restart_immediate"
+BROKER_KILL = "broker_kill"
+S3_DOWN = "object_store_down"
+PROXY_KINDS = ("proxy_drop", "proxy_stall")
+"""Proxy faults: connections cut, or held longer than the clients' timeouts."""
+SERVICE_TARGETS = ("postgres", "kafka", "s3")
+
+CRASH_POINTS: Mapping[str, tuple[str, ...]] = {
+    "relay": ("relay.produced",),
+    "agents": ("applier.committed", "rebuild.load", "rebuild.cutover"),
+    "resolver-worker": ("worker.checkpoint",),
+    "resolver-api": ("intake.evidence_put",),
+}
+"""The narrow windows each kind of process can be armed to die in (see
+``infra.chaos.crashpoints``)."""
+ARMED_SHARE = 1 / 3
+MAX_PASSES = 4
+"""An armed incarnation dies on pass 1 … MAX_PASSES through its point."""
+SETTLE_S = 3.0
+"""No service fault starts in the campaign's first and last seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Armed:
+    point: str
+    passes: int
+    """It dies the ``passes``-th time it reaches ``point``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    at: float
+    """Seconds after the faults start."""
+    kind: str
+    target: str
+    """A process's name (``relay-1``…) or a service (``postgres``, ``kafka``, ``s3``)."""
+    hold: float = 0.0
+    """Seconds between ``apply`` and ``heal``."""
+    armed: Armed | None = None
+    """For a kill: the crash point the restarted incarnation carries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    seconds: float
+    kills: int
+    processes: Sequence[str]
+    """Names of the processes, ``<kind>-<n>`` (kind as in ``CRASH_POINTS``)."""
+    pg_restarts: int = 4
+    broker_restarts: int = 3
+    s3_outages: int = 2
+    proxy_faults: int = 0
+    """0 unless a TCP fault proxy runs between the processes and the services."""
+
+
+def kind_of(process: str) -> str:
+    """``agents-2`` → ``agents``."""
+    return process.rsplit("-", 1)[0]
+
+
+def plan(seed: int, options: Options) -> list[Planned]:
+    """Every fault of the campaign in the order of its instant."""
+    rng = random.Random(seed)
+    kills = [_kill(rng, options) for _ in range(options.kills)]
+    return sorted(kills + _services(rng, options), key=lambda p: (p.at, p.kind, p.target))
+
+
+def _kill(rng: random.Random, options: Options) -> Planned:
+    target = rng.choice(sorted(options.processes))
+    armed = None
+    if rng.random() < ARMED_SHARE:
+        armed = Armed(rng.choice(CRASH_POINTS[kind_of(target)]), rng.randint(1, MAX_PASSES))
+    return Planned(round(rng.uniform(0, options.seconds), 3), KILL, target, armed=armed)
+
+
+def _services(rng: random.Random, options: Options) -> list[Planned]:
+    """At least one fast and one immediate PostgreSQL restart when there are two or
+    more; the kinds shuffled over equal slots, each fault somewhere in its slot."""
+    pg = [PG_FAST, PG_IMMEDIATE] * (options.pg_restarts // 2)
+    if options.pg_restarts % 2:
+        pg.append(rng.choice((PG_FAST, PG_IMMEDIATE)))
+    kinds = (
+        pg
+        + [BROKER_KILL] * options.broker_restarts
+        + [S3_DOWN] * options.s3_outages
+        + [rng.choice(PROXY_KINDS) for _ in range(options.proxy_faults)]
+    )
+    rng.shuffle(kinds)
+    if not kinds:
+        return []
+    usable = max(options.seconds - 2 * SETTLE_S, 1.0)
+    slot = usable / len(kinds)
+    planned = []
+    for index, kind in enumerate(kinds):
+        hold = _hold(rng, kind, slot)
+        start = SETTLE_S + index * slot
+        at = start + rng.uniform(0, max(slot - hold, 0.0) * 0.8)
+        planned.append(Planned(round(at, 3), kind, _target(rng, kind), round(hold, 3)))
+    return planned
+
+
+def _hold(rng: random.Random, kind: str, slot: float) -> float:
+    """How long the fault lasts: PostgreSQL and the broker are back within seconds,
+    the object store stays away longer; never more than most of its slot."""
+    low, high = {
+        PG_FAST: (0.5, 3.0),
+        PG_IMMEDIATE: (0.0, 2.0),
+        BROKER_KILL: (1.0, 5.0),
+        S3_DOWN: (5.0, 12.0),
+        "proxy_drop": (1.0, 4.0),
+        "proxy_stall": (8.0, 15.0),
+    }[kind]
+    return min(rng.uniform(low, high), 0.6 * slot)
+
+
+def _target(rng: random.Random, kind: str) -> str:
+    if kind in (PG_FAST, PG_IMMEDIATE):
+        return "postgres"
+    if kind == BROKER_KILL:
+        return "kafka"
+    if kind == S3_DOWN:
+        return "s3"
+    return rng.choice(SERVICE_TARGETS)
+
+
+def counts(planned: Sequence[Planned]) -> dict[str, int]:
+    """Faults by kind (armed kills also under ``armed:<point>``)."""
+    found: dict[str, int] = {}
+    for p in planned:
+        found[p.kind] = found.get(p.kind, 0) + 1
+        if p.armed is not None:
+            key = f"armed:{p.armed.point}"
+            found[key] = found.get(key, 0) + 1
+    return found

@@ -1,0 +1,186 @@
+"""The campaign's own PostgreSQL cluster, Kafka broker and S3 server.
+
+The campaign restarts PostgreSQL, SIGKILLs the broker and stops the object store;
+doing that to the services ``gapless up`` runs would break everyone else's work on
+the machine (tests, the demo, a developer's terminal). So it starts private ones
+with the same launchers (``infra.local``), under a ``Layout`` of its own
+(``<local dir>/chaos``) on a block of ports of its own:
+
+- ``GAPLESS_CHAOS_PORT_BASE`` (default 17100): PostgreSQL on base, the broker on
+  base+1 (its controller base+2), versitygw on base+3, and the campaign's processes'
+  HTTP ports from base+10 up to base+79.
+
+The broker's jars and the gateway's binary are linked from the main local
+directory when it has them (no second Maven resolution or ``go install``). On the
+way out everything is stopped and the directory removed, whatever failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.local import collector_keys, kafka, postgres, s3
+from infra.local.api_token import dev_token, dev_token_grant
+from infra.local.layout import Layout, current_layout
+from infra.local.processes import wait_until
+
+Echo = Callable[[str], None]
+
+PORT_BASE_VARIABLE = "GAPLESS_CHAOS_PORT_BASE"
+DEFAULT_PORT_BASE = 17_100
+PROCESS_PORTS = range(10, 80)
+"""Offsets from the base of the ports the campaign's processes listen on."""
+
+
+@dataclass(frozen=True)
+class Private:
+    layout: Layout
+    port_base: int
+
+    def process_port(self, index: int) -> int:
+        """The ``index``-th HTTP port of the campaign's processes."""
+        if index >= len(PROCESS_PORTS):
+            raise ValueError(f"the campaign has {len(PROCESS_PORTS)} process ports")
+        return self.port_base + PROCESS_PORTS[index]
+
+    def environment(self) -> dict[str, str]:
+        """The GAPLESS_* variables that point the pipeline at these services (as
+        ``infra.local.local_environment`` does for the main ones)."""
+        layout = self.layout
+        creds = s3.credentials(layout)
+        token = dev_token(layout)
+        return {
+            "GAPLESS_LOCAL_DIR": str(layout.local),
+            "GAPLESS_RESOLVER_TOKEN": token,
+            "GAPLESS_API_TOKENS": dev_token_grant(token),
+            "GAPLESS_RESOLVER_DSN": postgres.dsn(layout, "resolver", postgres.APP_LOGIN),
+            "GAPLESS_RESOLVER_MIGRATION_DSN": postgres.dsn(layout, "resolver"),
+            "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
+            "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
+            "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),
+            "GAPLESS_S3_ENDPOINT": s3.endpoint(layout),
+            "GAPLESS_S3_ACCESS_KEY": creds.access_key,
+            "GAPLESS_S3_SECRET_KEY": creds.secret_key,
+            "GAPLESS_EVIDENCE_BUCKET": s3.EVIDENCE_BUCKET,
+            "GAPLESS_EXPORTS_BUCKET": s3.EXPORTS_BUCKET,
+            "GAPLESS_COLLECTOR_JWT_PUBLIC_KEY": collector_keys.public_key_pem(layout),
+            "GAPLESS_COLLECTOR_JWT_ISSUER": collector_keys.ISSUER,
+            "GAPLESS_COLLECTOR_JWT_AUDIENCE": collector_keys.AUDIENCE,
+        }
+
+    # The faults. Each launcher call is the one `gapless up`/`down` makes.
+
+    def restart_postgres(self, immediate: bool, down_s: float, echo: Echo) -> None:
+        """Stop the cluster (``-m fast``, or ``-m immediate``: a crash, recovery at the
+        next start), wait ``down_s`` and start it again."""
+        if immediate:
+            postgres.crash(self.layout, echo)
+        else:
+            postgres.stop(self.layout, echo)
+        _sleep(down_s)
+        postgres.start(self.layout, echo)
+
+    def kill_broker(self, echo: Echo) -> None:
+        pid_file = self.layout.pid_file(kafka.NAME)
+        pid = int(pid_file.read_text().strip())
+        echo(f"kafka: SIGKILL (pid {pid})")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _running(pid), timeout=30, interval=0.1)
+
+    def start_broker(self, echo: Echo) -> None:
+        kafka.start(self.layout, echo)
+
+    def stop_object_store(self, echo: Echo) -> None:
+        s3.stop(self.layout, echo)
+
+    def start_object_store(self, echo: Echo) -> None:
+        s3.start(self.layout, echo)
+
+
+def _sleep(seconds: float) -> None:
+    import time
+
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers signal 0; its state in /proc says it is gone.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+            return False
+    return True
+
+
+def port_base() -> int:
+    raw = os.environ.get(PORT_BASE_VARIABLE, "")
+    try:
+        base = int(raw) if raw else DEFAULT_PORT_BASE
+    except ValueError:
+        raise ValueError(f"{PORT_BASE_VARIABLE}={raw!r} is not a port number") from None
+    if not 1024 <= base <= 32_768 - PROCESS_PORTS.stop:
+        raise ValueError(f"{PORT_BASE_VARIABLE}={base}: the block must fit below 32768")
+    return base
+
+
+def _link_shared(main: Layout, layout: Layout) -> None:
+    """The broker's jars and the gateway's binary from the main local directory."""
+    for source, target in (
+        (main.local / "kafka" / "libs", layout.local / "kafka" / "libs"),
+        (main.bin / "versitygw", layout.bin / "versitygw"),
+    ):
+        if source.exists() and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(source)
+
+
+@contextlib.contextmanager
+def private_services(echo: Echo) -> Iterator[Private]:
+    """Start PostgreSQL, the broker and versitygw on the campaign's layout; stop them
+    and remove their directory on the way out."""
+    main = current_layout()
+    base = port_base()
+    layout = Layout(
+        local=main.local / "chaos",
+        pg_port=base,
+        kafka_port=base + 1,
+        kafka_controller_port=base + 2,
+        s3_port=base + 3,
+    )
+    # Left over from a campaign that was itself killed: its servers first.
+    _stop_all(layout, echo)
+    shutil.rmtree(layout.local, ignore_errors=True)
+    layout.ensure_dirs()
+    _link_shared(main, layout)
+    try:
+        for launcher in (postgres, kafka, s3):
+            launcher.check_ports(layout)
+        postgres.start(layout, echo)
+        kafka.start(layout, echo)
+        s3.start(layout, echo)
+        yield Private(layout, base)
+    finally:
+        _stop_all(layout, echo)
+        shutil.rmtree(layout.local, ignore_errors=True)
+        echo(f"removed {layout.local}")
+
+
+def _stop_all(layout: Layout, echo: Echo) -> None:
+    if not layout.local.exists():
+        return
+    for stop in (s3.stop, kafka.stop, postgres.stop):
+        try:
+            stop(layout, echo)
+        except Exception as exc:  # keep stopping the others; the cause is echoed
+            echo(f"stopping: {exc}")

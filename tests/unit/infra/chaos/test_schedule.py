@@ -1,0 +1,56 @@
+"""The fault plan: reproducible from its seed, and as many faults of each kind as asked."""
+
+from __future__ import annotations
+
+import itertools
+
+from infra.chaos import schedule
+from infra.chaos.schedule import Options
+
+PROCESSES = ("relay-1", "relay-2", "agents-1", "agents-2", "resolver-worker-1", "resolver-api-1")
+OPTIONS = Options(seconds=120.0, kills=200, processes=PROCESSES, proxy_faults=3)
+
+
+def test_the_same_seed_gives_the_same_plan() -> None:
+    assert schedule.plan(7, OPTIONS) == schedule.plan(7, OPTIONS)
+
+
+def test_another_seed_gives_another_plan() -> None:
+    assert schedule.plan(7, OPTIONS) != schedule.plan(8, OPTIONS)
+
+
+def test_the_plan_holds_every_fault_asked_for_in_order() -> None:
+    planned = schedule.plan(3, OPTIONS)
+    counts = schedule.counts(planned)
+    assert counts[schedule.KILL] == 200
+    assert counts[schedule.PG_FAST] == 2 and counts[schedule.PG_IMMEDIATE] == 2
+    assert counts[schedule.BROKER_KILL] == 3
+    assert counts[schedule.S3_DOWN] == 2
+    assert sum(counts.get(k, 0) for k in schedule.PROXY_KINDS) == 3
+    assert [p.at for p in planned] == sorted(p.at for p in planned)
+    assert all(0 <= p.at <= OPTIONS.seconds for p in planned)
+
+
+def test_kills_reach_every_process_and_arm_their_own_crash_points() -> None:
+    kills = [p for p in schedule.plan(11, OPTIONS) if p.kind == schedule.KILL]
+    assert {p.target for p in kills} == set(PROCESSES)
+    armed = [p for p in kills if p.armed is not None]
+    assert armed, "some restarts carry a crash point"
+    for p in armed:
+        assert p.armed is not None
+        assert p.armed.point in schedule.CRASH_POINTS[schedule.kind_of(p.target)]
+        assert 1 <= p.armed.passes <= schedule.MAX_PASSES
+    points = {p.armed.point for p in armed if p.armed is not None}
+    assert points == {pt for pts in schedule.CRASH_POINTS.values() for pt in pts}
+
+
+def test_service_faults_never_overlap() -> None:
+    services = [p for p in schedule.plan(5, OPTIONS) if p.kind != schedule.KILL]
+    for earlier, later in itertools.pairwise(services):
+        assert earlier.at + earlier.hold <= later.at, (earlier, later)
+
+
+def test_one_postgres_restart_is_fast_or_immediate() -> None:
+    one = Options(seconds=30.0, kills=0, processes=PROCESSES, pg_restarts=1)
+    kinds = {p.kind for p in schedule.plan(1, one)}
+    assert kinds & {schedule.PG_FAST, schedule.PG_IMMEDIATE}
