@@ -45,6 +45,17 @@ class ProgressReporter:
         self.reported: dict[Stream, int] = {}
         self.refused: dict[Stream, int] = {}
 
+    def forget(self) -> None:
+        """Drop what this instance knows it reported (another instance reports now):
+        its gauges would otherwise show streams it no longer reports, and when it
+        reports again it starts from what it reads, the resolver ignoring lower ones."""
+        for stream in self.reported:
+            REPORTED.remove(*map(str, stream))
+        for stream in self.refused:
+            NEEDS_REBUILD.remove(*map(str, stream))
+        self.reported.clear()
+        self.refused.clear()
+
     def committed_progress(self) -> dict[Stream, int]:
         with psycopg.connect(self._dsn) as conn:
             rows = conn.execute(

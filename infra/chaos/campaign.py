@@ -61,6 +61,9 @@ WORK_METRICS = {
 }
 """What counts as one instance's work: events published, events applied (by outcome,
 summed), capture products settled."""
+CALM_S = 20.0
+CALM_SETTLE_TIMEOUT_S = 120.0
+ASSIGNED_METRIC = "gapless_agents_assigned_partitions"
 REPORTS_WAIT_S = 15.0
 SATURATED = 50
 """An instance that did at least this much work while another of its kind did none
@@ -79,6 +82,7 @@ class Settings:
     pg_restarts: int = 4
     broker_restarts: int = 3
     s3_outages: int = 2
+    proxy_faults: int = 4
 
 
 @dataclass
@@ -96,6 +100,8 @@ class Report:
     verdict: check.Verdict = field(default_factory=check.Verdict)
     converged_s: float | None = None
     work: dict[str, dict[str, float]] = field(default_factory=dict)
+    calm_work: dict[str, dict[str, float]] = field(default_factory=dict)
+    start_s: dict[str, dict[str, float]] = field(default_factory=dict)
     gap_fills: dict[str, int] = field(default_factory=dict)
     gap_fills_duplicated: int = 0
     reported_streams: dict[str, int] = field(default_factory=dict)
@@ -132,6 +138,8 @@ class Report:
             "converged_s": self.converged_s,
             "progress_samples": self.samples,
             "work_by_instance": self.work,
+            "calm_work_by_instance": self.calm_work,
+            "start_s": self.start_s,
             "gap_fills_by_instance": self.gap_fills,
             "gap_fills_duplicated": self.gap_fills_duplicated,
             "reported_streams_by_instance": self.reported_streams,
@@ -184,7 +192,7 @@ def _use(services: Private) -> None:
 
 def _fleet(settings: Settings, services: Private, logs: Path, run_id: str, echo: Echo) -> Fleet:
     fleet = Fleet(echo)
-    counts = {"resolver-api": 1, "relay": 1, "agents": 1, "resolver-worker": 1}
+    counts = {"resolver-api": 1, "relay": 1, "agents": 1, "resolver-worker": 1, "sweep-jobs": 1}
     if settings.scale:
         counts.update(relay=2, agents=3, **{"resolver-worker": 2})
     api_port = services.process_port(0)
@@ -193,6 +201,8 @@ def _fleet(settings: Settings, services: Private, logs: Path, run_id: str, echo:
         **os.environ,
         "GAPLESS_RESOLVER_URL": api_url,
         "GAPLESS_RESOLVER_API_PORT": str(api_port),
+        # A job the API could not enqueue (broker away) is the sweeper's after this.
+        "GAPLESS_JOB_SWEEP_AFTER_SECONDS": "5",
     }
     index = 1
     for kind, n in counts.items():
@@ -201,7 +211,8 @@ def _fleet(settings: Settings, services: Private, logs: Path, run_id: str, echo:
             port = api_port if kind == "resolver-api" else services.process_port(index)
             if kind != "resolver-api":
                 index += 1
-            env = {**base, **_process_env(kind, name, port)}
+            # Everything the processes reach goes through the fault proxy.
+            env = services.proxies.environment({**base, **_process_env(kind, name, port)})
             fleet.add(name, [kind], env, logs / f"{run_id}-{name}.log", port)
     return fleet
 
@@ -227,6 +238,8 @@ def _process_env(kind: str, name: str, port: int) -> dict[str, str]:
             "GAPLESS_WORKER_SCAN_INTERVAL_SECONDS": "1",
             "GAPLESS_WORKER_ORPHANED_AFTER_SECONDS": "10",
         }
+    if kind == "sweep-jobs":
+        return {"GAPLESS_SWEEP_HTTP_PORT": str(port), "GAPLESS_SWEEP_INTERVAL_SECONDS": "1"}
     return {}
 
 
@@ -252,6 +265,7 @@ def _campaign(
         pg_restarts=settings.pg_restarts,
         broker_restarts=settings.broker_restarts,
         s3_outages=settings.s3_outages,
+        proxy_faults=settings.proxy_faults,
     )
     plan = schedule.plan(settings.seed, options)
     echo(
@@ -278,6 +292,8 @@ def _campaign(
         load.start()
         fence = _Fence(databases, kafka, load.fence_stream, echo)
         _run_plan(plan, settings, fleet, services, rebuild, fence, load, report, seen, echo)
+        if settings.scale:
+            _calm(fleet, report, seen, echo)
         echo("faults over; stopping the workload…")
         load.stop()
         seen.workload_errors += load.errors
@@ -288,6 +304,7 @@ def _campaign(
         seen.rebuild_phase = _rebuild_phase(rebuild)
         seen.fence_done = fence.done
         _count_work(fleet, report, logs, run_id)
+        report.start_s = _start_times(fleet)
     finally:
         sampler.stop()
         fleet.stop_all()
@@ -410,7 +427,7 @@ def _run_plan(
     def service_lane() -> None:
         for planned in others:
             _sleep_until(began + planned.at)
-            fault = faults.build(planned, fleet, services, None, echo)
+            fault = faults.build(planned, fleet, services, echo)
             echo(f"  {time.monotonic() - began:6.1f}s {fault.kind} ({planned.hold:.1f}s)")
             try:
                 fault.apply()
@@ -519,6 +536,7 @@ def _ask_rebuild(rebuild: Any, echo: Echo) -> None:
 
 
 def _watch(fleet: Fleet, report: Report, seen: check.Seen, echo: Echo) -> None:
+    fleet.probe()
     for exit_ in fleet.watch():
         if exit_.how.startswith("crash_point:"):
             point = exit_.how.removeprefix("crash_point:")
@@ -622,24 +640,28 @@ def _rebuild_phase(rebuild: Any) -> str | None:
     return row.phase if row is not None else None
 
 
+def _start_times(fleet: Fleet) -> dict[str, dict[str, float]]:
+    """Per kind of process: restarts seen and their seconds to a first healthy answer."""
+    found = {}
+    for kind, times in sorted(fleet.start_times.items()):
+        ordered = sorted(times)
+        found[kind] = {
+            "restarts": float(len(ordered)),
+            "median": ordered[len(ordered) // 2],
+            "max": ordered[-1],
+        }
+    return found
+
+
 def _count_work(fleet: Fleet, report: Report, logs: Path, run_id: str) -> None:
     """Each instance's work, and the gap closer's and the progress reporter's work
     across agents workers: gap fills from each worker's log, the streams whose
     progress each worker reported from its /metrics (``gapless_reported_progress``)."""
     fleet.scrape(tuple(WORK_METRICS.values()))
     for kind, metric in WORK_METRICS.items():
-        names = fleet.names(kind)
-        done = {n: fleet.work(n).get(metric, 0.0) for n in names}
-        for n, amount in done.items():
-            report.work[n] = {metric: amount}
-        if len(names) > 1 and min(done.values()) == 0 and max(done.values()) >= SATURATED:
-            idle = [n for n, a in done.items() if a == 0]
-            report.duplicated_work.append(
-                f"unshared: {', '.join(idle)} did no {metric}"
-                f" while another did {max(done.values()):.0f}"
-            )
+        for n in fleet.names(kind):
+            report.work[n] = {metric: fleet.work(n).get(metric, 0.0)}
     fills: dict[tuple[str, ...], set[str]] = {}
-    reported: dict[str, set[str]] = {}
     for name in fleet.names("agents"):
         count = 0
         log = logs / f"{run_id}-{name}.log"
@@ -649,17 +671,21 @@ def _count_work(fleet: Fleet, report: Report, logs: Path, run_id: str) -> None:
                 count += 1
                 fills.setdefault(found.groups(), set()).add(name)
         report.gap_fills[name] = count
+    # Only the holder of the recovery lease reports; one restarted moments ago may
+    # not have yet: give the workers a few report intervals (one second here) until
+    # one of them shows reported streams, then read what each shows.
+    urls: dict[str, str] = {}
+    for name in fleet.names("agents"):
         member = fleet.members[name]
         if member.metrics_url and member.process.alive():
-            # A worker restarted moments ago has reported nothing yet: give each a
-            # few report intervals to (its reporter runs every second here).
-            deadline = time.monotonic() + REPORTS_WAIT_S
-            streams = _label_sets(member.metrics_url, "gapless_reported_progress")
-            while not streams and time.monotonic() < deadline:
-                time.sleep(0.5)
-                streams = _label_sets(member.metrics_url, "gapless_reported_progress")
-            reported[name] = streams
-            report.reported_streams[name] = len(streams)
+            urls[name] = member.metrics_url
+    deadline = time.monotonic() + REPORTS_WAIT_S
+    while True:
+        reported = {n: _label_sets(u, "gapless_reported_progress") for n, u in urls.items()}
+        if any(reported.values()) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    report.reported_streams = {n: len(streams) for n, streams in reported.items()}
     report.gap_fills_duplicated = sum(1 for holders in fills.values() if len(holders) > 1)
     everyone = Counter(s for streams in reported.values() for s in streams)
     report.reported_by_several = sum(1 for n in everyone.values() if n > 1)
@@ -672,6 +698,70 @@ def _count_work(fleet: Fleet, report: Report, logs: Path, run_id: str) -> None:
             f"progress reporter: {report.reported_by_several} streams reported by more than one"
             " agents worker"
         )
+
+
+def _calm(fleet: Fleet, report: Report, seen: check.Seen, echo: Echo) -> None:
+    """Whether the work is shared, measured where it can be: under kills every few
+    seconds an instance is often down or rejoining while the others carry its share,
+    so after the faults, with the workload still on, wait until every process is up
+    and every agents worker holds events partitions, then count each instance's work
+    over ``CALM_S``. An instance that did none of its kind's work while another did
+    ``SATURATED`` or more is a violation (``unshared``)."""
+    deadline = time.monotonic() + CALM_SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        _watch(fleet, report, seen, echo)
+        fleet.probe()
+        up = all(m.ready_since is not None for m in fleet.members.values())
+        if up and all(
+            _gauge(fleet.members[n].metrics_url, ASSIGNED_METRIC) > 0 for n in fleet.names("agents")
+        ):
+            break
+        time.sleep(0.5)
+    else:
+        report.duplicated_work.append(
+            f"unshared: the fleet did not settle (every process up, every agents worker"
+            f" assigned) within {CALM_SETTLE_TIMEOUT_S:.0f}s of the faults' end"
+        )
+        return
+    echo(f"  calm: every process up; counting each one's work for {CALM_S:.0f}s")
+    metrics = tuple(WORK_METRICS.values())
+    fleet.scrape(metrics)
+    before = {n: dict(fleet.work(n)) for n in fleet.names()}
+    ends = time.monotonic() + CALM_S
+    while time.monotonic() < ends:
+        _watch(fleet, report, seen, echo)
+        time.sleep(0.2)
+    fleet.scrape(metrics)
+    for kind, metric in WORK_METRICS.items():
+        names = fleet.names(kind)
+        done = {n: fleet.work(n).get(metric, 0.0) - before[n].get(metric, 0.0) for n in names}
+        for n, amount in done.items():
+            report.calm_work[n] = {metric: amount}
+        if len(names) > 1 and min(done.values()) == 0 and max(done.values()) >= SATURATED:
+            idle = [n for n, a in done.items() if a == 0]
+            report.duplicated_work.append(
+                f"unshared: in {CALM_S:.0f}s of calm {', '.join(idle)} did no {metric}"
+                f" while another did {max(done.values()):.0f}"
+            )
+
+
+def _gauge(url: str | None, metric: str) -> float:
+    """One unlabelled gauge from a process's /metrics (0 when it does not answer)."""
+    import http.client
+    import urllib.request
+
+    if url is None:
+        return 0.0
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            text = response.read().decode()
+    except (OSError, http.client.HTTPException):
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith(metric + " "):
+            with contextlib.suppress(ValueError):
+                return float(line.split()[1])
+    return 0.0
 
 
 def _label_sets(url: str, metric: str) -> set[str]:
@@ -696,11 +786,25 @@ def render(report: Report, as_json: bool) -> str:
     lines = [report.figure_line()]
     if report.scale:
         for name, figures in sorted(report.work.items()):
-            lines.append(f"  {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in figures.items()))
+            calm = report.calm_work.get(name, {})
+            lines.append(
+                f"  {name}: "
+                + ", ".join(
+                    f"{k} {v:.0f} ({calm.get(k, 0.0):.0f} in the calm)" for k, v in figures.items()
+                )
+            )
         lines.append(
             f"  gap fills by agents worker {report.gap_fills},"
             f" duplicated {report.gap_fills_duplicated};"
             f" streams reported by several workers {report.reported_by_several}"
+        )
+    if report.start_s:
+        lines.append(
+            "  restarts to healthy: "
+            + ", ".join(
+                f"{kind} median {t['median']:.1f}s (max {t['max']:.1f}s, {t['restarts']:.0f})"
+                for kind, t in report.start_s.items()
+            )
         )
     lines += [f"VIOLATION {v}" for v in report.verdict.violations]
     lines += [f"VIOLATION {d}" for d in report.duplicated_work]

@@ -9,13 +9,13 @@ A kill's ``heal`` is empty: the fleet starts the process again at once in
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from infra.chaos import schedule
+from infra.chaos import proxy, schedule
 from infra.chaos.fleet import Fleet
+from infra.chaos.proxy import Routes
 from infra.chaos.schedule import Armed, Planned
 from infra.chaos.services import Private
 
@@ -99,9 +99,8 @@ class ObjectStoreDown:
         self.services.start_object_store(self.echo)
 
 
-def build(planned: Planned, fleet: Fleet, services: Private, proxies: Any, echo: Echo) -> Fault:
-    """The fault ``planned`` names. ``proxies``: the ``infra.chaos.proxy.Routes`` the
-    processes go through, or None (then the plan has no proxy faults)."""
+def build(planned: Planned, fleet: Fleet, services: Private, echo: Echo) -> Fault:
+    """The fault ``planned`` names; a proxy fault on the private services' proxies."""
     if planned.kind == schedule.KILL:
         return Kill(fleet, planned.target, planned.armed)
     if planned.kind in (schedule.PG_FAST, schedule.PG_IMMEDIATE):
@@ -111,29 +110,16 @@ def build(planned: Planned, fleet: Fleet, services: Private, proxies: Any, echo:
         return BrokerKill(services, echo)
     if planned.kind == schedule.S3_DOWN:
         return ObjectStoreDown(services, echo)
-    if planned.kind in schedule.PROXY_KINDS and proxies is not None:
-        return network_fault(planned.kind, planned.target, proxies)
-    raise ValueError(f"no fault of kind {planned.kind!r} (a proxy fault needs the proxy)")
+    if planned.kind in schedule.PROXY_KINDS:
+        return network_fault(planned.kind, planned.target, services.proxies)
+    raise ValueError(f"no fault of kind {planned.kind!r}")
 
 
-# The plug point for the TCP fault proxy. ``infra.chaos.proxy`` is built beside this
-# package; until it is part of the tree, ``proxy_module`` answers None and campaigns
-# plan no proxy faults.
-
-PROXY_MODULE = "infra.chaos.proxy"
 _SERVICE_PROXY = {"postgres": "pg", "kafka": "kafka", "s3": "s3"}
 
 
-def proxy_module() -> Any:
-    try:
-        return importlib.import_module(PROXY_MODULE)
-    except ImportError:
-        return None
-
-
-def network_fault(kind: str, target: str, proxies: Any) -> Fault:
+def network_fault(kind: str, target: str, proxies: Routes) -> Fault:
     """``proxy_drop`` / ``proxy_stall`` on the proxy in front of ``target``."""
-    module = proxy_module()
-    fault_class = {"proxy_drop": module.Drop, "proxy_stall": module.Stall}[kind]
+    fault_class = {"proxy_drop": proxy.Drop, "proxy_stall": proxy.Stall}[kind]
     fault: Fault = fault_class(getattr(proxies, _SERVICE_PROXY[target]))
     return fault

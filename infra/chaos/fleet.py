@@ -27,8 +27,10 @@ from infra.processes import Deployed
 Echo = Callable[[str], None]
 
 START_TIMEOUT_S = 120.0
-ARMED_GRACE_S = 20.0
-MIN_UP_S = 3.0
+ARMED_GRACE_S = 10.0
+MIN_UP_S = 1.5
+PROBE_EVERY_S = 0.5
+"""How often a process not yet ready is asked (``Fleet.probe``)."""
 
 
 class ChaosProcess(Deployed):
@@ -62,6 +64,7 @@ class Member:
     started: float = 0.0
     ready_since: float | None = None
     """When this incarnation first answered its health check."""
+    probed: float = 0.0
     killing: bool = False
     reported: object | None = None
     """The ``Popen`` whose exit on its own was recorded already."""
@@ -76,6 +79,8 @@ class Fleet:
         self._echo = echo
         self.members: dict[str, Member] = {}
         self.exits: list[Exit] = []
+        self.start_times: dict[str, list[float]] = {}
+        """Per kind, the seconds each restart took to its first healthy answer."""
         self._lock = threading.Lock()
 
     def add(
@@ -111,13 +116,35 @@ class Fleet:
         if not member.process.alive():
             return False
         now = time.monotonic()
-        if member.ready_since is None:
-            if member.process.health() != 200:
-                return False
-            member.ready_since = now
+        if member.ready_since is None and not self._ready(member, now):
+            return False
+        assert member.ready_since is not None
         if now - member.ready_since < MIN_UP_S:
             return False
         return member.process.armed is None or now - member.ready_since >= ARMED_GRACE_S
+
+    def _ready(self, member: Member, now: float) -> bool:
+        """Ask a restarted incarnation whether it is up; the first yes is its
+        ``ready_since`` and one sample of its kind's start time."""
+        member.probed = now
+        if member.process.health() != 200:
+            return False
+        member.ready_since = now
+        if member.incarnations > 1:
+            kind = kind_of(member.process.name)
+            self.start_times.setdefault(kind, []).append(round(now - member.started, 2))
+        return True
+
+    def probe(self) -> None:
+        """Ask each incarnation not yet seen up, at most every ``PROBE_EVERY_S``."""
+        now = time.monotonic()
+        for member in self.members.values():
+            if (
+                member.ready_since is None
+                and now - member.probed >= PROBE_EVERY_S
+                and member.process.alive()
+            ):
+                self._ready(member, now)
 
     def kill(self, name: str, then_arm: Armed | None) -> bool:
         """SIGKILL ``name`` and start it again at once (armed with ``then_arm``);

@@ -41,6 +41,7 @@ CRASH_POINTS: Mapping[str, tuple[str, ...]] = {
     "agents": ("applier.committed", "rebuild.load", "rebuild.cutover"),
     "resolver-worker": ("worker.checkpoint",),
     "resolver-api": ("intake.evidence_put",),
+    "sweep-jobs": (),
 }
 """The narrow windows each kind of process can be armed to die in (see
 ``infra.chaos.crashpoints``)."""
@@ -49,6 +50,11 @@ MAX_PASSES = 4
 """An armed incarnation dies on pass 1 … MAX_PASSES through its point."""
 SETTLE_S = 3.0
 """No service fault starts in the campaign's first and last seconds."""
+
+STALL_S = (12.0, 20.0)
+"""A stall outlasts the clients' timeouts it can meet (the agents' 10-s group
+session, the object store client's 3-s connect); it takes that much of the
+campaign's time and the other service faults share the rest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +105,16 @@ def plan(seed: int, options: Options) -> list[Planned]:
 def _kill(rng: random.Random, options: Options) -> Planned:
     target = rng.choice(sorted(options.processes))
     armed = None
-    if rng.random() < ARMED_SHARE:
-        armed = Armed(rng.choice(CRASH_POINTS[kind_of(target)]), rng.randint(1, MAX_PASSES))
+    points = CRASH_POINTS[kind_of(target)]
+    if rng.random() < ARMED_SHARE and points:
+        armed = Armed(rng.choice(points), rng.randint(1, MAX_PASSES))
     return Planned(round(rng.uniform(0, options.seconds), 3), KILL, target, armed=armed)
 
 
 def _services(rng: random.Random, options: Options) -> list[Planned]:
     """At least one fast and one immediate PostgreSQL restart when there are two or
-    more; the kinds shuffled over equal slots, each fault somewhere in its slot."""
+    more, and as many connection drops as stalls; the kinds shuffled over equal
+    slots, each fault somewhere in its slot."""
     pg = [PG_FAST, PG_IMMEDIATE] * (options.pg_restarts // 2)
     if options.pg_restarts % 2:
         pg.append(rng.choice((PG_FAST, PG_IMMEDIATE)))
@@ -114,19 +122,27 @@ def _services(rng: random.Random, options: Options) -> list[Planned]:
         pg
         + [BROKER_KILL] * options.broker_restarts
         + [S3_DOWN] * options.s3_outages
-        + [rng.choice(PROXY_KINDS) for _ in range(options.proxy_faults)]
+        + [PROXY_KINDS[i % 2] for i in range(options.proxy_faults)]
     )
     rng.shuffle(kinds)
     if not kinds:
         return []
-    usable = max(options.seconds - 2 * SETTLE_S, 1.0)
-    slot = usable / len(kinds)
+    # A stall's length is fixed; the others share what is left in equal slots.
+    stalls = [rng.uniform(*STALL_S) if k == "proxy_stall" else 0.0 for k in kinds]
+    usable = max(options.seconds - 2 * SETTLE_S - sum(stalls), 1.0)
+    others = sum(1 for k in kinds if k != "proxy_stall")
+    slot = usable / max(others, 1)
     planned = []
-    for index, kind in enumerate(kinds):
-        hold = _hold(rng, kind, slot)
-        start = SETTLE_S + index * slot
-        at = start + rng.uniform(0, max(slot - hold, 0.0) * 0.8)
+    start = SETTLE_S
+    for kind, stall in zip(kinds, stalls, strict=True):
+        if kind == "proxy_stall":
+            hold, room = stall, stall
+        else:
+            hold = _hold(rng, kind, slot)
+            room = slot
+        at = start + rng.uniform(0, max(room - hold, 0.0) * 0.8)
         planned.append(Planned(round(at, 3), kind, _target(rng, kind), round(hold, 3)))
+        start += room
     return planned
 
 
@@ -139,7 +155,6 @@ def _hold(rng: random.Random, kind: str, slot: float) -> float:
         BROKER_KILL: (1.0, 5.0),
         S3_DOWN: (5.0, 12.0),
         "proxy_drop": (1.0, 4.0),
-        "proxy_stall": (8.0, 15.0),
     }[kind]
     return min(rng.uniform(low, high), 0.6 * slot)
 

@@ -7,12 +7,19 @@ with the same launchers (``infra.local``), under a ``Layout`` of its own
 (``<local dir>/chaos``) on a block of ports of its own:
 
 - ``GAPLESS_CHAOS_PORT_BASE`` (default 17100): PostgreSQL on base, the broker on
-  base+1 (its controller base+2), versitygw on base+3, and the campaign's processes'
-  HTTP ports from base+10 up to base+79.
+  base+1 (its controller base+2), versitygw on base+3, the campaign's processes'
+  HTTP ports from base+10 up to base+79, and the TCP fault proxy's block
+  (``infra.chaos.proxy.PortBlock``) from base+80 to base+95.
 
-The broker's jars and the gateway's binary are linked from the main local
-directory when it has them (no second Maven resolution or ``go install``). On the
-way out everything is stopped and the directory removed, whatever failed.
+The broker runs with its proxied listener from the start (and again after every
+SIGKILL), so the processes reach it, PostgreSQL and the object store through
+toxiproxy (``proxies``), while the campaign's own clients (workload, sampler,
+checks) go direct: a network fault cuts the pipeline, never the judge.
+
+The broker's jars and the gateway's and the proxy's binaries are linked from the
+main local directory when it has them (no second Maven resolution or
+``go install``). On the way out everything is stopped and the directory removed,
+whatever failed.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.local import collector_keys, kafka, postgres, s3
+from infra.chaos.proxy import PortBlock, Routes, ToxiproxyServer, kafka_listener
+from infra.local import collector_keys, kafka, postgres, s3, toxiproxy
 from infra.local.api_token import dev_token, dev_token_grant
 from infra.local.layout import Layout, current_layout
 from infra.local.processes import wait_until
@@ -36,12 +44,21 @@ PORT_BASE_VARIABLE = "GAPLESS_CHAOS_PORT_BASE"
 DEFAULT_PORT_BASE = 17_100
 PROCESS_PORTS = range(10, 80)
 """Offsets from the base of the ports the campaign's processes listen on."""
+PROXY_BLOCK = 80
+"""The offset of the fault proxy's sixteen ports."""
+PORTS_USED = PROXY_BLOCK + 16
 
 
 @dataclass(frozen=True)
 class Private:
     layout: Layout
     port_base: int
+    proxies: Routes
+    """The fault proxy in front of each service, the processes' way to them."""
+
+    @property
+    def proxy_block(self) -> PortBlock:
+        return PortBlock(self.port_base + PROXY_BLOCK)
 
     def process_port(self, index: int) -> int:
         """The ``index``-th HTTP port of the campaign's processes."""
@@ -95,7 +112,7 @@ class Private:
         wait_until(lambda: not _running(pid), timeout=30, interval=0.1)
 
     def start_broker(self, echo: Echo) -> None:
-        kafka.start(self.layout, echo)
+        kafka.start(self.layout, echo, proxied=kafka_listener(self.proxy_block))
 
     def stop_object_store(self, echo: Echo) -> None:
         s3.stop(self.layout, echo)
@@ -129,16 +146,19 @@ def port_base() -> int:
         base = int(raw) if raw else DEFAULT_PORT_BASE
     except ValueError:
         raise ValueError(f"{PORT_BASE_VARIABLE}={raw!r} is not a port number") from None
-    if not 1024 <= base <= 32_768 - PROCESS_PORTS.stop:
+    if not 1024 <= base <= 32_768 - PORTS_USED:
         raise ValueError(f"{PORT_BASE_VARIABLE}={base}: the block must fit below 32768")
     return base
 
 
 def _link_shared(main: Layout, layout: Layout) -> None:
     """The broker's jars and the gateway's binary from the main local directory."""
+    proxy = toxiproxy.binary(main)
     for source, target in (
         (main.local / "kafka" / "libs", layout.local / "kafka" / "libs"),
         (main.bin / "versitygw", layout.bin / "versitygw"),
+        (proxy, toxiproxy.binary(layout)),
+        (toxiproxy.stamp(main), toxiproxy.stamp(layout)),
     ):
         if source.exists() and not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -162,15 +182,22 @@ def private_services(echo: Echo) -> Iterator[Private]:
     _stop_all(layout, echo)
     shutil.rmtree(layout.local, ignore_errors=True)
     layout.ensure_dirs()
+    toxiproxy.ensure_binary(main, echo)  # built once, for every campaign after
     _link_shared(main, layout)
+    block = PortBlock(base + PROXY_BLOCK)
+    server: ToxiproxyServer | None = None
     try:
-        for launcher in (postgres, kafka, s3):
+        for launcher in (postgres, s3):
             launcher.check_ports(layout)
+        kafka.check_ports(layout, kafka_listener(block))
         postgres.start(layout, echo)
-        kafka.start(layout, echo)
+        kafka.start(layout, echo, proxied=kafka_listener(block))
         s3.start(layout, echo)
-        yield Private(layout, base)
+        server = ToxiproxyServer.start(layout, block, layout.log_file("toxiproxy"), echo)
+        yield Private(layout, base, Routes.create(server, layout, block))
     finally:
+        if server is not None:
+            server.stop()
         _stop_all(layout, echo)
         shutil.rmtree(layout.local, ignore_errors=True)
         echo(f"removed {layout.local}")

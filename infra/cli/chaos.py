@@ -26,6 +26,12 @@ from infra.cli.output import echo, guarded
 @click.option(
     "--s3-outages", default=2, show_default=True, help="Times the object store goes away."
 )
+@click.option(
+    "--proxy-faults",
+    default=4,
+    show_default=True,
+    help="Connections dropped or stalled (past the clients' timeouts) by the TCP fault proxy.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def chaos(
     kills: int,
@@ -35,17 +41,19 @@ def chaos(
     pg_restarts: int,
     broker_restarts: int,
     s3_outages: int,
+    proxy_faults: int,
     as_json: bool,
 ) -> None:
     """Run the deployed pipeline on services of its own under random faults, then
     check it lost, doubled and mismatched nothing.
 
     Kills processes (also in narrow windows), restarts PostgreSQL (fast and
-    immediate), SIGKILLs the broker and stops the object store at instants drawn
-    from --seed, while decisions, captures, a rebuild and an epoch fence go on.
+    immediate), SIGKILLs the broker, stops the object store and drops or stalls the
+    processes' connections through toxiproxy at instants drawn from --seed, while
+    decisions, captures, a rebuild and an epoch fence go on.
     Progress goes to stderr; the figures to stdout. Exits 1 on any violation,
     printing the seed that reproduces it. Services on GAPLESS_CHAOS_PORT_BASE
-    (default 17100) and the next 79 ports.
+    (default 17100) and the next 95 ports.
     """
     from infra.chaos.campaign import Settings, render, run_campaign
 
@@ -58,6 +66,7 @@ def chaos(
         pg_restarts=pg_restarts,
         broker_restarts=broker_restarts,
         s3_outages=s3_outages,
+        proxy_faults=proxy_faults,
     )
     echo(f"chaos: seed {chosen}")
     # SIGTERM (and SIGINT, which a shell's background job ignores) end the campaign

@@ -30,14 +30,14 @@ def binary(layout: Layout) -> Path:
     return layout.bin / BINARY
 
 
-def _stamp(layout: Layout) -> Path:
+def stamp(layout: Layout) -> Path:
     return layout.bin / f".{BINARY}-{VERSION}"
 
 
 def ensure_binary(layout: Layout, echo: Callable[[str], None]) -> Path:
     """The server's executable, built first if this version is not installed yet."""
     target = binary(layout)
-    if _stamp(layout).is_file() and target.is_file() and os.access(target, os.X_OK):
+    if stamp(layout).is_file() and target.is_file() and os.access(target, os.X_OK):
         return target
     go = require_tool("go", GO_HINT)
     echo(f"toxiproxy: building {BINARY} {VERSION} with go install (one time, about a minute)")
@@ -58,7 +58,7 @@ def ensure_binary(layout: Layout, echo: Callable[[str], None]) -> Path:
         old.unlink()
     built.replace(target)
     shutil.rmtree(staging, ignore_errors=True)
-    _stamp(layout).touch()
+    stamp(layout).touch()
     return target
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, Message, TopicPartition
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from db.epochs import EpochSource
 from db.pauses import PauseWatch
@@ -51,6 +51,11 @@ from schemas.registry_codec import codec_for
 log = logging.getLogger(__name__)
 
 EVENTS = Counter("gapless_applier_events_total", "Events by outcome", ["outcome"])
+ASSIGNED = Gauge(
+    "gapless_agents_assigned_partitions",
+    "Events-topic partitions this worker holds (0 between a revocation and the next"
+    " assignment, or when the group has more workers than partitions)",
+)
 
 
 class EventsConsumer:
@@ -205,6 +210,7 @@ class EventsConsumer:
             tp.offset = stored.get(tp.partition, OFFSET_STORED)
         consumer.assign(partitions)
         self.joined = True
+        ASSIGNED.set(len(partitions))
         log.info(
             "events: assigned %s, resuming from product-database offsets %s",
             sorted(tp.partition for tp in partitions),
@@ -214,6 +220,7 @@ class EventsConsumer:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Between two polls: no batch of these partitions is in flight.
         self.joined = False
+        ASSIGNED.set(0)
         consumer.unassign()
         log.info("events: revoked %s", sorted(tp.partition for tp in partitions))
 

@@ -1,8 +1,12 @@
 """Timers beside the applier: progress reports and gap closing.
 
-Each worker runs them for every stream of its consumer; the progress-row lock in the
-applier's transaction keeps two workers from applying the same stream at once, so
-doing the same work twice costs time, never correctness.
+Both cover every stream of the consumer, so with several agents workers only the one
+holding the consumer's recovery lease (``db.leases``) runs them; the others skip
+each tick until the holder dies or loses its connection, and the first to ask after
+that takes over. The lease saves time, correctness does not rest on it: the
+progress-row lock in the applier's transaction keeps two workers from applying the
+same stream at once, and the resolver ignores progress lower than it holds, so the
+moment of a hand-over, when two may both run one pass, doubles nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ import asyncio
 import logging
 from typing import Any
 
+from prometheus_client import Gauge
+
 from db.epochs import EpochSource
+from db.leases import Lease
 from db.pauses import PauseWatch
 from processors.applier.batch import Applier
 from processors.gaps import GapCloser
@@ -21,6 +28,16 @@ from processors.settings import AgentSettings
 from schemas.registry_codec import codec_for
 
 log = logging.getLogger(__name__)
+
+LEASE_HELD = Gauge(
+    "gapless_recovery_lease_held",
+    "1 while this agents worker holds its consumer's recovery lease (it runs the"
+    " progress reporter and the gap closer)",
+)
+
+
+def recovery_lease(settings: AgentSettings) -> Lease:
+    return Lease(settings.product_dsn, f"gapless.recovery:{settings.agents_consumer}")
 
 
 def resolver_client(settings: AgentSettings) -> ResolverClient:
@@ -41,6 +58,7 @@ def resolver_client(settings: AgentSettings) -> ResolverClient:
 def register(
     app: Any, settings: AgentSettings, client: ResolverClient, pauses: PauseWatch | None = None
 ) -> None:
+    lease = recovery_lease(settings)
     reporter = ProgressReporter(settings.product_dsn, client, settings.agents_consumer)
     # Its own applier (own connection): it runs while the agent's batch may be open.
     closer = GapCloser(
@@ -61,6 +79,9 @@ def register(
     @app.timer(interval=settings.agents_report_interval_seconds)  # type: ignore[untyped-decorator]
     async def report_progress() -> None:
         try:
+            if not await _holding(lease):
+                reporter.forget()
+                return
             await asyncio.to_thread(reporter.report_once)
         except Exception:
             log.exception("progress report failed; will try again")
@@ -68,6 +89,14 @@ def register(
     @app.timer(interval=settings.agents_gap_threshold_seconds / 2)  # type: ignore[untyped-decorator]
     async def close_gaps() -> None:
         try:
+            if not await _holding(lease):
+                return
             await asyncio.to_thread(closer.close_once)
         except Exception:
             log.exception("gap closing failed; will try again")
+
+
+async def _holding(lease: Lease) -> bool:
+    held = await asyncio.to_thread(lease.held)
+    LEASE_HELD.set(1 if held else 0)
+    return held

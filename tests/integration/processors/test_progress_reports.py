@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 import psycopg
+from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
@@ -81,3 +82,30 @@ def test_reports_wait_out_a_resolver_that_is_down_and_lose_nothing(
         client.close()
     with psycopg.connect(clean_db.resolver_owner_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM outbox").fetchone() == (total,)
+
+
+def _gauge(stream: tuple[str, str, int]) -> float | None:
+    t, c, e = stream
+    return REGISTRY.get_sample_value(
+        "gapless_reported_progress", {"tenant": t, "catalog": c, "epoch": str(e)}
+    )
+
+
+def test_a_reporter_that_hands_over_forgets_what_it_reported(clean_db: DatabaseSettings) -> None:
+    # Another agents worker took the recovery lease: this one's gauge must stop
+    # showing the stream, and once it holds the lease again it reports afresh.
+    total = _applied_history(clean_db, 2)
+    stream = ("t1", "c1", 1)
+    port = free_port()
+    with serving(clean_db, port):
+        client = ResolverClient(f"http://127.0.0.1:{port}", API_TOKEN, timeout_s=5)
+        reporter = ProgressReporter(clean_db.product_dsn, client, CONSUMER)
+        assert reporter.report_once() == 1
+        assert _gauge(stream) == total
+        reporter.forget()
+        assert reporter.reported == {}
+        assert _gauge(stream) is None
+        assert reporter.report_once() == 1
+        assert _gauge(stream) == total
+        assert _held(clean_db) == [(CONSUMER, total)]
+        client.close()

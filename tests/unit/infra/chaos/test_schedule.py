@@ -54,3 +54,22 @@ def test_one_postgres_restart_is_fast_or_immediate() -> None:
     one = Options(seconds=30.0, kills=0, processes=PROCESSES, pg_restarts=1)
     kinds = {p.kind for p in schedule.plan(1, one)}
     assert kinds & {schedule.PG_FAST, schedule.PG_IMMEDIATE}
+
+
+def test_proxy_faults_are_drops_and_stalls_that_outlast_the_timeouts() -> None:
+    planned = schedule.plan(9, OPTIONS)
+    stalls = [p for p in planned if p.kind == "proxy_stall"]
+    drops = [p for p in planned if p.kind == "proxy_drop"]
+    assert len(drops) == 2 and len(stalls) == 1  # drop, stall, drop …
+    # Longer than the agents' 10-s group session, the longest client timeout a
+    # stalled process meets before it must give up and reconnect.
+    assert all(p.hold > 10.0 for p in stalls)
+    assert all(p.target in schedule.SERVICE_TARGETS for p in stalls + drops)
+
+
+def test_a_process_without_crash_points_is_killed_but_never_armed() -> None:
+    options = Options(seconds=60.0, kills=60, processes=("sweep-jobs-1", "relay-1"))
+    kills = [p for p in schedule.plan(4, options) if p.kind == schedule.KILL]
+    sweeper = [p for p in kills if p.target == "sweep-jobs-1"]
+    assert sweeper and all(p.armed is None for p in sweeper)
+    assert any(p.armed is not None for p in kills if p.target == "relay-1")

@@ -1,0 +1,105 @@
+"""One holder among several processes: a session-level advisory lock on a connection
+of its own.
+
+Work that every instance of a process could do, and that is wasted when several do
+it (the agents' progress reports and gap closing), runs only in the instance that
+holds the lease. The lease is ``pg_try_advisory_lock`` on a name, held for as long
+as the holder's connection lives; nothing is written, so nothing needs cleaning up.
+
+What ends a holding:
+- the holder dies (SIGKILL included): its socket closes, PostgreSQL ends the
+  backend and the lock with it; the next instance to ask takes the lease;
+- PostgreSQL restarts: every connection ends; whoever asks first after it takes it;
+- the holder's network goes (no FIN ever arrives): the server's TCP keepalives,
+  set short on this connection, end the backend within about
+  ``KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_COUNT`` seconds; the holder
+  itself finds out at its next check (which fails) and stops doing the work.
+
+A lease makes duplicate work rare, not impossible: a holder whose check passed a
+moment before it lost the connection may finish one pass while another instance
+starts one. The work it guards must stay correct when done twice (the applier's
+progress-row lock and the resolver's monotone progress make the agents' so); the
+lease only saves the time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 3
+
+
+class Lease:
+    """``held()`` answers whether this process holds the lease ``name`` now, taking it
+    when it is free. Safe to call from several threads."""
+
+    def __init__(self, dsn: str, name: str) -> None:
+        self._dsn = dsn
+        self.name = name
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._holding = False
+        self._lock = threading.Lock()
+
+    def held(self) -> bool:
+        with self._lock:
+            # A session that ended while idle is only found out by using it: then one
+            # more try on a new one, so an instance asks PostgreSQL, not a dead socket.
+            for attempt in (1, 2):
+                reused = self._conn is not None and not self._conn.closed
+                try:
+                    return self._check()
+                except psycopg.Error as exc:
+                    if self._holding:
+                        log.warning("lease %s lost: %s", self.name, exc)
+                    self._drop()
+                    if not reused or attempt == 2:
+                        return False
+            return False
+
+    def _check(self) -> bool:
+        if self._conn is None or self._conn.closed:
+            self._holding = False
+            self._conn = psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name=f"lease:{self.name}"[:63],
+                # Server side: a holder whose network went is noticed and its lock freed.
+                options=(
+                    f"-c tcp_keepalives_idle={KEEPALIVE_IDLE_S}"
+                    f" -c tcp_keepalives_interval={KEEPALIVE_INTERVAL_S}"
+                    f" -c tcp_keepalives_count={KEEPALIVE_COUNT}"
+                ),
+            )
+        if self._holding:
+            # The lock lives as long as this session: one answer proves both.
+            self._conn.execute("SELECT 1").fetchone()
+            return True
+        row = self._conn.execute(
+            "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (self.name,)
+        ).fetchone()
+        self._holding = bool(row and row[0])
+        if self._holding:
+            log.info("lease %s taken", self.name)
+        return self._holding
+
+    def _drop(self) -> None:
+        self._holding = False
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+        self._conn = None
+
+    def release(self) -> None:
+        """Give the lease up (closing the session frees the lock)."""
+        with self._lock:
+            self._drop()

@@ -1,0 +1,79 @@
+"""The lease (``db.leases``) against real PostgreSQL: one holder at a time; a holder
+whose session ends (a crash, a terminated backend) loses it and another instance
+takes it at its next check; a released lease is free at once; two names never
+exclude each other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from db.leases import Lease
+from db.settings import DatabaseSettings
+
+
+@pytest.fixture()
+def leases(clean_db: DatabaseSettings) -> Iterator[list[Lease]]:
+    made: list[Lease] = []
+    yield made
+    for lease in made:
+        lease.release()
+
+
+def _lease(leases: list[Lease], dsn: str, name: str) -> Lease:
+    lease = Lease(dsn, name)
+    leases.append(lease)
+    return lease
+
+
+def _terminate(dsn: str, name: str) -> int:
+    """End the backend holding lease ``name``, as a crash of its process would."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (f"lease:{name}",),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_one_holder_at_a_time(clean_db: DatabaseSettings, leases: list[Lease]) -> None:
+    dsn = clean_db.product_dsn
+    first, second = _lease(leases, dsn, "t.one"), _lease(leases, dsn, "t.one")
+    assert first.held()
+    assert not second.held()
+    # Asking again changes nothing on either side (the lock does not stack).
+    assert first.held() and first.held()
+    assert not second.held()
+    first.release()
+    assert second.held()
+    assert not first.held()
+
+
+def test_a_holder_whose_session_ends_loses_it_to_the_next(
+    clean_db: DatabaseSettings, leases: list[Lease]
+) -> None:
+    dsn = clean_db.product_dsn
+    first, second = _lease(leases, dsn, "t.crash"), _lease(leases, dsn, "t.crash")
+    assert first.held() and not second.held()
+    # Both instances' sessions carry the name; only the holder's backend has the lock,
+    # so end both: the holder must notice, and whoever asks first after it wins.
+    assert _terminate(dsn, "t.crash") == 2
+    assert second.held()
+    assert not first.held()
+    assert second.held()
+
+
+def test_names_are_independent(clean_db: DatabaseSettings, leases: list[Lease]) -> None:
+    dsn = clean_db.product_dsn
+    assert _lease(leases, dsn, "t.a").held()
+    assert _lease(leases, dsn, "t.b").held()
+    assert not _lease(leases, dsn, "t.a").held()
+
+
+def test_an_unreachable_database_is_not_held(leases: list[Lease]) -> None:
+    # Nothing listens on port 1: the check fails quickly and says no, it never raises.
+    lease = _lease(leases, "postgresql://gapless@127.0.0.1:1/none", "t.down")
+    assert not lease.held()
