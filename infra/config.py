@@ -8,7 +8,6 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from infra.local import local_environment
 from schemas.errors import GaplessError
 from schemas.settings import ENV_PREFIX, GaplessSettings
 
@@ -64,6 +63,8 @@ def use_local_services() -> dict[str, str]:
     A ``GAPLESS_RESOLVER_DSN`` set without ``GAPLESS_RESOLVER_MIGRATION_DSN`` is left
     to serve as both (the local owner login would point at another database).
     """
+    from infra.local.services import local_environment  # the launchers: only here
+
     env = local_environment()
     if "GAPLESS_RESOLVER_DSN" in os.environ:
         env.pop("GAPLESS_RESOLVER_MIGRATION_DSN")

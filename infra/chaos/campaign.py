@@ -428,7 +428,8 @@ def _run_plan(
         for planned in others:
             _sleep_until(began + planned.at)
             fault = faults.build(planned, fleet, services, echo)
-            echo(f"  {time.monotonic() - began:6.1f}s {fault.kind} ({planned.hold:.1f}s)")
+            at = time.monotonic() - began
+            echo(f"  {at:6.1f}s {planned.kind} {planned.target} ({planned.hold:.1f}s)")
             try:
                 fault.apply()
                 if not isinstance(fault, faults.PostgresRestart):  # it holds in apply
@@ -437,7 +438,7 @@ def _run_plan(
             except Exception as exc:
                 lane_errors.append(f"{planned.kind}: {type(exc).__name__}: {exc}")
                 continue
-            report.faults[fault.kind] += 1
+            report.faults[planned.kind] += 1
             if planned.kind in (schedule.PG_FAST, schedule.PG_IMMEDIATE):
                 report.pg_restarts += 1
             elif planned.kind == schedule.BROKER_KILL:
@@ -462,7 +463,11 @@ def _run_plan(
         if pending and elapsed > KILL_DEADLINE_FACTOR * settings.seconds:
             # The machine restarts processes slower than the plan kills them: the rest
             # are left out, and said so (``kills_undelivered``).
-            echo(f"  {len(pending)} kills not delivered within {elapsed:.0f}s")
+            waiting = Counter(p.target for p in pending)
+            echo(
+                f"  {len(pending)} kills not delivered within {elapsed:.0f}s:"
+                + ", ".join(f" {target} {n}" for target, n in sorted(waiting.items()))
+            )
             report.kills_undelivered = len(pending)
             pending.clear()
         for planned in [p for p in pending if p.at <= elapsed]:

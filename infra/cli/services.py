@@ -9,7 +9,6 @@ import click
 
 from infra.cli.output import echo, guarded
 from infra.config import load, use_local_services
-from infra.provision import provision
 
 
 @click.command()
@@ -17,7 +16,8 @@ def up() -> None:
     """Start local PostgreSQL, Kafka and S3 (idempotent), migrate, create topics."""
 
     def run() -> None:
-        from infra.local import up as start
+        from infra.local.services import up as start
+        from infra.provision import provision  # Alembic: only where it migrates
 
         start(echo)
         use_local_services()
@@ -32,7 +32,7 @@ def down() -> None:
     """Stop the local services that `gapless up` started (and only those)."""
 
     def run() -> None:
-        from infra.local import down as stop
+        from infra.local.services import down as stop
 
         stop(echo)
 
@@ -49,7 +49,7 @@ def status(as_json: bool, services_only: bool) -> None:
     from dataclasses import asdict
 
     from db.settings import DatabaseSettings
-    from infra.local import status as service_status
+    from infra.local.services import status as service_status
     from infra.status import collect, lines, missing_evidence, pause_lines, paused, to_json
 
     services = guarded(service_status)
@@ -107,6 +107,8 @@ def migrate(local: bool) -> None:
     """Apply database migrations and create Kafka topics."""
 
     def run() -> None:
+        from infra.provision import provision
+
         if local:
             use_local_services()
         provision(echo)

@@ -77,7 +77,7 @@ def run_demo(
         """A demo process: the demo's environment, and ``env`` on top."""
         return launch(name, [name], {**os.environ, **env}, log)
 
-    from infra.local import down, status, up
+    from infra.local.services import down, status, up
     from infra.provision import provision
 
     started_here = not all(s.running for s in status())

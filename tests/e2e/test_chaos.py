@@ -72,6 +72,7 @@ def _campaign(log: Path) -> tuple[int, dict[str, object]]:
         )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no JSON after {time.monotonic() - began:.0f}s; progress in {log}"
+    log.with_suffix(".json").write_text(lines[-1] + "\n")  # the whole report, for a person
     return done.returncode, json.loads(lines[-1])
 
 
@@ -79,7 +80,8 @@ def test_the_scaled_out_pipeline_keeps_every_guarantee_under_faults() -> None:
     log = current_layout().logs / "test-chaos.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     code, report = _campaign(log)
-    where = f"seed {report.get('seed')}, progress in {log}: {report.get('violations')}"
+    figures = {k: report.get(k) for k in (*KEYS, "faults", "window_crashes", "duplicated_work")}
+    where = f"progress in {log}; {figures}; violations {report.get('violations')}"
     for key in KEYS:
         assert key in report, key
     assert report["seed"] == SEED

@@ -46,8 +46,8 @@ def test_up_names_the_holder_of_a_taken_port_and_the_variable(tmp_path: Path) ->
 
 def test_up_names_a_running_postgres_holding_the_port(tmp_path: Path) -> None:
     """Another directory's cluster on the same port is someone else's program."""
-    from infra.local import up
     from infra.local.layout import current_layout
+    from infra.local.services import up
 
     up(lambda _message: None)
     env = dict(

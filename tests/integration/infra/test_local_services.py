@@ -19,9 +19,10 @@ from botocore.exceptions import ClientError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from db.tables.domain import APP_ROLE
-from infra.local import ServiceError, local_environment, status, up
+from infra.local import ServiceError
 from infra.local.layout import current_layout
 from infra.local.postgres import APP_LOGIN
+from infra.local.services import local_environment, status, up
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

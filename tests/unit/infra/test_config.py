@@ -41,7 +41,7 @@ def test_secret_settings_never_echo_what_was_given(monkeypatch: pytest.MonkeyPat
 def _local_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Start from no GAPLESS_* database variables; whatever ``use_local_services`` sets
     is undone after the test (each name is recorded by setting it first)."""
-    from infra.local import local_environment
+    from infra.local.services import local_environment
 
     monkeypatch.setenv("GAPLESS_LOCAL_DIR", str(tmp_path))
     for name in local_environment():

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from db.settings import DatabaseSettings
 from infra.cli.main import main
-from infra.local import local_environment
+from infra.local.services import local_environment
 from producers.api import create_app
 
 from .conftest import MakeSettings, capture_body, closed_port, post
