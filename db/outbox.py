@@ -10,7 +10,7 @@ single-row UPDATE instead of touching every row it shipped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import psycopg
@@ -177,36 +177,37 @@ def claim_streams(conn: psycopg.Connection, streams: Sequence[StreamId]) -> list
     return out
 
 
-def read_ranges(
+StoredRow = tuple[int, str, int, bytes, bytes]
+"""An outbox row as the relay reads it: ``OutboxRow``'s fields in its order
+(position, event_id, history_epoch, key, value), as the plain tuple the driver
+returns. An ``OutboxRow`` is one too; the relay's hot path reads these by index
+rather than build an ``OutboxRow`` per row."""
+
+
+def request_ranges(
     conn: psycopg.Connection, ranges: Sequence[tuple[StreamId, int, int]]
-) -> list[list[OutboxRow]]:
+) -> Callable[[], list[list[StoredRow]]]:
     """The rows of each ``(stream, after, through)``: positions after+1 … through in
-    position order, one list per range, all in one statement (a primary-key range
-    scan per stream)."""
-    if not ranges:
-        return []
-    rows = conn.execute(
-        "SELECT r.ord, o.position, o.event_id::text, o.history_epoch, o.key, o.value"
-        " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[])"
-        " WITH ORDINALITY AS r(tenant_id, catalog_id, history_epoch, after, through, ord)"
-        " CROSS JOIN LATERAL (SELECT position, event_id, history_epoch, key, value"
-        " FROM outbox o WHERE o.tenant_id = r.tenant_id AND o.catalog_id = r.catalog_id"
-        " AND o.history_epoch = r.history_epoch AND o.position > r.after"
-        " AND o.position <= r.through ORDER BY o.position) o"
-        " ORDER BY r.ord, o.position",
-        (
-            [s.tenant_id for s, _, _ in ranges],
-            [s.catalog_id for s, _, _ in ranges],
-            [s.history_epoch for s, _, _ in ranges],
-            [after for _, after, _ in ranges],
-            [through for _, _, through in ranges],
-        ),
-        binary=True,
-    ).fetchall()
-    out: list[list[OutboxRow]] = [[] for _ in ranges]
-    for ord_, *row in rows:
-        out[ord_ - 1].append(OutboxRow._make(row))
-    return out
+    position order (a primary-key range scan each), one list per range.
+
+    In two steps: the statements are sent now, their rows taken when the returned
+    function is called. On a connection in pipeline mode, requests sent one after
+    another run on the server while the caller works on the rows of the first."""
+    cursors = [
+        conn.execute(
+            "SELECT position, event_id::text, history_epoch, key, value FROM outbox"
+            " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
+            " AND position > %s AND position <= %s ORDER BY position",
+            (stream.tenant_id, stream.catalog_id, stream.history_epoch, after, through),
+            binary=True,
+        )
+        for stream, after, through in ranges
+    ]
+
+    def rows() -> list[list[StoredRow]]:
+        return [cursor.fetchall() for cursor in cursors]
+
+    return rows
 
 
 def mark_published_all(conn: psycopg.Connection, marks: Sequence[tuple[StreamId, int]]) -> None:

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from db.outbox import OutboxRow
+from db.outbox import StoredRow
 from producers.relay.exceptions import PublishFailed
+from schemas.codec import HEADER_EVENT_ID, HEADER_HISTORY_EPOCH, KafkaHeaders
 from schemas.settings import KafkaConnection, client_config
 
 
@@ -62,24 +63,33 @@ class Publisher:
         self._producer = Producer(producer_config(kafka, delivery_timeout_s))
         self._window = _Window()
 
-    def send(self, rows: Sequence[OutboxRow]) -> None:
-        """Produce ``rows`` in order; returns once the producer holds them all."""
+    def send(self, rows: Sequence[StoredRow]) -> None:
+        """Produce ``rows`` in order; returns once the producer holds them all.
+
+        The headers are ``kafka_headers(event_id, history_epoch)``, built here a row
+        at a time (the epoch's header shared while it stays the same, as it does in
+        a stream): this loop is the relay's own cost per message beside librdkafka's,
+        so it reads the rows by index (``StoredRow``).
+        """
         window = self._window
+        produce = self._producer.produce
+        topic = self.topic
+        report = window.report
+        last_epoch = -1
+        epoch_header: tuple[str, str | bytes | None] = (HEADER_HISTORY_EPOCH, None)
         for row in rows:
+            if row[2] != last_epoch:
+                last_epoch = row[2]
+                epoch_header = (HEADER_HISTORY_EPOCH, str(last_epoch).encode())
+            headers: KafkaHeaders = [(HEADER_EVENT_ID, row[1].encode()), epoch_header]
             while True:
                 try:
-                    self._producer.produce(
-                        self.topic,
-                        key=row.key,
-                        value=row.value,
-                        headers=row.headers,
-                        on_delivery=window.report,
-                    )
-                    window.sent += 1
+                    produce(topic, row[4], row[3], headers=headers, on_delivery=report)
                     break
                 except BufferError:
                     # Local queue full: serve delivery callbacks to make room.
                     self._producer.poll(0.05)
+        window.sent += len(rows)
 
     def confirm(self) -> None:
         """Wait for the delivery report of everything sent since the last confirm.
@@ -103,7 +113,7 @@ class Publisher:
                 f" report after {self._timeout}s"
             )
 
-    def publish(self, rows: Sequence[OutboxRow]) -> None:
+    def publish(self, rows: Sequence[StoredRow]) -> None:
         """Produce ``rows`` in order and wait for all their delivery reports."""
         self.send(rows)
         self.confirm()

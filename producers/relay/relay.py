@@ -14,10 +14,12 @@ import psycopg
 from prometheus_client import Counter, Gauge
 
 from db.outbox import (
+    ClaimedStream,
     OutboxRow,
+    StoredRow,
     claim_streams,
     mark_published_all,
-    read_ranges,
+    request_ranges,
     streams_with_unpublished,
 )
 from db.pauses import PauseWatch
@@ -108,14 +110,14 @@ class Relay:
            in flight finishes before a fence and none starts after it); read its
            published position P and its cursor C after the claims, then the rows
            P+1 … min(C, P + what is left of the batch) in position order, a chunk
-           of ``READ_CHUNK`` rows at a time, and check each chunk's rows are exactly
-           the next ones — a stream whose rows do not line up is skipped from there
-           on and reported (``OutboxGap``; what it would have taken goes to the
-           streams after it); the claims are one statement for every stream, and so
-           is each chunk's read;
-        2. hand each chunk to the producer as soon as it is read, each stream in
-           its own order (so Kafka takes one chunk while the next is read), and
-           after the last one wait once for every delivery report;
+           of ``READ_CHUNK`` rows at a time (every chunk's read sent at once, so
+           the server reads the next while this thread sends the last), and check
+           each chunk's rows are exactly the next ones — a stream whose rows do not
+           line up is skipped from there on and reported (``OutboxGap``); the
+           claims are one statement for every stream, and so is each chunk's read;
+        2. hand each chunk to the producer as soon as its rows are in, each stream
+           in its own order (so Kafka takes one chunk while the next is taken),
+           and after the last one wait once for every delivery report;
         3. move each stream's published position to the end of what it sent (one
            statement, a row per stream, never backwards); COMMIT releases the claims.
         What a crash leaves: before 2, nothing sent and nothing recorded (the server
@@ -142,7 +144,8 @@ class Relay:
             yield allowed
 
     def _publish_claimed(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
-        sent: dict[StreamId, list[OutboxRow]] = {}
+        sent: dict[StreamId, list[StoredRow]] = {}
+        skipped: set[StreamId] = set()
         # One pipeline for the whole transaction: BEGIN goes with the claims, the
         # position moves with COMMIT; a database round trip per step, not per stream.
         with conn.pipeline(), conn.transaction():
@@ -152,53 +155,74 @@ class Relay:
                     log.warning("%s is fenced: its unpublished rows stay unpublished", c.stream)
                 elif c.cursor > c.published:
                     waiting.append(c)
-            budget = self._batch_size
             after = {c.stream: c.published for c in waiting}
+            budget = self._batch_size
             while waiting and budget > 0:
-                # One read of up to a chunk, sent at once, so librdkafka ships these
-                # rows while the next chunk is read.
-                chunk = min(budget, self._read_chunk)
-                plan: list[tuple[StreamId, int, int]] = []
-                for c in waiting:
-                    if chunk == 0:
-                        break
-                    take = min(c.cursor - after[c.stream], chunk)
-                    plan.append((c.stream, after[c.stream], after[c.stream] + take))
-                    chunk -= take
-                for (stream, first_after, through), rows in zip(
-                    plan, read_ranges(conn, plan), strict=True
-                ):
-                    expected = through - first_after
-                    if rows and rows[0].position == first_after + 1 and len(rows) == expected:
-                        self._publisher.send(rows)
-                        sent.setdefault(stream, []).extend(rows)
-                        after[stream] = through
-                        budget -= expected
-                        continue
-                    # Skipped for this pass; its share goes to the streams after it.
-                    waiting = [c for c in waiting if c.stream != stream]
-                    FAILURES.inc()
-                    found = f"{rows[0].position}…{rows[-1].position}" if rows else "none"
-                    log.error(
-                        "%s",
-                        OutboxGap(
-                            f"{stream}: rows {first_after + 1}…{through} above published"
-                            f" position {first_after} expected, {len(rows)} found ({found});"
-                            " skipped"
-                        ),
-                        extra=event_fields(stream, first_after + 1),
-                    )
-                waiting = [c for c in waiting if after[c.stream] < c.cursor]
+                # Every chunk's read goes out at once: the server reads chunk k+1
+                # while this thread hands chunk k to the producer, and librdkafka
+                # ships it. A stream found with a gap is skipped from there on (what
+                # it read after that is dropped, what it sent before is published),
+                # and the rows it would have sent go to the others in a next round.
+                chunks = self._chunks(waiting, after, budget)
+                for plan, rows_of in [(plan, request_ranges(conn, plan)) for plan in chunks]:
+                    for (stream, first_after, through), rows in zip(plan, rows_of(), strict=True):
+                        if stream in skipped:
+                            continue
+                        expected = through - first_after
+                        if rows and rows[0][0] == first_after + 1 and len(rows) == expected:
+                            self._publisher.send(rows)
+                            sent.setdefault(stream, []).extend(rows)
+                            after[stream] = through
+                            budget -= expected
+                            continue
+                        skipped.add(stream)
+                        FAILURES.inc()
+                        found = f"{rows[0][0]}…{rows[-1][0]}" if rows else "none"
+                        log.error(
+                            "%s",
+                            OutboxGap(
+                                f"{stream}: rows {first_after + 1}…{through} above published"
+                                f" position {first_after} expected, {len(rows)} found"
+                                f" ({found}); skipped"
+                            ),
+                            extra=event_fields(stream, first_after + 1),
+                        )
+                waiting = [
+                    c for c in waiting if c.stream not in skipped and after[c.stream] < c.cursor
+                ]
             if not sent:
                 return 0
             self._publisher.confirm()
-            for stream, rows in sent.items():
-                if self._after_publish is not None:
-                    self._after_publish(stream, rows)
+            if self._after_publish is not None:
+                for stream, rows in sent.items():
+                    self._after_publish(stream, [OutboxRow._make(row) for row in rows])
             mark_published_all(conn, [(stream, after[stream]) for stream in sent])
         total = sum(len(rows) for rows in sent.values())
         PUBLISHED.inc(total)
         return total
+
+    def _chunks(
+        self, waiting: list[ClaimedStream], published: dict[StreamId, int], budget: int
+    ) -> list[list[tuple[StreamId, int, int]]]:
+        """The reads of up to ``budget`` rows over the ``waiting`` streams in their
+        order, after the positions in ``published``, in chunks of at most
+        ``read_chunk`` rows, each chunk a list of ``(stream, after, through)``."""
+        after = dict(published)
+        chunks = []
+        while waiting and budget > 0:
+            room = min(budget, self._read_chunk)
+            plan: list[tuple[StreamId, int, int]] = []
+            for c in waiting:
+                if room == 0:
+                    break
+                take = min(c.cursor - after[c.stream], room)
+                plan.append((c.stream, after[c.stream], after[c.stream] + take))
+                after[c.stream] += take
+                room -= take
+                budget -= take
+            chunks.append(plan)
+            waiting = [c for c in waiting if after[c.stream] < c.cursor]
+        return chunks
 
     def run_once(self) -> int:
         """One pass over every stream with unpublished rows; returns rows published."""

@@ -12,7 +12,13 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
-from db.outbox import OutboxRow, mark_published, published_position, try_claim_stream
+from db.outbox import (
+    OutboxRow,
+    StoredRow,
+    mark_published,
+    published_position,
+    try_claim_stream,
+)
 from db.settings import DatabaseSettings
 from db.stream_writer import lock_cursor
 from db.unit_of_work import UnitOfWork
@@ -378,8 +384,8 @@ def test_a_batch_is_read_in_chunks_sent_while_the_next_is_read_and_confirmed_onc
     publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
     send, confirm = publisher.send, publisher.confirm
 
-    def counting_send(rows: list[OutboxRow]) -> None:
-        decoded = (CODEC.decode_value(r.value) for r in rows)
+    def counting_send(rows: list[StoredRow]) -> None:
+        decoded = (CODEC.decode_value(OutboxRow._make(r).value) for r in rows)
         sends.append([(e.catalog_id, e.position) for e in decoded])
         send(rows)
 
