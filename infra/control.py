@@ -65,6 +65,12 @@ def publish(
         left = producer.flush(timeout)
     except KafkaException as exc:
         raise ControlTopicUnavailable(f"the control topic did not take the command: {exc}") from exc
+    finally:
+        # A command not confirmed is given up here (the caller says so, and may send
+        # it again): its producer must not live on in the traceback, retrying a
+        # broker that is away and logging every attempt.
+        producer.purge()
+        del producer
     if left or problems:
         raise ControlTopicUnavailable(
             f"the control topic did not confirm the command ({problems or 'timed out'});"

@@ -1,5 +1,5 @@
 """The fault campaign, scaled out, as CI runs it: ``gapless chaos --scale`` with at
-least 200 kills (narrow windows included), PostgreSQL restarted fast and immediate,
+least 200 kills delivered (narrow windows included), PostgreSQL restarted fast and immediate,
 the broker SIGKILLed, the object store stopped and connections dropped and stalled
 through toxiproxy, while decisions, captures, a shadow rebuild and an epoch fence go
 on; then nothing lost, nothing doubled, every projection row equal to the accepted
@@ -30,6 +30,10 @@ pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("GAPLESS_CHAOS_SEED", "20261202"))
 KILLS = 200
+PLANNED_KILLS = 240
+"""A kill waits for its target to be up, and on a slow machine some planned kills are
+still waiting when the campaign stops delivering them (``kills_undelivered``): plan
+more than the 200 the test requires."""
 SECONDS = 150
 TIMEOUT_S = 1500.0
 """Start, faults (kills wait for their targets to be up), convergence, checks."""
@@ -58,7 +62,7 @@ def _campaign(log: Path) -> tuple[int, dict[str, object]]:
         "chaos",
         "--scale",
         "--kills",
-        str(KILLS),
+        str(PLANNED_KILLS),
         "--seconds",
         str(SECONDS),
         "--seed",
