@@ -146,23 +146,19 @@ class StreamWriter:
             )
             envelopes.append(envelope)
             rows.append(
-                (
-                    envelope.position,
-                    envelope.event_id,
-                    envelope.event_type,
-                    self._codec.encode_value(envelope),
-                )
+                (envelope.event_id, envelope.event_type, self._codec.encode_value(envelope))
             )
         new_cursor = self._cursor + len(self._pending)
         # Steps 3-5 as one statement: one round trip whatever the batch size. The
-        # arrays go in binary; the counts prove every row and the cursor were written.
+        # arrays go in binary, in append order, so row k takes position base + k; the
+        # counts prove every row and the cursor were written.
         written = self._conn.execute(
             "WITH new_rows AS ("
             " INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
             " event_id, event_type, key, value)"
-            " SELECT %(t)s, %(c)s, %(e)s, r.position, r.event_id, r.event_type, %(key)b, r.value"
-            " FROM unnest(%(positions)b::bigint[], %(ids)b::uuid[], %(types)b::text[],"
-            " %(values)b::bytea[]) AS r(position, event_id, event_type, value)"
+            " SELECT %(t)s, %(c)s, %(e)s, %(base)s + r.ord, r.event_id, r.event_type, %(key)b,"
+            " r.value FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[])"
+            " WITH ORDINALITY AS r(event_id, event_type, value, ord)"
             " RETURNING 1),"
             " moved AS ("
             " UPDATE stream_cursor SET position = %(cursor)s, updated_at = now()"
@@ -175,10 +171,10 @@ class StreamWriter:
                 "c": s.catalog_id,
                 "e": s.history_epoch,
                 "key": self._key,
-                "positions": [r[0] for r in rows],
-                "ids": [r[1] for r in rows],
-                "types": [r[2] for r in rows],
-                "values": [r[3] for r in rows],
+                "base": self._cursor,
+                "ids": [r[0] for r in rows],
+                "types": [r[1] for r in rows],
+                "values": [r[2] for r in rows],
                 "cursor": new_cursor,
                 "channel": NOTIFY_CHANNEL,
                 "stream": str(s),

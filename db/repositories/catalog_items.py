@@ -198,6 +198,44 @@ def save_many(
     return {r[0]: int(r[1]) for r in rows}
 
 
+def insert_new(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    writes: Sequence[ItemWrite],
+    decision_id: uuid.UUID,
+) -> None:
+    """Insert items that do not exist yet, each at revision 1 naming the decision: one
+    statement (binary arrays), deferred to the transaction's next round trip, since
+    nothing is read back. Only for items the caller has just seen absent while holding
+    the stream's cursor lock, which keeps every other writer of the catalog out, so
+    none can appear before COMMIT; a plain INSERT then does what ``save_many`` would,
+    without its conflict check. Should one exist after all, its primary key refuses
+    the statement and the transaction rolls back."""
+    if not writes:
+        return
+    tx.defer(
+        "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
+        " parent_item_id, attributes, revision, decision_id)"
+        " SELECT %(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
+        " r.attributes::jsonb, 1, %(d)s"
+        " FROM unnest(%(ids)b::text[], %(classes)b::text[], %(statuses)b::text[],"
+        " %(titles)b::text[], %(parents)b::text[], %(attributes)b::text[])"
+        " AS r(item_id, class_id, status, title, parent_item_id, attributes)",
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "d": decision_id,
+            "ids": [w.item_id for w in writes],
+            "classes": [w.class_id for w in writes],
+            "statuses": [w.status for w in writes],
+            "titles": [w.title for w in writes],
+            "parents": [w.parent_item_id for w in writes],
+            "attributes": [json.dumps(w.attributes) for w in writes],
+        },
+    )
+
+
 def all_items(tx: Transaction, tenant_id: str, catalog_id: str) -> list[ItemRow]:
     rows = tx.execute(
         f"SELECT {_COLUMNS} FROM catalog_item WHERE tenant_id = %s AND catalog_id = %s"

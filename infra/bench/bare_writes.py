@@ -170,7 +170,7 @@ class SqlReplay:
 
     Every id the recorded decision had (its decision id and event ids, as values or as
     text) becomes a new uuid in each replay, the same one wherever it appears; its
-    item id becomes ``<item_prefix>-<n>``; the outbox statement's positions and cursor
+    item id becomes ``<item_prefix>-<n>``; the outbox statement's base position and cursor
     move on by ``events`` each time.
     """
 
@@ -216,9 +216,7 @@ class SqlReplay:
             return rename(params)
         out = {}
         for key, value in params.items():
-            if key == "positions":
-                out[key] = [v + shift for v in value]
-            elif key == "cursor":
+            if key in ("base", "cursor"):
                 out[key] = value + shift
             else:
                 out[key] = rename(value)

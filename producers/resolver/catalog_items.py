@@ -93,9 +93,10 @@ def record_items(
        (INV-07, ``refuse_class_change``, only for an item that holds values); its
        parent is active (the event then depends on the parent's revision); a split
        item is refused (``ItemWasSplit``);
-    4. write every item with ``revision + 1`` naming the decision (a split item is
-       never overwritten: the upsert's guard, should one be split meanwhile), and
-       queue their events in order.
+    4. write every item with ``revision + 1`` naming the decision, and queue their
+       events in order: a new item is inserted at revision 1 with the next round trip
+       (``insert_new``), an existing one upserted (a split item is never overwritten:
+       the upsert's guard, should one be split meanwhile).
     The Unit of Work's commit writes the outbox rows; nothing is visible before it, and
     a refusal or a crash before it leaves no row and consumes no position.
     """
@@ -133,23 +134,16 @@ def record_items(
             )
         if state is not None and state.status == "split":
             raise ItemWasSplit(f"item {change.item_id!r} was split; its successors carry it on")
-    revisions = items.save_many(
-        tx,
-        t,
-        c,
-        [
-            ItemWrite(
-                ch.item_id,
-                ch.class_id,
-                "active",
-                ch.title,
-                ch.parent_item_id,
-                ch.attributes,
-            )
-            for ch in changes
-        ],
-        decision_id,
-    )
+    writes = [
+        ItemWrite(ch.item_id, ch.class_id, "active", ch.title, ch.parent_item_id, ch.attributes)
+        for ch in changes
+    ]
+    # What step 2 found absent stays absent until COMMIT (the cursor lock): those are
+    # inserted at revision 1, sent with the next round trip; the others are upserted.
+    new = [w for w in writes if w.item_id not in states]
+    items.insert_new(tx, t, c, new, decision_id)
+    revisions = items.save_many(tx, t, c, [w for w in writes if w.item_id in states], decision_id)
+    revisions.update((w.item_id, 1) for w in new)
     saved: list[int] = []
     for change, depends_on in zip(changes, dependencies, strict=True):
         revision = revisions.get(change.item_id)
@@ -165,7 +159,7 @@ def record_items(
                     status="active",
                     title=change.title,
                     parent_item_id=change.parent_item_id,
-                    attributes=dict(change.attributes),
+                    attributes=change.attributes,  # the event keeps a copy of its own
                 ),
             )
         )

@@ -67,9 +67,12 @@ def setup_steps() -> list[Step]:
             item(c, "child", parent="i0"),
             *(MapListing(f"L{k}", f"i{k}") for k in range(6)),
         ],
-        # Changes (one under a parent), retirements, remaps and new mappings.
+        # Changes (one under a parent) with a new item among them, retirements, remaps
+        # and new mappings.
         lambda c: [
-            *(item(c, f"i{k}", title=f"renamed {k}") for k in range(5)),
+            *(item(c, f"i{k}", title=f"renamed {k}") for k in range(3)),
+            item(c, "fresh"),
+            *(item(c, f"i{k}", title=f"renamed {k}") for k in range(3, 5)),
             item(c, "i5", parent="i1"),
             RetireItem("i8", "discontinued"),
             RetireItem("i9", "discontinued"),
@@ -204,7 +207,7 @@ def test_facts_accepted_together_equal_facts_accepted_one_by_one(
     alone = state(dsn, "alone")
     for kind, rows in before.items():
         assert rows == alone[kind], kind
-    assert len(before["items"]) == 15 and len(before["mappings"]) == 8
+    assert len(before["items"]) == 16 and len(before["mappings"]) == 8
     assert len(before["values"]) == 7
 
     errors = []
