@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 
@@ -52,21 +53,41 @@ def lock_cursor(conn: psycopg.Connection, stream: StreamId) -> int:
     under this same row lock, so a writer either committed before the fence took
     effect or finds the mark and writes nothing.
     """
-    key = (stream.tenant_id, stream.catalog_id, stream.history_epoch)
-    select = (
-        "SELECT position, fenced_for_epoch FROM stream_cursor"
-        " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE"
-    )
-    row = conn.execute(select, key).fetchone()
+    return locked_cursor(conn, stream, request_cursor_lock(conn, stream))
+
+
+_LOCK_CURSOR = (
+    "SELECT position, fenced_for_epoch FROM stream_cursor"
+    " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE"
+)
+
+
+def _key(stream: StreamId) -> tuple[str, str, int]:
+    return (stream.tenant_id, stream.catalog_id, stream.history_epoch)
+
+
+def request_cursor_lock(conn: psycopg.Connection, stream: StreamId) -> psycopg.Cursor[Any]:
+    """The first half of ``lock_cursor``: the locking read, only sent when ``conn``
+    is in a pipeline (so it travels with what is queued before it, in one round
+    trip); hand its cursor to ``locked_cursor`` once the pipeline has synced."""
+    return conn.execute(_LOCK_CURSOR, _key(stream))
+
+
+def locked_cursor(
+    conn: psycopg.Connection, stream: StreamId, requested: psycopg.Cursor[Any]
+) -> int:
+    """The second half of ``lock_cursor``: the committed cursor from the locking read
+    ``requested``, creating the stream's row on its first use."""
+    row = requested.fetchone()
     if row is None:
         # First use of the stream. Concurrent first writers both insert; one wins and
         # the other's ON CONFLICT DO NOTHING waits for it, then both lock the row.
         conn.execute(
             "INSERT INTO stream_cursor (tenant_id, catalog_id, history_epoch)"
             " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            key,
+            _key(stream),
         )
-        row = conn.execute(select, key).fetchone()
+        row = conn.execute(_LOCK_CURSOR, _key(stream)).fetchone()
         assert row is not None
     if row[1] is not None:
         raise StreamFenced(
@@ -124,8 +145,11 @@ class StreamWriter:
         4. move the cursor to ``cursor+n``;
         5. NOTIFY the relay (delivered only if the transaction commits), unless the
            Unit of Work announces the commit after it (``db.commit_notifier``).
-        A crash anywhere before COMMIT leaves nothing: the cursor, outbox rows and
-        facts roll back together and the next writer reuses the same positions.
+        In a pipeline the statement is only sent: its error (a short write among
+        them) is raised when the pipeline syncs, at the latest by the COMMIT, which
+        then rolls back. A crash anywhere before COMMIT leaves nothing: the cursor,
+        outbox rows and facts roll back together and the next writer reuses the same
+        positions.
         """
         if not self._pending:
             return []
@@ -149,10 +173,13 @@ class StreamWriter:
                 (envelope.event_id, envelope.event_type, self._codec.encode_value(envelope))
             )
         new_cursor = self._cursor + len(self._pending)
-        # Steps 3-5 as one statement: one round trip whatever the batch size. The
-        # arrays go in binary, in append order, so row k takes position base + k; the
-        # counts prove every row and the cursor were written.
-        written = self._conn.execute(
+        # Steps 3-5 as one statement: one round trip whatever the batch size, and none
+        # of its own when the Unit of Work sends it in a pipeline with the COMMIT. The
+        # arrays go in binary, in append order, so row k takes position base + k. The
+        # server checks the counts (``outbox_written`` raises unless every row and the
+        # cursor were written), so a short write fails the statement and the COMMIT
+        # after it rolls back; nothing is read back here.
+        self._conn.execute(
             "WITH new_rows AS ("
             " INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
             " event_id, event_type, key, value)"
@@ -164,7 +191,8 @@ class StreamWriter:
             " UPDATE stream_cursor SET position = %(cursor)s, updated_at = now()"
             " WHERE tenant_id = %(t)s AND catalog_id = %(c)s AND history_epoch = %(e)s"
             " RETURNING 1)"
-            " SELECT (SELECT count(*) FROM new_rows), (SELECT count(*) FROM moved)"
+            " SELECT outbox_written((SELECT count(*) FROM new_rows), %(n)s,"
+            " (SELECT count(*) FROM moved))"
             + (", pg_notify(%(channel)s, %(stream)s)" if self._notify else ""),
             {
                 "t": s.tenant_id,
@@ -175,13 +203,12 @@ class StreamWriter:
                 "ids": [r[0] for r in rows],
                 "types": [r[1] for r in rows],
                 "values": [r[2] for r in rows],
+                "n": len(rows),
                 "cursor": new_cursor,
                 "channel": NOTIFY_CHANNEL,
                 "stream": str(s),
             },
-        ).fetchone()
-        if written is None or written[0] != len(rows) or written[1] != 1:
-            raise RuntimeError(f"stream {s}: outbox write incomplete ({written}); rolling back")
+        )
         self._cursor = new_cursor
         self._pending.clear()
         return envelopes

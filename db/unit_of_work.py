@@ -19,12 +19,15 @@ from db.commit_notifier import CommitNotifier
 from db.epochs import FIRST_EPOCH, EpochSource
 from db.exceptions import EpochChanged, StreamFenced
 from db.pauses import PauseWatch
-from db.stream_writer import StreamWriter, lock_cursor
+from db.stream_writer import StreamWriter, locked_cursor, request_cursor_lock
 from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.ids import StreamId
 
 Statement = tuple[str, "Sequence[Any] | Mapping[str, Any] | None"]
+
+BEGIN: Statement = ("BEGIN", None)
+COMMIT = "COMMIT"
 
 
 class Transaction:
@@ -102,11 +105,21 @@ class UnitOfWork:
 
     def __enter__(self) -> Self:
         self._holds = ExitStack()
-        self._conn = self._pool.getconn()
+        conn = self._pool.getconn()
+        # The transaction is opened and closed by statements of its own: psycopg's
+        # implicit BEGIN would cost a round trip of its own in a pipeline (it syncs
+        # after it), while a queued BEGIN travels with the first statement, and the
+        # COMMIT with the last ones.
+        try:
+            conn.autocommit = True
+        except BaseException:
+            self._pool.putconn(conn)  # broken: the pool discards it
+            raise
+        self._conn = conn
         self._committed = False
         self._writers.clear()
         self._unissued.clear()
-        self._deferred.clear()
+        self._deferred[:] = [BEGIN]
         self.envelopes = []
         return self
 
@@ -122,8 +135,12 @@ class UnitOfWork:
         self._deferred.clear()
         try:
             if not self._committed:
-                conn.rollback()
+                conn.rollback()  # a no-op if the BEGIN was never sent
         finally:
+            try:
+                conn.autocommit = False
+            except psycopg.Error:
+                conn.close()  # not to be handed out again: the pool discards it
             self._pool.putconn(conn)
             self._holds.close()  # the work on paused-able catalogs has ended
 
@@ -155,13 +172,7 @@ class UnitOfWork:
                 self._holds.enter_context(self._pauses.working([key]))
             epoch, issued = self._epochs.epoch_for_write(tenant_id, catalog_id)
             try:
-                # One round trip with what is queued before it (the transaction's
-                # BEGIN at least).
-                with self._require().pipeline():
-                    self.tx.send_deferred()
-                    writer = self._open_stream(
-                        self._require(), StreamId(tenant_id, catalog_id, epoch)
-                    )
+                writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
             except StreamFenced as fenced:
                 # The cached epoch was fenced meanwhile: nothing was written yet, so
                 # the write goes to the current epoch's stream (its cursor from 0).
@@ -176,11 +187,14 @@ class UnitOfWork:
         return writer
 
     def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
-        """Lock the stream's cursor and return its writer. The benchmark's baseline
+        """Lock the stream's cursor and return its writer: one round trip with what is
+        queued before it (the transaction's BEGIN at least). The benchmark's baseline
         overrides this to measure the same write path without the cursor."""
-        return StreamWriter(
-            conn, stream, lock_cursor(conn, stream), self._codec, self._notifier is None
-        )
+        with conn.pipeline():
+            self.tx.send_deferred()
+            requested = request_cursor_lock(conn, stream)
+        cursor = locked_cursor(conn, stream, requested)
+        return StreamWriter(conn, stream, cursor, self._codec, self._notifier is None)
 
     def commit(self) -> list[Envelope]:
         """Write every stream's outbox rows, then COMMIT.
@@ -190,7 +204,8 @@ class UnitOfWork:
            constraints now (``SET CONSTRAINTS ALL IMMEDIATE``), so a refusal cannot
            come after the next step, then issue its first epoch in the control
            database; if someone issued another epoch meanwhile, roll back;
-        3. COMMIT makes facts, outbox rows and cursors visible together;
+        3. COMMIT makes facts, outbox rows and cursors visible together (sent with
+           step 1's statements in one round trip when step 2 has nothing to do);
         4. with a notifier, hand it the streams written, to wake the relay.
         A crash before step 2 leaves nothing behind; one between steps 2 and 3 leaves
         an issued first epoch and no write, which is what an operator issuing it would
@@ -199,10 +214,15 @@ class UnitOfWork:
         """
         conn = self._require()
         envelopes: list[Envelope] = []
-        with conn.pipeline():  # what is queued goes with the first outbox statement
+        # One round trip: what is queued, the outbox statements and, unless a first
+        # epoch is to be issued in between, the COMMIT; an error in any of them is
+        # raised here, and the COMMIT then rolls back.
+        with conn.pipeline():
             self.tx.send_deferred()
             for writer in self._writers.values():
                 envelopes.extend(writer.flush())
+            if not self._unissued:
+                conn.execute(COMMIT)
         if self._unissued:
             conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
             for tenant_id, catalog_id in sorted(self._unissued):
@@ -212,7 +232,7 @@ class UnitOfWork:
                         f"{tenant_id}/{catalog_id} is at history epoch {issued} now;"
                         f" this write was prepared for epoch {FIRST_EPOCH}: retry it"
                     )
-        conn.commit()
+            conn.commit()
         self._committed = True
         if self._notifier is not None:
             self._notifier.announce(str(w.stream) for w in self._writers.values())
@@ -222,3 +242,4 @@ class UnitOfWork:
     def rollback(self) -> None:
         self._require().rollback()
         self._writers.clear()
+        self._deferred[:] = [BEGIN]

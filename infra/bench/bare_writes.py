@@ -17,9 +17,10 @@ Two baselines of ``record_decision``:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,23 +151,48 @@ Statement = tuple[str, Any, bool]
 """A statement, its parameters, and whether it was sent in a pipeline."""
 
 
+SYNC = "-- sync"
+"""Where a recorded pipeline ended (its one wait for the server's answers)."""
+
+COMMIT = "COMMIT"
+"""The transaction's commit, in a recording: the Unit of Work's COMMIT statement, or
+``Connection.commit`` (recorded as that statement)."""
+
+
 class RecordingConnection(psycopg.Connection[Any]):
-    """A connection that keeps every statement it is given while ``recording`` is set."""
+    """A connection that keeps every statement it is given, and its commit, while
+    ``recording`` is set."""
 
     recording: list[Statement] | None = None
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        self._record(query, params)
+        return super().execute(query, params, **kwargs)
+
+    def commit(self) -> None:
+        self._record(COMMIT, None)
+        super().commit()
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[psycopg.Pipeline]:
+        with super().pipeline() as pipeline:
+            yield pipeline
+        if self.recording is not None:
+            self.recording.append((SYNC, None, True))
+
+    def _record(self, query: Any, params: Any) -> None:
         if self.recording is not None:
             self.recording.append((query, params, self.pgconn.pipeline_status != 0))
-        return super().execute(query, params, **kwargs)
 
 
 @dataclass(slots=True)
 class SqlReplay:
     """Replays one recorded one-item decision's statements on its stream, renamed.
 
-    Statements the decision sent in a pipeline are sent in one again (each run of
-    them with one wait at its end), the others one round trip each, as recorded.
+    Statements the decision sent in a pipeline are sent in one again, ending where
+    its pipelines ended (each with one wait at its end), the others one round trip
+    each, as recorded; so are its BEGIN and COMMIT, on a connection in autocommit
+    mode as the Unit of Work's is (so that psycopg adds no BEGIN of its own).
 
     Every id the recorded decision had (its decision id and event ids, as values or as
     text) becomes a new uuid in each replay, the same one wherever it appears; its
@@ -228,17 +254,25 @@ class SqlReplay:
         self.replays += 1
         fresh: dict[int, uuid.UUID] = {}
         with pool.connection() as conn:
-            run: list[tuple[str, Any]] = []
-            for query, params, pipelined in self.statements:
-                if pipelined:
-                    run.append((query, self._params(params, n, fresh)))
-                    continue
-                if run:
-                    self._send_pipelined(conn, run)
-                conn.execute(query, self._params(params, n, fresh))
-            if run:
-                self._send_pipelined(conn, run)
+            conn.autocommit = True  # the recording has its BEGIN and COMMIT, as sent
+            try:
+                self._send(conn, n, fresh)
+            finally:
+                conn.rollback()  # a no-op unless a statement failed
+                conn.autocommit = False
         return self.events
+
+    def _send(self, conn: psycopg.Connection[Any], n: int, fresh: dict[int, uuid.UUID]) -> None:
+        run: list[tuple[str, Any]] = []
+        for query, params, pipelined in self.statements:
+            if query == SYNC:
+                self._send_pipelined(conn, run)
+            elif pipelined:
+                run.append((query, self._params(params, n, fresh)))
+            else:
+                conn.execute(query, self._params(params, n, fresh))
+        if run:
+            self._send_pipelined(conn, run)
 
     @staticmethod
     def _send_pipelined(conn: psycopg.Connection[Any], run: list[tuple[str, Any]]) -> None:

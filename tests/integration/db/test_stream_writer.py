@@ -175,3 +175,61 @@ def test_a_first_write_issues_its_epoch_only_when_accepted_and_yields_to_a_fence
     finally:
         pool.close()
         epochs.close()
+
+
+def test_a_short_outbox_write_fails_its_commit_and_leaves_nothing(
+    clean_db: DatabaseSettings,
+) -> None:
+    """The outbox statement and the COMMIT go in one round trip, so the server checks
+    the counts: a write that lost rows (here a trigger drops every second one) raises,
+    and the decision, its items, its rows and the cursor stay as they were."""
+    pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(clean_db.control_dsn)
+
+    def counts() -> tuple[object, ...]:
+        with psycopg.connect(clean_db.resolver_dsn) as conn:
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM decision), (SELECT count(*) FROM catalog_item),"
+                " (SELECT count(*) FROM outbox), (SELECT position FROM stream_cursor)"
+            ).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    def items(*ids: str) -> tuple[Fact, ...]:
+        return tuple(ItemChange("t1", "c1", i, "shoe", f"item {i}") for i in ids)
+
+    try:
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            record_decision(uow, by_rule("t1", "c1", *items("a")))
+        before = counts()
+        assert before == (1, 1, 2, 2)
+        owner = clean_db.resolver_owner_dsn
+        with psycopg.connect(owner, autocommit=True) as conn:
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION drop_even() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN IF NEW.position % 2 = 0 THEN RETURN NULL; END IF; RETURN NEW; END $$"
+            )
+            conn.execute("DROP TRIGGER IF EXISTS drop_even ON outbox")
+            conn.execute(
+                "CREATE TRIGGER drop_even BEFORE INSERT ON outbox"
+                " FOR EACH ROW EXECUTE FUNCTION drop_even()"
+            )
+        incomplete = pytest.raises(psycopg.errors.DataException, match="outbox write incomplete")
+        with incomplete, UnitOfWork(pool, epochs, CODEC) as uow:
+            record_decision(uow, by_rule("t1", "c1", *items("b", "c")))
+        assert counts() == before
+        drop_trigger(owner)
+        with UnitOfWork(pool, epochs, CODEC) as uow:
+            record_decision(uow, by_rule("t1", "c1", *items("b", "c")))
+        assert [e.position for e in uow.envelopes] == [3, 4, 5]
+        assert counts() == (2, 3, 5, 5)
+    finally:
+        drop_trigger(clean_db.resolver_owner_dsn)
+        pool.close()
+        epochs.close()
+
+
+def drop_trigger(owner_dsn: str) -> None:
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS drop_even ON outbox")
+        conn.execute("DROP FUNCTION IF EXISTS drop_even()")

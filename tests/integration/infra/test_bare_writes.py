@@ -12,7 +12,14 @@ from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
-from infra.bench.bare_writes import BareBulk, RecordingConnection, SqlReplay, Statement
+from infra.bench.bare_writes import (
+    COMMIT,
+    SYNC,
+    BareBulk,
+    RecordingConnection,
+    SqlReplay,
+    Statement,
+)
 from infra.bench.writer import CATALOG, row_of, write_gapless
 
 
@@ -64,6 +71,10 @@ def test_a_replay_of_a_decisions_statements_writes_a_new_decision_each_time(
             conn.recording = recorded
         envelopes = write_gapless(recorder, epochs, "t1", ["recorded"])  # type: ignore[arg-type]
     assert len(recorded) >= 4
+    # Three round trips (cursor lock, item states, the rest with the COMMIT), and the
+    # replay waits where the decision waited.
+    assert [q for q, _, _ in recorded].count(SYNC) == 3
+    assert recorded[-2:] == [(COMMIT, None, True), (SYNC, None, True)]
     replay = SqlReplay.of(recorded, envelopes, "recorded", "again")
     for _ in range(3):
         assert replay.write(pool) == 2

@@ -5,6 +5,8 @@ accepting them one by one, and a statement count that does not grow with the fac
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -12,7 +14,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
+from psycopg_pool import ConnectionPool
 
+from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.attributes.facts import DefineAttribute, DefineClass, SetAttributeValue
@@ -268,3 +273,59 @@ def test_a_decision_of_many_items_sends_as_many_statements_as_one_of_two(
     assert count([RetireItem(f"b{k}", "x") for k in range(100)]) == count(
         [RetireItem(f"a{k}", "x") for k in range(2)]
     )
+
+
+def round_trips(pool: ConnectionPool, write: Callable[[], None]) -> int:
+    """How often the client waited for the server while ``write`` ran on the pool's
+    one connection (traced while it is in the pool): in libpq's trace of the
+    messages, each run of the client's followed by the server's answers."""
+    with tempfile.TemporaryFile("w+") as trace:
+        conn = pool.getconn()
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        pool.putconn(conn)
+        try:
+            write()
+        finally:
+            again = pool.getconn()
+            assert again is conn
+            conn.pgconn.untrace()
+            pool.putconn(conn)
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace]
+    return sum(1 for a, b in itertools.pairwise(sent) if a[0] == "F" and b[0] == "B")
+
+
+def test_a_decision_of_new_items_waits_on_three_round_trips(clean_db: DatabaseSettings) -> None:
+    """Cursor lock (with BEGIN), the items' states (with the decision row), and the
+    items, effects, outbox rows and COMMIT together; whatever the number of items."""
+    epochs = EpochSource(clean_db.control_dsn)
+    try:
+        with ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1) as pool:
+
+            def decide(*ids: str) -> Callable[[], None]:
+                def write() -> None:
+                    with UnitOfWork(pool, epochs, CODEC) as u:
+                        record_decision(
+                            u,
+                            Decision(
+                                TENANT,
+                                "c1",
+                                "accept",
+                                "rule:test",
+                                "test",
+                                EVIDENCE,
+                                tuple(item("c1", i) for i in ids),
+                                actor_kind="rule",
+                            ),
+                        )
+
+                return write
+
+            decide("first")()  # the stream's cursor row and epoch exist from here on
+            assert round_trips(pool, decide("one")) == 3
+            assert round_trips(pool, decide(*(f"many{k}" for k in range(100)))) == 3
+            # An existing item is upserted, in a round trip of its own.
+            assert round_trips(pool, decide("one", "two")) == 4
+    finally:
+        epochs.close()
