@@ -138,7 +138,10 @@ class ClaimedStream(NamedTuple):
 
 def claim_streams(conn: psycopg.Connection, streams: Sequence[StreamId]) -> list[ClaimedStream]:
     """Claim each of ``streams`` (``try_claim_stream``) and read the claimed ones'
-    positions, in ``streams``' order; one round trip for both statements (a pipeline).
+    positions, in ``streams``' order. On a connection in pipeline mode (the relay's)
+    both statements travel in one round trip with whatever is queued before them (the
+    transaction's BEGIN); this opens no pipeline of its own, since entering a nested
+    one makes psycopg sync what is queued first.
 
     The positions are read by a second statement, so its snapshot is taken after every
     claim was granted: a fence takes the same claim, so a stream it fenced before the
@@ -148,25 +151,24 @@ def claim_streams(conn: psycopg.Connection, streams: Sequence[StreamId]) -> list
     if not streams:
         return []
     keys = [claim_key(s) for s in streams]
-    with conn.pipeline():
-        granted = conn.execute(
-            "SELECT k.ord FROM unnest(%s::text[]) WITH ORDINALITY AS k(key, ord)"
-            " WHERE pg_try_advisory_xact_lock(hashtextextended(k.key, 0))",
-            (keys,),
-        )
-        positions = conn.execute(
-            "SELECT s.ord, c.position, c.fenced_at IS NOT NULL,"
-            " coalesce(p.published_position, 0)"
-            " FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
-            " AS s(tenant_id, catalog_id, history_epoch, ord)"
-            " JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
-            " LEFT JOIN stream_publication p USING (tenant_id, catalog_id, history_epoch)",
-            (
-                [s.tenant_id for s in streams],
-                [s.catalog_id for s in streams],
-                [s.history_epoch for s in streams],
-            ),
-        )
+    granted = conn.execute(
+        "SELECT k.ord FROM unnest(%s::text[]) WITH ORDINALITY AS k(key, ord)"
+        " WHERE pg_try_advisory_xact_lock(hashtextextended(k.key, 0))",
+        (keys,),
+    )
+    positions = conn.execute(
+        "SELECT s.ord, c.position, c.fenced_at IS NOT NULL,"
+        " coalesce(p.published_position, 0)"
+        " FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
+        " AS s(tenant_id, catalog_id, history_epoch, ord)"
+        " JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
+        " LEFT JOIN stream_publication p USING (tenant_id, catalog_id, history_epoch)",
+        (
+            [s.tenant_id for s in streams],
+            [s.catalog_id for s in streams],
+            [s.history_epoch for s in streams],
+        ),
+    )
     claimed = {int(r[0]) for r in granted.fetchall()}
     found = {int(r[0]): r for r in positions.fetchall()}
     out = []

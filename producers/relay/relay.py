@@ -48,6 +48,7 @@ DISCONNECTS = Counter(
 # the loop reconnects after them; anything else is a bug and stops the process.
 CONNECTION_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 CONNECT_TIMEOUT_SECONDS = 10
+BEGIN, COMMIT = "BEGIN", "COMMIT"
 
 # Hook between "Kafka confirmed" and "position recorded": the fault-injection tests kill
 # the process here to prove a crash at this point only causes re-publication.
@@ -86,8 +87,13 @@ class Relay:
         return self._reconnect.connected
 
     def _connection(self) -> psycopg.Connection:
+        """The relay's connection, in autocommit mode: a pass's transaction is opened
+        and closed by statements of its own (``_publish_claimed``), and its listing is
+        one statement outside any."""
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._dsn, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+            self._conn = psycopg.connect(
+                self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+            )
         return self._conn
 
     def _close(self) -> None:
@@ -101,6 +107,9 @@ class Relay:
 
     def publish_streams(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
         """Publish up to ``batch_size`` rows from several streams in one transaction.
+
+        ``conn`` is the relay's own connection (``_connection``: autocommit mode; the
+        transaction is opened and closed by statements of its own).
 
         0. leave out the streams of paused catalogs (``db.pauses``), and count the
            others as in flight until the batch ends, so a pause is acknowledged only
@@ -144,62 +153,78 @@ class Relay:
             yield allowed
 
     def _publish_claimed(self, conn: psycopg.Connection, streams: list[StreamId]) -> int:
-        sent: dict[StreamId, list[StoredRow]] = {}
-        skipped: set[StreamId] = set()
-        # One pipeline for the whole transaction: BEGIN goes with the claims, the
-        # position moves with COMMIT; a database round trip per step, not per stream.
-        with conn.pipeline(), conn.transaction():
-            waiting = []
-            for c in claim_streams(conn, streams):
-                if c.fenced:  # fenced after it was listed: never again
-                    log.warning("%s is fenced: its unpublished rows stay unpublished", c.stream)
-                elif c.cursor > c.published:
-                    waiting.append(c)
-            after = {c.stream: c.published for c in waiting}
-            budget = self._batch_size
-            while waiting and budget > 0:
-                # Every chunk's read goes out at once: the server reads chunk k+1
-                # while this thread hands chunk k to the producer, and librdkafka
-                # ships it. A stream found with a gap is skipped from there on (what
-                # it read after that is dropped, what it sent before is published),
-                # and the rows it would have sent go to the others in a next round.
-                chunks = self._chunks(waiting, after, budget)
-                for plan, rows_of in [(plan, request_ranges(conn, plan)) for plan in chunks]:
-                    for (stream, first_after, through), rows in zip(plan, rows_of(), strict=True):
-                        if stream in skipped:
-                            continue
-                        expected = through - first_after
-                        if rows and rows[0][0] == first_after + 1 and len(rows) == expected:
-                            self._publisher.send(rows)
-                            sent.setdefault(stream, []).extend(rows)
-                            after[stream] = through
-                            budget -= expected
-                            continue
-                        skipped.add(stream)
-                        FAILURES.inc()
-                        found = f"{rows[0][0]}…{rows[-1][0]}" if rows else "none"
-                        log.error(
-                            "%s",
-                            OutboxGap(
-                                f"{stream}: rows {first_after + 1}…{through} above published"
-                                f" position {first_after} expected, {len(rows)} found"
-                                f" ({found}); skipped"
-                            ),
-                            extra=event_fields(stream, first_after + 1),
-                        )
-                waiting = [
-                    c for c in waiting if c.stream not in skipped and after[c.stream] < c.cursor
-                ]
-            if not sent:
-                return 0
-            self._publisher.confirm()
-            if self._after_publish is not None:
-                for stream, rows in sent.items():
-                    self._after_publish(stream, [OutboxRow._make(row) for row in rows])
-            mark_published_all(conn, [(stream, after[stream]) for stream in sent])
+        # One pipeline for the whole transaction, opened and closed by statements of
+        # its own on the autocommit connection: BEGIN goes with the claims and COMMIT
+        # with the position moves, so each step is one database round trip (psycopg's
+        # implicit BEGIN would wait for its own answer), and none is per stream.
+        try:
+            with conn.pipeline():
+                conn.execute(BEGIN)
+                sent, after = self._send_claimed(conn, streams)
+                if sent:
+                    self._publisher.confirm()
+                    if self._after_publish is not None:
+                        for stream, rows in sent.items():
+                            self._after_publish(stream, [OutboxRow._make(row) for row in rows])
+                    mark_published_all(conn, [(stream, after[stream]) for stream in sent])
+                conn.execute(COMMIT)
+        except BaseException:
+            # Nothing recorded: the claims go with the ROLLBACK (or with the connection,
+            # if that is what failed), and the rows sent are sent again next time.
+            if not conn.closed:
+                conn.rollback()
+            raise
         total = sum(len(rows) for rows in sent.values())
         PUBLISHED.inc(total)
         return total
+
+    def _send_claimed(
+        self, conn: psycopg.Connection, streams: list[StreamId]
+    ) -> tuple[dict[StreamId, list[StoredRow]], dict[StreamId, int]]:
+        """Steps 1 and 2 of ``publish_streams`` inside its transaction: the rows handed
+        to the producer per stream, and the position each stream was sent through."""
+        sent: dict[StreamId, list[StoredRow]] = {}
+        skipped: set[StreamId] = set()
+        waiting = []
+        for c in claim_streams(conn, streams):
+            if c.fenced:  # fenced after it was listed: never again
+                log.warning("%s is fenced: its unpublished rows stay unpublished", c.stream)
+            elif c.cursor > c.published:
+                waiting.append(c)
+        after = {c.stream: c.published for c in waiting}
+        budget = self._batch_size
+        while waiting and budget > 0:
+            # Every chunk's read goes out at once: the server reads chunk k+1 while
+            # this thread hands chunk k to the producer, and librdkafka ships it. A
+            # stream found with a gap is skipped from there on (what it read after
+            # that is dropped, what it sent before is published), and the rows it
+            # would have sent go to the others in a next round.
+            chunks = self._chunks(waiting, after, budget)
+            for plan, rows_of in [(plan, request_ranges(conn, plan)) for plan in chunks]:
+                for (stream, first_after, through), rows in zip(plan, rows_of(), strict=True):
+                    if stream in skipped:
+                        continue
+                    expected = through - first_after
+                    if rows and rows[0][0] == first_after + 1 and len(rows) == expected:
+                        self._publisher.send(rows)
+                        sent.setdefault(stream, []).extend(rows)
+                        after[stream] = through
+                        budget -= expected
+                        continue
+                    skipped.add(stream)
+                    FAILURES.inc()
+                    found = f"{rows[0][0]}…{rows[-1][0]}" if rows else "none"
+                    log.error(
+                        "%s",
+                        OutboxGap(
+                            f"{stream}: rows {first_after + 1}…{through} above published"
+                            f" position {first_after} expected, {len(rows)} found"
+                            f" ({found}); skipped"
+                        ),
+                        extra=event_fields(stream, first_after + 1),
+                    )
+            waiting = [c for c in waiting if c.stream not in skipped and after[c.stream] < c.cursor]
+        return sent, after
 
     def _chunks(
         self, waiting: list[ClaimedStream], published: dict[StreamId, int], budget: int
@@ -227,8 +252,7 @@ class Relay:
     def run_once(self) -> int:
         """One pass over every stream with unpublished rows; returns rows published."""
         conn = self._connection()
-        with conn.pipeline(), conn.transaction():
-            streams = streams_with_unpublished(conn, limit=1000)
+        streams = streams_with_unpublished(conn, limit=1000)  # one statement, no transaction
         # One batch per pass across the streams, starting one stream later each pass
         # so that a busy stream early in the list cannot starve the others.
         if streams:

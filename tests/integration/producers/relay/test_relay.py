@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 import psycopg
 from confluent_kafka import Consumer, Message, TopicPartition
+from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from db.epochs import EpochSource
@@ -24,6 +28,7 @@ from db.stream_writer import lock_cursor
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
+from producers.relay.exceptions import PublishFailed
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
 from producers.resolver.catalog_items import ItemChange, RetireItem
@@ -410,3 +415,49 @@ def test_a_batch_is_read_in_chunks_sent_while_the_next_is_read_and_confirmed_onc
     for catalog, last in (("c1", 10), ("c2", 5)):
         positions = [e.position for e in in_kafka if e.catalog_id == catalog]
         assert positions == list(range(1, last + 1))  # one partition per stream: in order
+
+
+def _waits(conn: psycopg.Connection, work: Callable[[], object]) -> int:
+    """How often the client waited for the server while ``work`` ran on ``conn``: in
+    libpq's trace of the messages, each run of the client's followed by the server's."""
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            work()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace]
+    return sum(1 for a, b in itertools.pairwise(sent) if a[0] == "F" and b[0] == "B")
+
+
+def test_a_pass_waits_on_four_round_trips_and_a_failed_one_releases_its_claims(
+    clean_db: DatabaseSettings, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """The listing (one statement, no transaction), the claims with BEGIN, the rows,
+    the position moves with COMMIT: four waits for the database whatever the number
+    of streams. A pass whose delivery reports fail rolls back: positions unmoved, and
+    the claims released at once for the next pass (or another relay)."""
+    streams = [_stream_of_rows(clean_db, f"c{n}", 2) for n in range(1, 4)]
+    publisher = Publisher(kafka_settings.kafka_bootstrap, topic)
+    confirm = publisher.confirm
+
+    def failing_confirm() -> None:
+        confirm()
+        raise PublishFailed("the broker refused (test)")
+
+    publisher.confirm = failing_confirm  # type: ignore[method-assign]
+    relay = Relay(clean_db.resolver_dsn, publisher, batch_size=100)
+    conn = relay._connection()
+    # The listing, the claims, the rows; then the pipeline's end and the ROLLBACK.
+    assert _waits(conn, relay.run_once) == 5
+    assert [_published(clean_db, s) for s in streams] == [0, 0, 0]
+    assert conn.info.transaction_status == pq.TransactionStatus.IDLE
+    with psycopg.connect(clean_db.resolver_dsn) as other:
+        assert all(try_claim_stream(other, s) for s in streams)  # nothing still held
+
+    publisher.confirm = confirm  # type: ignore[method-assign]
+    assert _waits(conn, relay.run_once) == 4
+    assert [_published(clean_db, s) for s in streams] == [4, 4, 4]
+    assert conn.info.transaction_status == pq.TransactionStatus.IDLE
