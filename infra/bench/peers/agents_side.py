@@ -2,10 +2,12 @@
 catching up a backlog of encoded events on a topic of its own.
 
 The backlog (new catalog items over 8 streams, as phase (c) builds them, epochs
-issued first) is produced before the agents start; the clock runs from the first
-time the agents' durable progress (``stream_progress``) is seen to move to the
-moment it covers every event, so the Faust worker's start-up and first rebalance
-are not counted. Each event is one projection row, like the pyeventsourcing side's.
+issued first) is encoded first, then produced once the agents are ready; the clock
+runs from the first time the agents' durable progress (``stream_progress``) is seen
+to move to the moment it covers every event, so the Faust worker's start-up and its
+rebalances are not counted. Each event is one projection row, like the
+pyeventsourcing side's. With two processes (``processes=2``), the way a 2-core
+host would run the agents, each takes half the topic's partitions.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from infra.bench.rebuild import LIVE_CONSUMER, process_env
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate
 from infra.processes import Deployed, free_port
+from processors.applier.messages import RawMessage
 from producers.relay.publisher import producer_config
 
 START_TIMEOUT_S = 90.0
@@ -39,51 +42,67 @@ def _applied(conn: psycopg.Connection, tenants: list[str]) -> int:
     return int(row[0]) if row else 0
 
 
-def _produce(box: Sandbox, topic: str, source: MessageSource, events: int) -> None:
+def _messages(source: MessageSource, events: int) -> list[RawMessage]:
+    """The backlog, encoded before any clock runs."""
+    out: list[RawMessage] = []
+    while len(out) < events:
+        out.extend(source.batch(min(BATCH, events - len(out))))
+    return out
+
+
+def _produce(box: Sandbox, topic: str, messages: list[RawMessage]) -> None:
     producer = Producer(producer_config(box.bootstrap, 30.0))
-    left = events
-    while left:
-        for m in source.batch(min(BATCH, left)):
-            while True:
-                try:
-                    producer.produce(topic, key=m.key, value=m.value)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        left -= min(BATCH, left)
+    for m in messages:
+        while True:
+            try:
+                producer.produce(topic, key=m.key, value=m.value)
+                break
+            except BufferError:
+                producer.poll(0.05)
     if producer.flush(30.0):
         raise RuntimeError(f"{topic}: the backlog was not delivered")
 
 
-def measure_agents(box: Sandbox, events: int, echo: Echo) -> Rate:
-    """Events/s of the deployed agents catching up ``events`` (the sandbox made the
-    ``peers-agents``, ``control`` and ``status`` topics)."""
-    topic = box.topic("peers-agents")
-    source = MessageSource(box, "pa")
+def measure_agents(box: Sandbox, events: int, echo: Echo, processes: int = 1) -> Rate:
+    """Events/s of ``processes`` deployed agents (one consumer group, the topic's
+    partitions split between them) catching up ``events`` produced on a topic of
+    their own once every one of them is ready (has joined the group), so neither
+    their start-up nor a rebalance is timed; the sandbox made the topic
+    ``peers-agents<processes>`` and the ``control`` and ``status`` topics."""
+    topic = box.topic(f"peers-agents{processes}")
+    source = MessageSource(box, f"pa{processes}-")
     with psycopg.connect(box.databases.control_dsn, autocommit=True) as control:
         for tenant in source.tenants:
             ensure_epoch(control, tenant, "catalog1")
-    echo(f"peers: {events} events on {topic} for the agents")
-    _produce(box, topic, source, events)
-    web = free_port()
-    env = process_env(box, free_port(), web)
-    env["GAPLESS_EVENTS_TOPIC"] = topic
+    messages = _messages(source, events)
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    agents = Deployed(
-        "agents",
-        ["agents"],
-        env,
-        logs / f"bench-{box.run_id}-agents.log",
-        f"http://127.0.0.1:{web}/readyz",
-    )
-    started = time.monotonic()
-    agents.start()
+    workers = []
+    for n in range(processes):
+        web = free_port()
+        env = process_env(box, free_port(), web)
+        env["GAPLESS_EVENTS_TOPIC"] = topic
+        workers.append(
+            Deployed(
+                f"agents-{n + 1}",
+                ["agents"],
+                env,
+                logs / f"bench-{box.run_id}-peers-agents{processes}-{n + 1}.log",
+                f"http://127.0.0.1:{web}/readyz",
+            )
+        )
     try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.wait_ready(START_TIMEOUT_S)
+        echo(f"peers: {events} events on {topic} for {processes} agents process(es)")
+        _produce(box, topic, messages)
         with psycopg.connect(box.databases.product_dsn, autocommit=True) as conn:
             first: tuple[float, int] | None = None
-            deadline = started + START_TIMEOUT_S + events / 200
+            deadline = time.monotonic() + START_TIMEOUT_S + events / 200
             while True:
-                agents.require_alive()
+                for worker in workers:
+                    worker.require_alive()
                 applied = _applied(conn, source.tenants)
                 now = time.monotonic()
                 if first is None and applied > 0:
@@ -92,13 +111,12 @@ def measure_agents(box: Sandbox, events: int, echo: Echo) -> Rate:
                     break
                 if now > deadline:
                     raise RuntimeError(
-                        f"agents: {applied} of {events} events applied; see {agents.log}"
+                        f"agents: {applied} of {events} events applied; see {workers[0].log}"
                     )
                 time.sleep(POLL_S)
     finally:
-        agents.stop()
+        for worker in workers:
+            worker.stop()
     assert first is not None
-    if applied - first[1] >= events // 2:
-        return Rate(applied - first[1], now - first[0])
-    # Too few events to see the rate after the first poll: count from the start.
-    return Rate(events, now - started)
+    # From the first poll that saw progress: what was applied before it is left out.
+    return Rate(applied - first[1], now - first[0])

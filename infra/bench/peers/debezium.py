@@ -15,9 +15,10 @@ Steps (``measure_outbox_peers``), every row written by ``twin_outbox`` into both
 3. for batch 1 and batch 100: with both sides running, a paced load of twin
    transactions; commit (the writer's clock when COMMIT returned) to the broker's
    append time, p50 and p99, for each side;
-4. a backlog of ``rows`` rows at batch 100, then for each side: start it, ``kill -9``
-   once half the rows have arrived, start it again, and wait for every row; what
-   arrived more than once is the side's duplicates;
+4. a backlog of ``KILL_BACKLOG_FACTOR`` times ``rows`` rows at batch 100, then for each
+   side: start it, ``kill -9`` it once a quarter, a half and three quarters of the rows
+   have arrived, starting it again after each, and wait for every row; what arrived
+   more than once is the side's duplicates;
 5. stop the worker (the slot and publication are dropped by ``twin_outbox``).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,18 @@ below either side's backlog rate, so latency is not queueing behind a backlog.""
 LIVE_ROWS = {1: 500, 100: 5_000}
 """Rows timed in step 3 (fewer when ``--rows`` is smaller): about 5 s each."""
 START_TIMEOUT_S = 120.0
+KILL_FRACTIONS = (0.25, 0.5, 0.75)
+"""Step 4 kills each side when these shares of the backlog have arrived, restarting
+it after each: one kill can land just after a side recorded its progress and cost
+nothing, three show what a side re-sends on average."""
+KILL_BACKLOG_FACTOR = 5
+"""Step 4's backlog is this many times ``rows``: large enough that neither side has
+sent everything by the time the reader sees the last mark and the kill lands."""
+KILL_SETTLE_S = 0.3
+
+
+def _reached(rows: int) -> Callable[[TopicReader], bool]:
+    return lambda reader: reader.distinct >= rows
 
 
 def _drain_timeout(rows: int) -> float:
@@ -71,13 +85,16 @@ class Latency:
 @dataclass(frozen=True, slots=True)
 class Kill:
     rows: int
-    arrived_before_kill: int
+    """The backlog's rows."""
+    arrived_before_kills: tuple[int, ...]
+    """Rows out (distinct) at each kill, counting what arrived just after it."""
     duplicates: int
+    """Messages beyond one per row once every row had arrived, over all the kills."""
 
     @property
     def mid_backlog(self) -> bool:
-        """The kill came before every row was out (a too small ``--rows`` may not)."""
-        return self.arrived_before_kill < self.rows
+        """Every kill came before every row was out (a too small backlog may not)."""
+        return all(out < self.rows for out in self.arrived_before_kills)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,40 +285,48 @@ class OutboxRun:
         self.echo(f"peers: a backlog of {rows} rows for the kill -9 test")
         values = set(write_backlog(self.box, "peers-kill-", rows, batch, dbz_topic))
         timeout = _drain_timeout(rows)
-        half = max(1, len(values) // 2)
+        marks = [max(1, int(len(values) * f)) for f in KILL_FRACTIONS]
 
         def all_in(reader: TopicReader) -> bool:
             return values <= reader.first_seen_ms.keys()
 
+        def out_at_kill(reader: TopicReader, side: str) -> int:
+            # What arrives after the kill was sent before it: count it as out.
+            reader.drain(quiet=KILL_SETTLE_S)
+            self.echo(f"peers: {side} killed with {reader.distinct} of {len(values)} rows out")
+            return reader.distinct
+
         reader = self.reader(relay_topic)
         try:
+            out: list[int] = []
             relay = self.start_relay(relay_topic)
-            reader.read_until(lambda r: r.distinct >= half, timeout, relay.require_alive)
-            relay.kill()
-            before = reader.distinct
-            self.echo(f"peers: relay killed with {before} of {len(values)} rows out")
-            relay = self.start_relay(relay_topic)
+            for mark in marks:
+                reader.read_until(_reached(mark), timeout, relay.require_alive)
+                relay.kill()
+                out.append(out_at_kill(reader, "relay"))
+                relay = self.start_relay(relay_topic)
             reader.read_until(all_in, timeout, relay.require_alive)
             reader.drain()
             self.stop_relay()
-            ours = Kill(len(values), before, reader.duplicates)
+            ours = Kill(len(values), tuple(out), reader.duplicates)
         finally:
             reader.close()
         reader = self.reader(dbz_topic)
         try:
+            out = []
             self.connect.resume()
-            reader.read_until(lambda r: r.distinct >= half, timeout, self._alive_connect)
-            self.connect.kill()
-            before = reader.distinct
-            self.echo(f"peers: Kafka Connect killed with {before} of {len(values)} rows out")
-            self.connect.start(self.echo)
+            for mark in marks:
+                reader.read_until(_reached(mark), timeout, self._alive_connect)
+                self.connect.kill()
+                out.append(out_at_kill(reader, "Kafka Connect"))
+                self.connect.start(self.echo)
             reader.read_until(all_in, timeout, self._alive_connect)
             reader.drain()
-            theirs = Kill(len(values), before, reader.duplicates)
+            theirs = Kill(len(values), tuple(out), reader.duplicates)
         finally:
             reader.close()
         self.echo(
-            f"peers: duplicates after kill -9: relay {ours.duplicates},"
+            f"peers: duplicates after {len(marks)} kills -9: relay {ours.duplicates},"
             f" Debezium {theirs.duplicates}"
         )
         return ours, theirs
@@ -318,7 +343,7 @@ def measure_outbox_peers(box: Sandbox, names: Replication, rows: int, echo: Echo
         run.connect.pause()
         drains = {b: run.drains(rows, b) for b in BATCHES}
         latencies = {b: run.latencies(rows, b) for b in BATCHES}
-        kills = run.kills(rows)
+        kills = run.kills(rows * KILL_BACKLOG_FACTOR)
         run.sample_connect()
     finally:
         run.close()

@@ -23,6 +23,9 @@ class PeersFigures:
     rows: int
     outbox: OutboxPeers
     agents: Rate
+    """One ``gapless agents`` process."""
+    agents_two: Rate
+    """Two of them in one consumer group, as a 2-core host would run the agents."""
     eventsourcing: Rate
     environment: dict[str, object]
 
@@ -31,8 +34,9 @@ class PeersFigures:
         h = HEADLINE_BATCH
         # Ratios of the rates as printed, so a reader dividing the keys gets the same.
         relay, debezium = round(r.drains[h].per_second, 1), round(d.drains[h].per_second, 1)
-        agents, eventsourcing = (
+        agents, agents_two, eventsourcing = (
             round(self.agents.per_second, 1),
+            round(self.agents_two.per_second, 1),
             round(self.eventsourcing.per_second, 1),
         )
         out: dict[str, object] = {
@@ -46,6 +50,8 @@ class PeersFigures:
             "agents_eps": agents,
             "pyeventsourcing_eps": eventsourcing,
             "agents_vs_pyeventsourcing": _ratio(agents, eventsourcing),
+            "agents_2_eps": agents_two,
+            "agents_2_vs_pyeventsourcing": _ratio(agents_two, eventsourcing),
         }
         for b in BATCHES:
             out[f"relay_b{b}_mps"] = round(r.drains[b].per_second, 1)
@@ -57,7 +63,7 @@ class PeersFigures:
             out[f"latency_b{b}_rows"] = r.latency[b].rows
             out[f"latency_b{b}_offered_rows_per_s"] = LIVE_TRANSACTIONS_PER_S[b] * b
         for name, side in (("relay", r), ("debezium", d)):
-            out[f"{name}_kill_arrived_before"] = side.kill.arrived_before_kill
+            out[f"{name}_kill_arrived_before"] = list(side.kill.arrived_before_kills)
             out[f"{name}_kill_mid_backlog"] = side.kill.mid_backlog
         out.update(
             rows=self.rows,
@@ -110,16 +116,16 @@ def render_peers_table(figures: PeersFigures) -> str:
         lines.append(row("  p99", r.latency[b].p99_ms, z.latency[b].p99_ms, "", "ms"))
     lines += [
         row(
-            f"duplicates after kill -9 ({r.kill.rows:,} rows)",
+            f"duplicates after {len(r.kill.arrived_before_kills)} kills -9 ({r.kill.rows:,} rows)",
             f"{r.kill.duplicates:,}",
             f"{z.kill.duplicates:,}",
             "",
             "messages",
         ),
         row(
-            "  rows out when killed",
-            f"{r.kill.arrived_before_kill:,}",
-            f"{z.kill.arrived_before_kill:,}",
+            "  rows out at each kill",
+            " / ".join(f"{n:,}" for n in r.kill.arrived_before_kills),
+            " / ".join(f"{n:,}" for n in z.kill.arrived_before_kills),
             "",
             "",
         ),
@@ -129,10 +135,17 @@ def render_peers_table(figures: PeersFigures) -> str:
         f" ProjectionRunner ({figures.rows:,} events)",
         head,
         row(
-            "catching up a backlog",
+            "catching up a backlog, one process",
             f"{figures.agents.per_second:,.0f}",
             f"{figures.eventsourcing.per_second:,.0f}",
             f"{d['agents_vs_pyeventsourcing']:.2f}",
+            "events/s",
+        ),
+        row(
+            "  two processes, one group",
+            f"{figures.agents_two.per_second:,.0f}",
+            f"{figures.eventsourcing.per_second:,.0f}",
+            f"{d['agents_2_vs_pyeventsourcing']:.2f}",
             "events/s",
         ),
     ]

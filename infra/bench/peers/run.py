@@ -4,8 +4,9 @@
 2. in the bench's sandbox (its databases and topics, dropped afterwards), with
    Debezium's outbox table, publication and slot (``twin_outbox.replication``):
    our relay against Debezium (``debezium.measure_outbox_peers``);
-3. the slot and publication dropped; our agents against pyeventsourcing's
-   ProjectionRunner over ``rows`` events each;
+3. the slot and publication dropped; our agents (one process, then two in one
+   consumer group) against pyeventsourcing's ProjectionRunner over ``rows`` events
+   each;
 4. print the table or the JSON object, with the machine's load before and after.
 """
 
@@ -24,8 +25,9 @@ from infra.bench.peers.twin_outbox import replication
 from infra.bench.run import environment_of
 from infra.bench.sandbox import Echo, sandbox
 
-TOPICS = {"peers-agents": 6, "control": 1, "status": 1}
-"""The sandbox's extra topics: the agents' events, control and status topics."""
+TOPICS = {"peers-agents1": 6, "peers-agents2": 6, "control": 1, "status": 1}
+"""The sandbox's extra topics: the agents' events (one topic for one process, one for
+two), control and status topics."""
 
 
 def _loadavg() -> list[float]:
@@ -57,9 +59,10 @@ def run_peers_bench(rows: int, as_json: bool, echo: Echo) -> None:
         with replication(box, echo) as names:
             outbox = measure_outbox_peers(box, names, rows, echo)
         agents = measure_agents(box, rows, echo)
+        agents_two = measure_agents(box, rows, echo, processes=2)
         eventsourcing = measure_eventsourcing(box, rows, echo)
     environment.update(loadavg_start=loadavg_start, loadavg_end=_loadavg())
-    figures = PeersFigures(rows, outbox, agents, eventsourcing, environment)
+    figures = PeersFigures(rows, outbox, agents, agents_two, eventsourcing, environment)
     if as_json:
         print(json.dumps(figures.as_dict()))
     else:
