@@ -28,6 +28,7 @@ from pathlib import Path
 
 import psycopg
 
+from infra.bench.machine import MachineLoad
 from infra.bench.memory import peak_rss_mb, rss_mb
 from infra.bench.memory_report import ProcessMemory, Sample, render_memory_table
 from infra.bench.outbox_seed import seed
@@ -42,10 +43,6 @@ CONSUMER = "product-applier"
 SAMPLE_S = 1.0
 ECHO_EVERY_S = 10.0
 START_TIMEOUT_S = 90.0
-
-
-def _loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _published(conn: psycopg.Connection, tenants: list[str]) -> int:
@@ -163,11 +160,11 @@ def run_memory_bench(events: int, as_json: bool, echo: Echo) -> None:
 
     use_local_services()
     provision(echo)
-    loadavg_start = _loadavg()
+    machine = MachineLoad()
     with sandbox(echo, extra_topics={"events": 6, "control": 1, "status": 1}) as box:
         environment = environment_of(box)
         seeded, relay, agents = measure_memory(box, events, echo)
-    environment.update(loadavg_start=loadavg_start, loadavg_end=_loadavg())
+    environment.update(machine.finish())
     out: dict[str, object] = {"backlog_events": events, "seed_s": round(seeded, 1)}
     out.update(relay.as_dict())
     out.update(agents.as_dict())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.bench.machine import load_line
+
 FLAT_WITHIN = 0.15
 """RSS at 100 % of the backlog at most this much above (or below) the RSS at 10 %: flat."""
 MARKS = (10, 50, 100)
@@ -81,8 +83,7 @@ def render_memory_table(
     env = environment
     lines = [
         f"gapless bench memory: {events:,} events seeded in {seed_s:.0f} s, {env['cores']} cores,"
-        f" PostgreSQL {env['postgres']}, load average {env.get('loadavg_start')} at the start,"
-        f" {env.get('loadavg_end')} at the end",
+        f" PostgreSQL {env['postgres']}, {load_line(env)}",
         "",
         f"  {'RSS (MB)':<10} {'start':>8} {'10 %':>8} {'50 %':>8} {'100 %':>8} {'peak':>8}"
         f" {'seconds':>8}  verdict (flat: 100 % within {FLAT_WITHIN:.0%} of 10 %)",

@@ -41,6 +41,7 @@ from db.rebuilds import RebuildRow
 from db.retention import committed_position
 from infra.bench.bare_copy import bare_copy
 from infra.bench.live_writer import LiveWriter
+from infra.bench.machine import MachineLoad
 from infra.bench.memory import peak_rss_mb, reset_peak, rss_mb
 from infra.bench.rebuild_check import compare_streamed
 from infra.bench.rebuild_report import Memory, RebuildFigures, render_rebuild_table
@@ -69,10 +70,6 @@ ECHO_EVERY_S = 2.0
 
 def _rebuild_timeout(items: int) -> float:
     return 300.0 + items / 1000
-
-
-def _loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def process_env(box: Sandbox, api_port: int, web_port: int) -> dict[str, str]:
@@ -348,7 +345,7 @@ def run_rebuild_bench(items: int, as_json: bool, echo: Echo) -> None:
 
     use_local_services()
     provision(echo)
-    loadavg_start = _loadavg()
+    machine = MachineLoad()
     topics = {"events": 6, "control": 1, "status": 1}
     with sandbox(echo, extra_topics=topics) as box:
         try:
@@ -356,7 +353,7 @@ def run_rebuild_bench(items: int, as_json: bool, echo: Echo) -> None:
             figures = measure_rebuild(box, items, echo)
         finally:
             _delete_exports(box.tenant("rebuild"), echo)
-    environment.update(loadavg_start=loadavg_start, loadavg_end=_loadavg())
+    environment.update(machine.finish())
     figures = dataclasses.replace(figures, environment=environment)
     if as_json:
         print(json.dumps(figures.as_dict()))

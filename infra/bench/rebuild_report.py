@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from infra.bench.machine import load_line
+
 RTO_TARGET_S = 60.0
 LOAD_RATIO_TARGET = 0.5
 PAUSE_TARGET_MS = 100.0
@@ -122,8 +124,7 @@ def render_rebuild_table(figures: RebuildFigures) -> str:
         f"gapless bench rebuild: {figures.items:,} items, {env.get('cores', '?')} cores,"
         f" PostgreSQL {env.get('postgres', '?')}"
         f" (synchronous_commit={env.get('synchronous_commit', '?')}),"
-        f" loadavg {env.get('loadavg_start', '?')} at the start, {env.get('loadavg_end', '?')}"
-        " at the end",
+        f" {load_line(env)}",
         "",
         "  phase (as the rebuild row records it)      seconds",
         f"  requested (the request taken, a lease)    {figures.phase('requested'):>8.2f}",

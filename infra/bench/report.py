@@ -9,6 +9,7 @@ from infra.bench.applier import ApplierFigures
 from infra.bench.capture_worker import WorkerFigures
 from infra.bench.deployed_latency import RATES, DeployedLatency
 from infra.bench.latency import LatencyFigures
+from infra.bench.machine import load_line
 from infra.bench.relay import RelayFigures
 from infra.bench.timing import Rate
 from infra.bench.writer import THREADS, WriterFigures
@@ -132,8 +133,7 @@ def render_table(figures: Figures) -> str:
     lines = [
         f"gapless bench: {figures.seconds:g} s per phase, {env['cores']} cores, PostgreSQL "
         f"{env['postgres']} (synchronous_commit={env['synchronous_commit']}), "
-        f"round trip {env['pg_round_trip_us']} µs, load average {env.get('loadavg_start')}"
-        f" at the start, {env.get('loadavg_end')} at the end",
+        f"round trip {env['pg_round_trip_us']} µs, {load_line(env)}",
         "",
         f"(a) writer, {THREADS} threads on {THREADS} streams vs a sequence-numbered outbox;"
         " decisions of b items (b + 1 events)",

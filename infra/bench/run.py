@@ -33,6 +33,7 @@ from infra.bench.applier import measure_applier
 from infra.bench.capture_worker import PRODUCTS, measure_capture_worker
 from infra.bench.deployed_latency import measure_deployed_latency
 from infra.bench.latency import measure_latency
+from infra.bench.machine import MachineLoad
 from infra.bench.relay import measure_relay
 from infra.bench.report import Figures, render_table
 from infra.bench.sandbox import Sandbox, sandbox
@@ -76,7 +77,7 @@ def run_bench(
 
     use_local_services()
     provision(echo)
-    loadavg_start = [round(x, 2) for x in os.getloadavg()]
+    machine = MachineLoad()
     topics = {"agents": 6, "deployed": 6, "control": 1, "status": 1, "jobs": 1}
     with sandbox(echo, extra_topics=topics) as box:
         environment = environment_of(box)
@@ -96,9 +97,7 @@ def run_bench(
         finally:
             pool.close()
             epochs.close()
-    environment.update(
-        loadavg_start=loadavg_start, loadavg_end=[round(x, 2) for x in os.getloadavg()]
-    )
+    environment.update(machine.finish())
     figures = Figures(
         seconds, environment, writer, relay, applier, latency, agents, deployed, worker
     )

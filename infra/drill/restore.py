@@ -463,17 +463,18 @@ def run_drill(
 
 def run_restore_drill(as_json: bool, echo: Echo) -> int:
     """Prepare the local services, run the drill in a sandbox, print it; the exit code."""
+    from infra.bench.machine import MachineLoad
     from infra.bench.run import environment_of
     from infra.config import use_local_services
     from infra.provision import provision
 
     use_local_services()
     provision(echo)
-    load_start = [round(x, 2) for x in os.getloadavg()]
+    machine = MachineLoad()
     with sandbox(echo, extra_topics={"events": 6, "control": 1, "status": 1}) as box:
         environment = environment_of(box)
         report = run_drill(box, echo)
-    environment.update(loadavg_start=load_start, loadavg_end=[round(x, 2) for x in os.getloadavg()])
+    environment.update(machine.finish())
     report.environment = environment
     if as_json:
         print(json.dumps(report.as_dict()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.bench.machine import load_line
 from infra.bench.peers.debezium import BATCHES, LIVE_TRANSACTIONS_PER_S, OutboxPeers
 from infra.bench.timing import Rate
 
@@ -86,7 +87,7 @@ def render_peers_table(figures: PeersFigures) -> str:
     head = f"  {'':<38} {'gapless':>11} {'peer':>11} {'ratio':>7}"
     lines = [
         f"gapless bench peers: {figures.rows:,} rows per backlog, {env['cores']} cores,"
-        f" PostgreSQL {env['postgres']}, load {env['loadavg_start']} -> {env['loadavg_end']}",
+        f" PostgreSQL {env['postgres']}, {load_line(env)}",
         "",
         "outbox: the deployed `gapless relay` vs Debezium 3.6.1's EventRouter on Kafka"
         " Connect 4.0.2 (same committed rows)",

@@ -13,10 +13,10 @@
 from __future__ import annotations
 
 import json
-import os
 
 import psycopg
 
+from infra.bench.machine import MachineLoad
 from infra.bench.peers.agents_side import measure_agents
 from infra.bench.peers.debezium import measure_outbox_peers
 from infra.bench.peers.eventsourcing_peer import measure_eventsourcing
@@ -28,10 +28,6 @@ from infra.bench.sandbox import Echo, sandbox
 TOPICS = {"peers-agents1": 6, "peers-agents2": 6, "control": 1, "status": 1}
 """The sandbox's extra topics: the agents' events (one topic for one process, one for
 two), control and status topics."""
-
-
-def _loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def require_logical_decoding(dsn: str) -> None:
@@ -53,7 +49,7 @@ def run_peers_bench(rows: int, as_json: bool, echo: Echo) -> None:
     use_local_services()
     provision(echo)
     require_logical_decoding(load(DatabaseSettings).resolver_owner_dsn)
-    loadavg_start = _loadavg()
+    machine = MachineLoad()
     with sandbox(echo, extra_topics=TOPICS) as box:
         environment = environment_of(box)
         with replication(box, echo) as names:
@@ -61,7 +57,7 @@ def run_peers_bench(rows: int, as_json: bool, echo: Echo) -> None:
         agents = measure_agents(box, rows, echo)
         agents_two = measure_agents(box, rows, echo, processes=2)
         eventsourcing = measure_eventsourcing(box, rows, echo)
-    environment.update(loadavg_start=loadavg_start, loadavg_end=_loadavg())
+    environment.update(machine.finish())
     figures = PeersFigures(rows, outbox, agents, agents_two, eventsourcing, environment)
     if as_json:
         print(json.dumps(figures.as_dict()))

@@ -28,12 +28,13 @@ KEYS = (
     "writer_sql_replay_b1_eps", "writer_ratio_sql_b1", "worker_products_per_s",
     "worker_products", "worker_decisions", "worker_review_cases", "worker_unchanged",
     "worker_seconds", "e2e_deployed_relay_p99_ms_1000", "e2e_deployed_apply_p99_ms_1000",
+    "cpu_busy_pct", "cpu_steal_pct", "codec_reference_us",
 )  # fmt: skip
 MEMORY_KEYS = (
     "backlog_events", "relay_peak_rss_mb", "agents_peak_rss_mb", "relay_rss_10_mb",
     "relay_rss_50_mb", "relay_rss_100_mb", "agents_rss_10_mb", "agents_rss_50_mb",
     "agents_rss_100_mb", "relay_flat", "agents_flat", "relay_samples", "agents_samples",
-    "loadavg_start", "loadavg_end",
+    "loadavg_start", "loadavg_end", "cpu_busy_pct", "cpu_steal_pct", "codec_reference_us",
 )  # fmt: skip
 
 
@@ -80,6 +81,8 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
     assert d["agents_vs_bare"] == round(d["agents_backlog_eps"] / d["applier_bare_eps"], 3)
     assert d["agents_peak_rss_mb"] >= d["agents_rss_before_mb"] > 20
     assert len(d["loadavg_start"]) == len(d["loadavg_end"]) == 3
+    assert 0 < d["cpu_busy_pct"] <= 100 and 0 <= d["cpu_steal_pct"] < 100
+    assert d["codec_reference_us"] > 0
     assert d["writer_bulk_b100_eps"] > 0 and d["writer_sql_replay_b1_eps"] > 0
     ratio = d["writer_gapless_b1_eps"] / d["writer_sql_replay_b1_eps"]
     assert d["writer_ratio_sql_b1"] == pytest.approx(ratio, abs=0.002)

@@ -92,5 +92,7 @@ def test_the_peers_bench_reports_every_figure_and_leaves_nothing_behind(
     assert d["kill_rows"] == 5 * ROWS
     assert d["connect_peak_rss_mb"] > 50
     assert len(d["loadavg_start"]) == len(d["loadavg_end"]) == 3
+    assert 0 < d["cpu_busy_pct"] <= 100 and 0 <= d["cpu_steal_pct"] < 100
+    assert d["codec_reference_us"] > 0
     assert d["cores"] == os.cpu_count()
     assert _leftovers(db_settings, kafka_settings) == before

@@ -68,6 +68,8 @@ def test_the_rebuild_bench_reports_every_figure_and_leaves_nothing_behind(
         d["rebuild_api_peak_rss_mb"], d["rebuild_agents_peak_rss_mb"]
     )
     assert len(d["loadavg_start"]) == len(d["loadavg_end"]) == 3
+    assert 0 < d["cpu_busy_pct"] <= 100 and 0 <= d["cpu_steal_pct"] < 100
+    assert d["codec_reference_us"] > 0
     assert d["cores"] == os.cpu_count()
     assert "comparing generation" in stderr
     assert _bench_databases(db_settings) == before
