@@ -1,7 +1,8 @@
 """Waking the relay after COMMIT (``db.commit_notifier``) against real PostgreSQL: a
 committed Unit of Work is announced once it committed and a rolled-back one never;
-the transactions themselves carry no NOTIFY; a notifier whose connection was killed
-connects again and goes on announcing."""
+the transactions themselves carry no NOTIFY; the commits that follow a send within its
+gathering pause share the next send, which a close sends at once; a notifier whose
+connection was killed connects again and goes on announcing."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def notifier(clean_db: DatabaseSettings) -> Iterator[CommitNotifier]:
     n.close()
 
 
-def received(listener: psycopg.Connection, seconds: float) -> list[str]:
-    return [n.payload for n in listener.notifies(timeout=seconds, stop_after=100)]
+def received(listener: psycopg.Connection, seconds: float, expected: int = 100) -> list[str]:
+    """The notifications that arrive within ``seconds``, or the first ``expected``."""
+    return [n.payload for n in listener.notifies(timeout=seconds, stop_after=expected)]
 
 
 def write_one(pool: ConnectionPool, epochs: EpochSource, notifier: CommitNotifier | None,
@@ -62,13 +64,13 @@ def test_a_commit_is_announced_after_it_and_a_rollback_never(
     epochs = EpochSource(clean_db.control_dsn)
     with ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1) as pool:
         stream = write_one(pool, epochs, notifier, commit=True)
-        assert received(listener, DEADLINE_S)[:1] == [stream]
+        assert received(listener, DEADLINE_S, 1) == [stream]
         write_one(pool, epochs, notifier, commit=False)
         assert received(listener, 1.0) == []
         # Without a notifier the transaction notifies at COMMIT, as before.
         assert received(listener, 0.1) == []
         write_one(pool, epochs, None, commit=True)
-        assert received(listener, DEADLINE_S)[:1] == [stream]
+        assert received(listener, DEADLINE_S, 1) == [stream]
     epochs.close()
     assert notifier.sent == 1
 
@@ -97,11 +99,29 @@ def test_the_outbox_statement_carries_no_notify_when_a_notifier_announces(
     assert without and any("pg_notify" in q for q in without)
 
 
+def test_commits_in_a_gathering_pause_share_one_send_that_a_close_sends_at_once(
+    clean_db: DatabaseSettings, listener: psycopg.Connection
+) -> None:
+    # A pause far longer than the test: what ends it here can only be the close.
+    notifier = CommitNotifier(clean_db.resolver_dsn, "test-gathering", gather_seconds=60.0)
+    notifier.start()
+    try:
+        notifier.announce(["s/1"])
+        assert received(listener, DEADLINE_S, 1) == ["s/1"]  # nothing before it: sent at once
+        notifier.announce(["s/2"])
+        notifier.announce(["s/3"])
+        assert received(listener, 0.5) == []  # held for the pause after the first send
+    finally:
+        notifier.close()
+    assert sorted(received(listener, DEADLINE_S, 2)) == ["s/2", "s/3"]
+    assert (notifier.sent, notifier.sends) == (3, 2)
+
+
 def test_a_notifier_whose_connection_was_killed_connects_again(
     clean_db: DatabaseSettings, listener: psycopg.Connection, notifier: CommitNotifier
 ) -> None:
     notifier.announce(["s/1"])
-    assert received(listener, DEADLINE_S) == ["s/1"]
+    assert received(listener, DEADLINE_S, 1) == ["s/1"]
     with psycopg.connect(clean_db.resolver_owner_dsn, autocommit=True) as admin:
         killed = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -123,5 +143,5 @@ def test_a_notifier_started_again_after_close_announces_again(
     for round_ in range(2):
         notifier.start().start()  # a second start while running changes nothing
         notifier.announce([f"s/{round_}"])
-        assert received(listener, DEADLINE_S) == [f"s/{round_}"]
+        assert received(listener, DEADLINE_S, 1) == [f"s/{round_}"]
         notifier.close()
