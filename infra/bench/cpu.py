@@ -3,14 +3,15 @@ tree's user and system time, its exited children's included (a PostgreSQL backen
 that ends between two samples is counted in the postmaster's ``cutime``).
 
 The bench process itself stands for the writers (its other threads are idle while
-they write); the local PostgreSQL and Kafka are found by their pid files when the
+they write; the relay and the agents it starts are counted as themselves, not inside
+it: ``exclusive_trees``); the local PostgreSQL and Kafka are found by their pid files when the
 bench runs on the services ``gapless up`` started, and left out otherwise.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from infra.bench.memory import process_tree
@@ -32,12 +33,6 @@ def _own_seconds(pid: int, with_exited_children: bool) -> float:
     return ticks / TICKS
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds of ``pid``, its live descendants and its exited, reaped children."""
-    tree = process_tree(pid)
-    return sum(_own_seconds(p, with_exited_children=p == pid) for p in tree)
-
-
 def local_service_pids() -> dict[str, int]:
     """The pids of the local PostgreSQL and Kafka, where their pid files name live ones."""
     layout = current_layout()
@@ -52,14 +47,36 @@ def local_service_pids() -> dict[str, int]:
     return found
 
 
+def exclusive_trees(
+    roots: Mapping[str, int], trees: Mapping[str, Sequence[int]]
+) -> dict[str, list[int]]:
+    """Each named process's tree without the trees of the other named processes that
+    run inside it: the bench process starts the relay and the agents, whose CPU is
+    theirs, not the writers'."""
+    out: dict[str, list[int]] = {}
+    for name, tree in trees.items():
+        members = set(tree)
+        nested: set[int] = set()
+        for other, root in roots.items():
+            if other != name and root != roots[name] and root in members:
+                nested.update(trees[other])
+        out[name] = [pid for pid in tree if pid not in nested]
+    return out
+
+
 class CpuMeter:
-    """CPU seconds of named processes between two ``sample`` calls."""
+    """CPU seconds of named processes between two ``sample`` calls, each counted once:
+    a named process inside another's tree counts for itself only."""
 
     def __init__(self, pids: Mapping[str, int]) -> None:
         self.pids = dict(pids)
 
     def sample(self) -> dict[str, float]:
-        return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        trees = {name: process_tree(pid) for name, pid in self.pids.items()}
+        return {
+            name: sum(_own_seconds(p, with_exited_children=p == self.pids[name]) for p in tree)
+            for name, tree in exclusive_trees(self.pids, trees).items()
+        }
 
     @staticmethod
     def per_event_us(
