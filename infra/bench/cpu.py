@@ -3,9 +3,9 @@ tree's user and system time, its exited children's included (a PostgreSQL backen
 that ends between two samples is counted in the postmaster's ``cutime``).
 
 The bench process itself stands for the writers (its other threads are idle while
-they write; the relay and the agents it starts are counted as themselves, not inside
-it: ``exclusive_trees``); the local PostgreSQL and Kafka are found by their pid files when the
-bench runs on the services ``gapless up`` started, and left out otherwise.
+they write; the relay and the agents it starts count as themselves, not inside it:
+``exclusive_trees``); the local PostgreSQL and Kafka are found by their pid files when
+the bench runs on the services ``gapless up`` started, and left out otherwise.
 """
 
 from __future__ import annotations
