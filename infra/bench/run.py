@@ -12,8 +12,10 @@ f. end to end through the deployed relay and agents at 200, 1,000 and 2,000
 g. the deployed capture worker (``gapless resolver-worker``) settling one json-feed
    capture of ``worker_products`` products posted through the resolver API's intake
    (``infra.bench.capture_worker``).
-Absolute figures depend on the machine; the ratios, taken within one run, are what
-to compare between changes.
+Before (e) and before (f) the sandbox's databases are vacuumed, checkpointed and left
+until no autovacuum worker is busy in them (``infra.bench.settle``), so that neither
+phase pays for what the ones before it wrote. Absolute figures depend on the machine;
+the ratios, taken within one run, are what to compare between changes.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from infra.bench.machine import MachineLoad
 from infra.bench.relay import measure_relay
 from infra.bench.report import Figures, render_table
 from infra.bench.sandbox import Sandbox, sandbox
+from infra.bench.settle import settle_sandbox
 from infra.bench.writer import THREADS, measure_writer
 
 BACKLOG = 100_000
@@ -91,7 +94,9 @@ def run_bench(
             relay = measure_relay(box, pool, epochs, seconds, echo)
             applier = measure_applier(box, seconds, echo)
             latency = measure_latency(box, pool, epochs, seconds, E2E_RATE, echo)
+            settle_sandbox(box, echo)  # what phases (a)-(d) left, not theirs to pay
             agents = measure_agents(box, backlog, echo)
+            settle_sandbox(box, echo)  # nor the backlog's, for phase (f)
             deployed = measure_deployed_latency(box, seconds, echo)
             worker = measure_capture_worker(box, worker_products, echo)
         finally:
