@@ -36,6 +36,7 @@ from typing import Any
 import psycopg
 
 from infra.chaos import check, faults, schedule
+from infra.chaos.assignment import held_partitions, waiting_events
 from infra.chaos.fleet import Fleet
 from infra.chaos.load import Load
 from infra.chaos.sampler import Sampler
@@ -101,6 +102,7 @@ class Report:
     converged_s: float | None = None
     work: dict[str, dict[str, float]] = field(default_factory=dict)
     calm_work: dict[str, dict[str, float]] = field(default_factory=dict)
+    calm_idle_without_work: list[str] = field(default_factory=list)
     start_s: dict[str, dict[str, float]] = field(default_factory=dict)
     gap_fills: dict[str, int] = field(default_factory=dict)
     gap_fills_duplicated: int = 0
@@ -139,6 +141,7 @@ class Report:
             "progress_samples": self.samples,
             "work_by_instance": self.work,
             "calm_work_by_instance": self.calm_work,
+            "calm_idle_without_work": self.calm_idle_without_work,
             "start_s": self.start_s,
             "gap_fills_by_instance": self.gap_fills,
             "gap_fills_duplicated": self.gap_fills_duplicated,
@@ -293,7 +296,17 @@ def _campaign(
         fence = _Fence(databases, kafka, load.fence_stream, echo)
         _run_plan(plan, settings, fleet, services, rebuild, fence, load, report, seen, echo)
         if settings.scale:
-            _calm(fleet, report, seen, echo)
+
+            def waiting_for(name: str) -> int:
+                try:
+                    log = (logs / f"{run_id}-{name}.log").read_text(errors="replace")
+                except OSError:
+                    return 1  # cannot tell what it holds: its idleness stays a violation
+                held = held_partitions(log.splitlines())
+                topic = kafka.events_topic
+                return waiting_events(kafka, databases.product_dsn, topic, CONSUMER, held)
+
+            _calm(fleet, report, seen, echo, waiting_for)
         echo("faults over; stopping the workload…")
         load.stop()
         seen.workload_errors += load.errors
@@ -705,13 +718,22 @@ def _count_work(fleet: Fleet, report: Report, logs: Path, run_id: str) -> None:
         )
 
 
-def _calm(fleet: Fleet, report: Report, seen: check.Seen, echo: Echo) -> None:
+def _calm(
+    fleet: Fleet,
+    report: Report,
+    seen: check.Seen,
+    echo: Echo,
+    waiting_for: Callable[[str], int] | None = None,
+) -> None:
     """Whether the work is shared, measured where it can be: under kills every few
     seconds an instance is often down or rejoining while the others carry its share,
     so after the faults, with the workload still on, wait until every process is up
     and every agents worker holds events partitions, then count each instance's work
     over ``CALM_S``. An instance that did none of its kind's work while another did
-    ``SATURATED`` or more is a violation (``unshared``)."""
+    ``SATURATED`` or more is a violation (``unshared``); for an agents worker, only if
+    ``waiting_for`` it finds events waiting in its partitions at the end (an idle
+    worker whose partitions got nothing is reported in ``calm_idle_without_work``:
+    ``infra.chaos.assignment``)."""
     deadline = time.monotonic() + CALM_SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:
         _watch(fleet, report, seen, echo)
@@ -744,6 +766,12 @@ def _calm(fleet: Fleet, report: Report, seen: check.Seen, echo: Echo) -> None:
             report.calm_work[n] = {metric: amount}
         if len(names) > 1 and min(done.values()) == 0 and max(done.values()) >= SATURATED:
             idle = [n for n, a in done.items() if a == 0]
+            if kind == "agents" and waiting_for is not None:
+                waiting = {n: waiting_for(n) for n in idle}
+                report.calm_idle_without_work += [n for n in idle if waiting[n] == 0]
+                idle = [n for n in idle if waiting[n] > 0]
+                if not idle:
+                    continue
             report.duplicated_work.append(
                 f"unshared: in {CALM_S:.0f}s of calm {', '.join(idle)} did no {metric}"
                 f" while another did {max(done.values()):.0f}"
