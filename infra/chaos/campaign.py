@@ -64,6 +64,11 @@ WORK_METRICS = {
 summed), capture products settled."""
 CALM_S = 20.0
 CALM_SETTLE_TIMEOUT_S = 120.0
+CALM_SCRAPE_S = 30.0
+"""How long the calm keeps asking a process for its counters at the window's start
+and at its end (``CALM_SCRAPE_TIMEOUT_S`` an answer): an answer that timed out is no
+figure, and taking the previous one for it would read as no work done."""
+CALM_SCRAPE_TIMEOUT_S = 10.0
 ASSIGNED_METRIC = "gapless_agents_assigned_partitions"
 REPORTS_WAIT_S = 15.0
 SATURATED = 50
@@ -733,7 +738,10 @@ def _calm(
     ``SATURATED`` or more is a violation (``unshared``); for an agents worker, only if
     ``waiting_for`` it finds events waiting in its partitions at the end (an idle
     worker whose partitions got nothing is reported in ``calm_idle_without_work``:
-    ``infra.chaos.assignment``)."""
+    ``infra.chaos.assignment``). Each count needs an answer from the instance's
+    /metrics at both ends of the window (asked again for up to ``CALM_SCRAPE_S``);
+    one that never answered is ``unmeasured``, a violation of its own, and not
+    compared."""
     deadline = time.monotonic() + CALM_SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:
         _watch(fleet, report, seen, echo)
@@ -752,15 +760,20 @@ def _calm(
         return
     echo(f"  calm: every process up; counting each one's work for {CALM_S:.0f}s")
     metrics = tuple(WORK_METRICS.values())
-    fleet.scrape(metrics)
+    unmeasured = _scrape_each(fleet, metrics)
     before = {n: dict(fleet.work(n)) for n in fleet.names()}
     ends = time.monotonic() + CALM_S
     while time.monotonic() < ends:
         _watch(fleet, report, seen, echo)
         time.sleep(0.2)
-    fleet.scrape(metrics)
+    unmeasured |= _scrape_each(fleet, metrics)
+    if unmeasured:
+        report.duplicated_work.append(
+            f"unmeasured: {', '.join(sorted(unmeasured))} did not answer /metrics within"
+            f" {CALM_SCRAPE_S:.0f}s at the calm's start or end"
+        )
     for kind, metric in WORK_METRICS.items():
-        names = fleet.names(kind)
+        names = [n for n in fleet.names(kind) if n not in unmeasured]
         done = {n: fleet.work(n).get(metric, 0.0) - before[n].get(metric, 0.0) for n in names}
         for n, amount in done.items():
             report.calm_work[n] = {metric: amount}
@@ -776,6 +789,18 @@ def _calm(
                 f"unshared: in {CALM_S:.0f}s of calm {', '.join(idle)} did no {metric}"
                 f" while another did {max(done.values()):.0f}"
             )
+
+
+def _scrape_each(fleet: Fleet, metrics: tuple[str, ...]) -> set[str]:
+    """Scrape every process until each has answered once (for at most
+    ``CALM_SCRAPE_S``); the ones that never did."""
+    pending = set(fleet.names())
+    deadline = time.monotonic() + CALM_SCRAPE_S
+    while pending and time.monotonic() < deadline:
+        pending -= fleet.scrape(metrics, only=pending, timeout=CALM_SCRAPE_TIMEOUT_S)
+        if pending:
+            time.sleep(0.5)
+    return pending
 
 
 def _gauge(url: str | None, metric: str) -> float:

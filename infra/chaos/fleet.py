@@ -31,6 +31,9 @@ ARMED_GRACE_S = 10.0
 MIN_UP_S = 1.5
 PROBE_EVERY_S = 0.5
 """How often a process not yet ready is asked (``Fleet.probe``)."""
+SCRAPE_TIMEOUT_S = 2.0
+"""How long one /metrics answer is waited for by default (an agents worker's also
+reads the product database: ``processors.agents.metrics``)."""
 
 
 class ChaosProcess(Deployed):
@@ -186,15 +189,28 @@ class Fleet:
                 member.reported = p.popen
         return found
 
-    def scrape(self, names: tuple[str, ...]) -> None:
+    def scrape(
+        self,
+        names: tuple[str, ...],
+        only: set[str] | None = None,
+        timeout: float = SCRAPE_TIMEOUT_S,
+    ) -> set[str]:
         """Read each running process's counters named in ``names`` (a SIGKILL loses
-        what happened since the last scrape: the per-instance figures are a floor)."""
-        for member in self.members.values():
+        what happened since the last scrape: the per-instance figures are a floor), of
+        every member or of those in ``only``. Returns the members that answered: one
+        that did not keeps its previous figures, which are then no measure of what it
+        did since."""
+        answered = set()
+        for name, member in self.members.items():
+            if only is not None and name not in only:
+                continue
             if member.metrics_url is None or not member.process.alive():
                 continue
-            found = _counters(member.metrics_url, names)
+            found = _counters(member.metrics_url, names, timeout)
             if found is not None:
                 member.scraped = found
+                answered.add(name)
+        return answered
 
     def _bank(self, member: Member) -> None:
         for key, value in member.scraped.items():
@@ -215,13 +231,13 @@ class Fleet:
             member.process.stop()
 
 
-def _counters(url: str, names: tuple[str, ...]) -> dict[str, float] | None:
+def _counters(url: str, names: tuple[str, ...], timeout: float) -> dict[str, float] | None:
     """Sums of the Prometheus samples of ``names`` (over their labels), or None when
     the process does not answer."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             text = response.read().decode()
-    except (OSError, http.client.HTTPException):  # down, or killed while answering
+    except (OSError, http.client.HTTPException):  # down, slow, or killed while answering
         return None
     found = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
