@@ -760,13 +760,13 @@ def _calm(
         return
     echo(f"  calm: every process up; counting each one's work for {CALM_S:.0f}s")
     metrics = tuple(WORK_METRICS.values())
-    unmeasured = _scrape_each(fleet, metrics)
+    unmeasured = _scrape_each(fleet, metrics, echo)
     before = {n: dict(fleet.work(n)) for n in fleet.names()}
     ends = time.monotonic() + CALM_S
     while time.monotonic() < ends:
         _watch(fleet, report, seen, echo)
         time.sleep(0.2)
-    unmeasured |= _scrape_each(fleet, metrics)
+    unmeasured |= _scrape_each(fleet, metrics, echo)
     if unmeasured:
         report.duplicated_work.append(
             f"unmeasured: {', '.join(sorted(unmeasured))} did not answer /metrics within"
@@ -791,7 +791,7 @@ def _calm(
             )
 
 
-def _scrape_each(fleet: Fleet, metrics: tuple[str, ...]) -> set[str]:
+def _scrape_each(fleet: Fleet, metrics: tuple[str, ...], echo: Echo) -> set[str]:
     """Scrape every process until each has answered once (for at most
     ``CALM_SCRAPE_S``); the ones that never did."""
     pending = set(fleet.names())
@@ -799,6 +799,7 @@ def _scrape_each(fleet: Fleet, metrics: tuple[str, ...]) -> set[str]:
     while pending and time.monotonic() < deadline:
         pending -= fleet.scrape(metrics, only=pending, timeout=CALM_SCRAPE_TIMEOUT_S)
         if pending:
+            echo(f"  calm: no /metrics answer yet from {', '.join(sorted(pending))}; asking again")
             time.sleep(0.5)
     return pending
 

@@ -93,7 +93,9 @@ def test_the_calm_asks_a_slow_process_again_until_it_answers(
 
     scrape = fleet.scrape
     monkeypatch.setattr(fleet, "scrape", faster_each_time)
-    assert campaign._scrape_each(fleet, (METRIC,)) == set()
+    said: list[str] = []
+    assert campaign._scrape_each(fleet, (METRIC,), said.append) == set()
+    assert said and "agents-2" in said[0]
     assert fleet.work("agents-2") == {METRIC: 21.0}
 
 
@@ -103,4 +105,4 @@ def test_one_that_never_answers_is_named_unmeasured(
     monkeypatch.setattr(campaign, "CALM_SCRAPE_S", 1.0)
     monkeypatch.setattr(campaign, "CALM_SCRAPE_TIMEOUT_S", 0.2)
     _Metrics.delays = {"agents-1": 3.0}
-    assert campaign._scrape_each(fleet, (METRIC,)) == {"agents-1"}
+    assert campaign._scrape_each(fleet, (METRIC,), lambda _: None) == {"agents-1"}
