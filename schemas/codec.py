@@ -170,7 +170,10 @@ def _upserted_record(payload: CatalogItemUpserted) -> tuple[str, dict[str, Any]]
             "status": payload.status,
             "title": payload.title,
             "parent_item_id": payload.parent_item_id,
-            "attributes": payload.attributes,
+            # A plain dict: fastavro writes one about 1.5 us faster than the event's
+            # read-only view of it (its map writer takes a slower path for any other
+            # mapping), more than the copy costs.
+            "attributes": dict(payload.attributes),
         },
     )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,6 +156,20 @@ class ItemWrite:
     attributes: dict[str, str]
 
 
+_ITEM_ROWS = (
+    "%(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
+    " %(attributes)b::jsonb -> (r.ord - 1)::int"
+)
+_ITEM_ARRAYS = (
+    "unnest(%(ids)b::text[], %(classes)b::text[], %(statuses)b::text[], %(titles)b::text[],"
+    " %(parents)b::text[]) WITH ORDINALITY AS r(item_id, class_id, status, title,"
+    " parent_item_id, ord)"
+)
+"""The rows ``save_many`` and ``insert_new`` write, from one array per column and
+the attributes of all of them as one JSON array (one ``json.dumps`` per statement,
+not one per item), element k of it the attributes of row k."""
+
+
 def save_many(
     tx: Transaction,
     tenant_id: str,
@@ -172,11 +185,7 @@ def save_many(
     rows = tx.execute(
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
         " parent_item_id, attributes, revision, decision_id)"
-        " SELECT %(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
-        " r.attributes::jsonb, 1, %(d)s"
-        " FROM unnest(%(ids)b::text[], %(classes)b::text[], %(statuses)b::text[],"
-        " %(titles)b::text[], %(parents)b::text[], %(attributes)b::text[])"
-        " AS r(item_id, class_id, status, title, parent_item_id, attributes)"
+        f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {_ITEM_ARRAYS}"
         " ON CONFLICT (tenant_id, catalog_id, item_id) DO UPDATE SET"
         " class_id = excluded.class_id, status = excluded.status, title = excluded.title,"
         " parent_item_id = excluded.parent_item_id, attributes = excluded.attributes,"
@@ -192,7 +201,7 @@ def save_many(
             "statuses": [w.status for w in writes],
             "titles": [w.title for w in writes],
             "parents": [w.parent_item_id for w in writes],
-            "attributes": [json.dumps(w.attributes) for w in writes],
+            "attributes": Jsonb([w.attributes for w in writes]),
         },
     ).fetchall()
     return {r[0]: int(r[1]) for r in rows}
@@ -217,11 +226,7 @@ def insert_new(
     tx.defer(
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
         " parent_item_id, attributes, revision, decision_id)"
-        " SELECT %(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
-        " r.attributes::jsonb, 1, %(d)s"
-        " FROM unnest(%(ids)b::text[], %(classes)b::text[], %(statuses)b::text[],"
-        " %(titles)b::text[], %(parents)b::text[], %(attributes)b::text[])"
-        " AS r(item_id, class_id, status, title, parent_item_id, attributes)",
+        f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {_ITEM_ARRAYS}",
         {
             "t": tenant_id,
             "c": catalog_id,
@@ -231,7 +236,7 @@ def insert_new(
             "statuses": [w.status for w in writes],
             "titles": [w.title for w in writes],
             "parents": [w.parent_item_id for w in writes],
-            "attributes": [json.dumps(w.attributes) for w in writes],
+            "attributes": Jsonb([w.attributes for w in writes]),
         },
     )
 
