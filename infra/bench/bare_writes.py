@@ -170,7 +170,11 @@ class RecordingConnection(psycopg.Connection[Any]):
         return super().execute(query, params, **kwargs)
 
     def commit(self) -> None:
-        self._record(COMMIT, None)
+        # psycopg sends COMMIT only inside a transaction; a commit with none open (the
+        # pool's, as a connection goes back) sends nothing, so it is not recorded: a
+        # replay of it would be a round trip the decision never made.
+        if self.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self._record(COMMIT, None)
         super().commit()
 
     @contextlib.contextmanager
