@@ -98,8 +98,17 @@ decision = Table(
         "(case_id IS NULL) = (case_revision IS NULL)", name="decision_case_revision_named"
     ),
 )
-# A subject's decision history is read by case.
-Index("decision_case_idx", decision.c.tenant_id, decision.c.catalog_id, decision.c.case_id)
+# A subject's decision history is read by case. Partial: a rule decision has no case,
+# and an index that holds every decision under the primary key's leading columns
+# can be chosen for the foreign-key checks against ``decision`` while the table's
+# statistics are young (migration ``resolver_0013dc``).
+Index(
+    "decision_case_idx",
+    decision.c.tenant_id,
+    decision.c.catalog_id,
+    decision.c.case_id,
+    postgresql_where=text("case_id IS NOT NULL"),
+)
 # The evidence sweep asks whether any decision cites a capture (``evidence @> …``).
 Index(
     "decision_evidence_idx",
