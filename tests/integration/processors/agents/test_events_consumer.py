@@ -1,0 +1,147 @@
+"""The agents' events consumer against a real broker and product database: a batch's
+offsets reach Kafka only after its transaction committed (a failed batch's never),
+and what was stored is committed to the group by the time the consumer has stopped."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from db.epochs import EpochSource, ensure_epoch
+from db.settings import DatabaseSettings
+from processors.agents.events import EventsConsumer
+from processors.applier import offsets
+from processors.applier.batch import Applier, BatchResult
+from processors.applier.messages import RawMessage
+from processors.settings import AgentSettings
+from schemas.codec import CODEC
+from schemas.events import AggregateRef, CatalogItemUpserted, Envelope
+from schemas.settings import KafkaSettings
+from tests.fixtures.waits import wait_for
+
+TENANT, CATALOG = "events-consumer", "c1"
+EVENTS = 30
+
+
+def upsert(position: int) -> Envelope:
+    return Envelope(
+        tenant_id=TENANT,
+        catalog_id=CATALOG,
+        history_epoch=1,
+        position=position,
+        event_id=uuid.uuid4(),
+        aggregate=AggregateRef(type="catalog_item", id=f"item-{position}", revision=1),
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+        payload=CatalogItemUpserted(class_id="lamp", status="active", title=f"lamp {position}"),
+    )
+
+
+class Watched(Applier):
+    """The real applier; before each batch it notes whether Kafka's committed offsets
+    are ahead of the product database's, and its first batch fails as a lost
+    connection would, after waiting long enough for an early store to be committed."""
+
+    def __init__(self, settings: AgentSettings, epochs: EpochSource, group: str) -> None:
+        super().__init__(settings.product_dsn, epochs, CODEC)
+        self._kafka = Consumer(settings.client_config({"group.id": group}))
+        self._topic = settings.events_topic
+        self.calls = 0
+        self.ahead: list[tuple[dict[int, int], dict[int, int]]] = []
+
+    def committed(self) -> dict[int, int]:
+        partitions = [TopicPartition(self._topic, p) for p in range(3)]
+        found = self._kafka.committed(partitions, timeout=10)
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+    def recorded(self) -> dict[int, int]:
+        with psycopg.connect(self.product_dsn) as conn:
+            return offsets.load(conn, self.consumer, self._topic)
+
+    def apply(self, messages: Sequence[RawMessage]) -> BatchResult:
+        self.calls += 1
+        self._check()
+        if self.calls == 1:
+            # An offset stored before the batch committed would be committed to the
+            # group within the auto-commit interval (1 s): give it three.
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                self._check()
+                time.sleep(0.2)
+            raise psycopg.OperationalError("connection lost (injected)")
+        return super().apply(messages)
+
+    def _check(self) -> None:
+        kafka, database = self.committed(), self.recorded()
+        if any(offset > database.get(p, 0) for p, offset in kafka.items()):
+            self.ahead.append((kafka, database))
+
+    def close(self) -> None:
+        self._kafka.close()
+        super().close()
+
+
+@pytest.fixture()
+def settings(clean_db: DatabaseSettings, topic: str) -> AgentSettings:
+    with psycopg.connect(clean_db.control_dsn, autocommit=True) as conn:
+        ensure_epoch(conn, TENANT, CATALOG)
+    return AgentSettings(
+        events_topic=topic,
+        agents_app_id=f"events-consumer-{uuid.uuid4().hex[:8]}",
+        agents_batch_size=7,
+        agents_batch_within_seconds=0.05,
+    )
+
+
+@pytest.fixture()
+def watched(settings: AgentSettings) -> Iterator[Watched]:
+    epochs = EpochSource(settings.control_dsn)
+    applier = Watched(settings, epochs, f"{settings.agents_app_id}.events")
+    yield applier
+    applier.close()
+    epochs.close()
+
+
+def test_offsets_reach_kafka_only_after_the_batch_committed(
+    settings: AgentSettings, watched: Watched, kafka_settings: KafkaSettings
+) -> None:
+    producer = Producer(kafka_settings.client_config())
+    for position in range(1, EVENTS + 1):
+        event = upsert(position)
+        producer.produce(
+            settings.events_topic, CODEC.encode_value(event), CODEC.encode_key(event.key)
+        )
+    assert producer.flush(30) == 0
+
+    consumer = EventsConsumer(settings, watched)
+    consumer.start()
+    try:
+        wait_for(lambda: _applied() == EVENTS, f"{EVENTS} events applied", 60)
+    finally:
+        consumer.stop()
+    assert not consumer.alive
+
+    # The failed first batch was read again, not skipped: every event applied once.
+    assert watched.calls >= 2
+    assert _applied() == EVENTS
+    assert watched.ahead == []
+    # Closing committed what the last batch stored: the group's offsets are now the
+    # product database's, past every event.
+    recorded = watched.recorded()
+    assert sum(recorded.values()) == EVENTS
+    assert watched.committed() == recorded
+
+
+def _applied() -> int:
+    settings = DatabaseSettings()
+    with psycopg.connect(settings.product_dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM product_item WHERE tenant_id = %s", (TENANT,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
