@@ -86,6 +86,15 @@ class AgentSettings(
     agents_batch_size: int = Field(
         default=500, ge=1, le=10_000, description="GAPLESS_AGENTS_BATCH_SIZE: events per batch."
     )
+    agents_events_consumers: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="GAPLESS_AGENTS_EVENTS_CONSUMERS: events-topic consumers in one agents"
+        " process, each a thread with its own product-database connection, all in the"
+        " process's consumer group (the topic's partitions are shared out among every"
+        " consumer of every process; one beyond the partition count waits idle).",
+    )
     agents_batch_within_seconds: float = Field(
         default=0.005,
         gt=0,

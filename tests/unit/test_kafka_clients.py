@@ -149,7 +149,7 @@ def test_the_agents_clients(monkeypatch: pytest.MonkeyPatch, secured: KafkaSetti
     agents = AgentSettings()
     configs = _capture(monkeypatch, "processors.agents.events.Consumer")
     with pytest.raises(Built):
-        EventsConsumer._consumer(SimpleNamespace(_settings=agents))  # type: ignore[arg-type]
+        EventsConsumer._consumer(SimpleNamespace(_settings=agents, _number=0))  # type: ignore[arg-type]
     assert _built(configs).items() >= SECURITY.items()
 
     configs = _capture(monkeypatch, "processors.rebuild.status.Producer")

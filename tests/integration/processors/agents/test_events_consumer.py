@@ -29,14 +29,14 @@ TENANT, CATALOG = "events-consumer", "c1"
 EVENTS = 30
 
 
-def upsert(position: int) -> Envelope:
+def upsert(position: int, catalog: str = CATALOG) -> Envelope:
     return Envelope(
         tenant_id=TENANT,
-        catalog_id=CATALOG,
+        catalog_id=catalog,
         history_epoch=1,
         position=position,
         event_id=uuid.uuid4(),
-        aggregate=AggregateRef(type="catalog_item", id=f"item-{position}", revision=1),
+        aggregate=AggregateRef(type="catalog_item", id=f"{catalog}-{position}", revision=1),
         occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
         payload=CatalogItemUpserted(class_id="lamp", status="active", title=f"lamp {position}"),
     )
@@ -145,3 +145,55 @@ def _applied() -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_two_consumers_of_one_process_share_the_partitions(
+    settings: AgentSettings, kafka_settings: KafkaSettings
+) -> None:
+    """Three streams, one in each partition of the topic, two consumers in one group
+    (as one agents process runs them): both are assigned partitions and apply
+    batches, and every event is applied once."""
+    streams = [f"{CATALOG}-{n}" for n in range(3)]
+    with psycopg.connect(settings.control_dsn, autocommit=True) as conn:
+        for catalog in streams:
+            ensure_epoch(conn, TENANT, catalog)
+    producer = Producer(kafka_settings.client_config())
+    for partition, catalog in enumerate(streams):  # a stream of its own in each partition
+        for position in range(1, EVENTS + 1):
+            event = upsert(position, catalog)
+            producer.produce(
+                settings.events_topic,
+                CODEC.encode_value(event),
+                CODEC.encode_key(event.key),
+                partition=partition,
+            )
+    assert producer.flush(30) == 0
+
+    epochs = EpochSource(settings.control_dsn)
+    appliers = [Applier(settings.product_dsn, epochs, CODEC) for _ in range(2)]
+    consumers = [EventsConsumer(settings, a, n) for n, a in enumerate(appliers)]
+    try:
+        for consumer in consumers:
+            consumer.start()
+        wait_for(
+            lambda: all(c.joined for c in consumers) and sum(c.assigned for c in consumers) == 3,
+            "both consumers joined, the three partitions assigned",
+            60,
+        )
+        assert all(c.assigned > 0 for c in consumers)
+        wait_for(lambda: _applied() == 3 * EVENTS, f"{3 * EVENTS} events applied", 60)
+    finally:
+        for consumer in consumers:
+            consumer.stop()
+        for applier in appliers:
+            applier.close()
+        epochs.close()
+    assert _applied() == 3 * EVENTS
+    with psycopg.connect(settings.product_dsn) as conn:
+        progress = conn.execute(
+            "SELECT catalog_id, position, duplicate_count FROM stream_progress"
+            " WHERE tenant_id = %s ORDER BY catalog_id",
+            (TENANT,),
+        ).fetchall()
+    assert progress == [(catalog, EVENTS, 0) for catalog in streams]
+    assert all(c.batches > 0 for c in consumers)
