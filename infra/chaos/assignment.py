@@ -9,8 +9,9 @@ as a violation only when events were waiting in its partitions at the window's e
 the topic's high watermark beyond the offset the product database has applied. A
 worker stuck on its partitions still fails the campaign.
 
-Which partitions a worker holds is its own log's last word on them (``events:
-assigned [...]`` / ``events: revoked [...]``, ``processors.agents.events``).
+Which partitions a worker holds is its own log's last word on them, for each of its
+events consumers (``events (consumer N): assigned [...]`` / ``… revoked [...]``,
+``processors.agents.events``; a line without the consumer's number is consumer 1's).
 """
 
 from __future__ import annotations
@@ -25,21 +26,22 @@ from confluent_kafka import Consumer, TopicPartition
 from processors.applier import offsets
 from schemas.settings import KafkaSettings
 
-ASSIGNMENT = re.compile(r"events: (assigned|revoked) \[([\d, ]*)\]")
+ASSIGNMENT = re.compile(r"events(?: \(consumer (\d+)\))?: (assigned|revoked) \[([\d, ]*)\]")
 WATERMARK_TIMEOUT_S = 10.0
 
 
 def held_partitions(log_lines: Iterable[str]) -> set[int]:
-    """The events partitions a worker holds after the last assignment or revocation
-    its log records (none before the first)."""
-    held: set[int] = set()
+    """The events partitions a worker holds: for each of its consumers, what the last
+    assignment or revocation its log records left (none before the first)."""
+    held: dict[str, set[int]] = {}
     for line in log_lines:
         match = ASSIGNMENT.search(line)
         if match is None:
             continue
-        named = {int(p) for p in match.group(2).split(",") if p.strip()}
-        held = named if match.group(1) == "assigned" else held - named
-    return held
+        consumer, change, listed = match.group(1) or "1", match.group(2), match.group(3)
+        named = {int(p) for p in listed.split(",") if p.strip()}
+        held[consumer] = named if change == "assigned" else held.get(consumer, set()) - named
+    return set().union(*held.values())
 
 
 def waiting_events(

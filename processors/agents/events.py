@@ -238,7 +238,8 @@ class EventsConsumer:
         self.joined = True
         self.assigned = len(partitions)
         log.info(
-            "events: assigned %s, resuming from product-database offsets %s",
+            "events (consumer %d): assigned %s, resuming from product-database offsets %s",
+            self._number + 1,
             sorted(tp.partition for tp in partitions),
             {tp.partition: tp.offset for tp in partitions if tp.partition in stored},
         )
@@ -248,7 +249,11 @@ class EventsConsumer:
         self.joined = False
         self.assigned = 0
         consumer.unassign()
-        log.info("events: revoked %s", sorted(tp.partition for tp in partitions))
+        log.info(
+            "events (consumer %d): revoked %s",
+            self._number + 1,
+            sorted(tp.partition for tp in partitions),
+        )
 
 
 def _next_offsets(messages: list[Message]) -> list[TopicPartition]:

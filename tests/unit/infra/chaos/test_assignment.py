@@ -23,3 +23,14 @@ def test_a_revocation_after_it_leaves_nothing_held() -> None:
 def test_an_empty_assignment_and_a_log_without_any_hold_nothing() -> None:
     assert held_partitions(['{"msg":"events: assigned [], resuming from … {}"}']) == set()
     assert held_partitions(['{"msg":"[^Worker]: Ready"}']) == set()
+
+
+def test_each_consumer_of_a_worker_holds_its_own() -> None:
+    lines = [
+        '{"msg":"events (consumer 1): assigned [0, 1], resuming from … {}"}',
+        '{"msg":"events (consumer 2): assigned [2], resuming from … {}"}',
+        '{"msg":"events (consumer 1): revoked [0, 1]"}',
+        '{"msg":"events (consumer 1): assigned [1], resuming from … {}"}',
+    ]
+    assert held_partitions(lines) == {1, 2}
+    assert held_partitions([*lines, '{"msg":"events (consumer 2): revoked [2]"}']) == {1}
