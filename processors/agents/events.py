@@ -7,8 +7,8 @@ take batches received 5-7k messages/s here, while ``Applier.apply`` alone takes
 (confluent-kafka), each in a thread of the agents process with an applier (a
 product-database connection) of its own, beside the Faust app that keeps the
 control agent, the timers and the web server. There are two by default
-(``GAPLESS_AGENTS_EVENTS_CONSUMERS``): a batch's transaction waits on PostgreSQL for
-over half of its time while the process's Python idles, so a second consumer applies
+(``GAPLESS_AGENTS_EVENTS_CONSUMERS``): a batch's thread waits on PostgreSQL for
+about half of its time while the process's Python idles, so a second consumer applies
 its partitions' batches meanwhile (catching up a backlog, one process: 3.0-3.2k
 events/s with one consumer, 3.4-4.1k with two, no more with three, on a 2-core
 machine). The consumers are members of one group exactly as those of separate
