@@ -278,16 +278,20 @@ def register(
     members of one group like the consumers of separate processes, so everything said
     above holds between them as it does between processes."""
     epochs = EpochSource(settings.control_dsn)
-
-    def new_consumer(number: int) -> EventsConsumer:
-        applier = Applier(
+    appliers = [
+        Applier(
             settings.product_dsn,
             epochs,
             codec_for(settings),
             consumer=settings.agents_consumer,
             pauses=pauses,
         )
-        return EventsConsumer(settings, applier, number)
+        for _ in range(settings.agents_events_consumers)
+    ]
+
+    def new_consumer(number: int) -> EventsConsumer:
+        # A restarted consumer takes over its predecessor's applier and connection.
+        return EventsConsumer(settings, appliers[number], number)
 
     running = [new_consumer(n) for n in range(settings.agents_events_consumers)]
     ASSIGNED.set_function(lambda: sum(c.assigned for c in running))
