@@ -141,23 +141,30 @@ def held_above(conn: psycopg.Connection, consumer: str, stream: StreamId, positi
 def carry_counts(
     conn: psycopg.Connection, live: str, shadow: str, stream: StreamId, after: int, through: int
 ) -> None:
-    """Add to the live row's counts the outcomes the shadow reached at positions in
-    (``after``, ``through``] that the live consumer has no outcome of its own for, so
-    the live row counts every position up to its cursor once: its own up to its
-    progress before the cutover, the shadow's from there to H."""
+    """Add to the live row's counts what the positions in (``after``, ``through``]
+    the live consumer has no outcome of its own for ended as, so the live row counts
+    every position up to its cursor once: its own outcomes, then the shadow's
+    (applied; ignored, as a skip is too), and the rest as ``loaded``: positions at or below the
+    export's W that the shadow never took one by one (its generation was loaded
+    with their effects), which is where a live consumer still behind W at the
+    cutover has positions no inbox row of either consumer names."""
     conn.execute(
-        "WITH taken AS (SELECT s.outcome FROM inbox s WHERE s.consumer = %(shadow)s"
+        "WITH own AS (SELECT DISTINCT l.position FROM inbox l WHERE l.consumer = %(live)s"
+        "  AND l.tenant_id = %(t)s AND l.catalog_id = %(c)s AND l.history_epoch = %(e)s"
+        "  AND l.position > %(after)s AND l.position <= %(through)s"
+        "  AND l.outcome NOT IN ('parked', 'quarantined')),"
+        " taken AS (SELECT s.position, s.outcome FROM inbox s WHERE s.consumer = %(shadow)s"
         "  AND s.tenant_id = %(t)s AND s.catalog_id = %(c)s AND s.history_epoch = %(e)s"
         "  AND s.position > %(after)s AND s.position <= %(through)s"
-        "  AND NOT EXISTS (SELECT 1 FROM inbox l WHERE l.consumer = %(live)s"
-        "   AND l.tenant_id = s.tenant_id AND l.catalog_id = s.catalog_id"
-        "   AND l.history_epoch = s.history_epoch AND l.position = s.position"
-        "   AND l.outcome NOT IN ('parked', 'quarantined')))"
+        "  AND s.position NOT IN (SELECT position FROM own))"
         " UPDATE stream_progress SET"
         " applied_count = applied_count"
         "  + (SELECT count(*) FROM taken WHERE outcome = 'applied'),"
         " ignored_count = ignored_count"
-        "  + (SELECT count(*) FROM taken WHERE outcome IN ('ignored_stale', 'ignored_old_epoch'))"
+        "  + (SELECT count(*) FROM taken"
+        "   WHERE outcome IN ('ignored_stale', 'ignored_old_epoch', 'skipped')),"
+        " loaded_count = loaded_count + greatest(0, %(through)s - %(after)s"
+        "  - (SELECT count(*) FROM own) - (SELECT count(DISTINCT position) FROM taken))"
         " WHERE consumer = %(live)s AND tenant_id = %(t)s AND catalog_id = %(c)s"
         " AND history_epoch = %(e)s",
         {

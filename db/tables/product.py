@@ -43,6 +43,9 @@ stream_progress = Table(
     Column("parked_count", BigInteger, nullable=False, server_default=text("0")),
     Column("released_count", BigInteger, nullable=False, server_default=text("0")),
     Column("ignored_count", BigInteger, nullable=False, server_default=text("0")),
+    # Positions a cutover moved this row past whose outcome is the rebuild's export
+    # (the shadow loaded their effects, it never applied them one by one).
+    Column("loaded_count", BigInteger, nullable=False, server_default=text("0")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("consumer", "tenant_id", "catalog_id", "history_epoch"),
     CheckConstraint("position >= 0", name="stream_progress_position_nonnegative"),

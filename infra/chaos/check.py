@@ -3,8 +3,8 @@
 ``observe`` reads (once the campaign converged, or gave up waiting):
 - per stream of the run: the committed cursor and whether it was fenced (resolver),
   its published position, the positions present on the events topic (read from the
-  beginning to its end), the live consumer's durable progress, applied and ignored
-  counts, and inbox positions holding more than one event (product);
+  beginning to its end), the live consumer's durable progress, applied, ignored and
+  loaded-by-a-rebuild counts, and inbox positions holding more than one event (product);
 - the run's capture jobs and their status; the quarantine; the projections compared
   with the accepted state row by row (the demo's check, each catalog in the
   generation it is served from).
@@ -189,7 +189,7 @@ def observe(
             (t, c, int(e)): (int(p), int(a))
             for t, c, e, p, a in conn.execute(
                 "SELECT tenant_id, catalog_id, history_epoch, position,"
-                " applied_count + ignored_count FROM stream_progress"
+                " applied_count + ignored_count + loaded_count FROM stream_progress"
                 " WHERE consumer = %s AND tenant_id LIKE %s",
                 (consumer, tenant_like),
             ).fetchall()

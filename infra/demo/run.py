@@ -156,7 +156,9 @@ def run_demo(
         "every_event_committed": summary["events_committed"]
         == stats.events + summary["capture_events"]
         > 0,
-        "every_event_applied": summary["events_applied"] + summary["ignored_stale"]
+        "every_event_applied": summary["events_applied"]
+        + summary["ignored_stale"]
+        + summary["loaded_by_rebuild"]
         == summary["events_committed"],
         "rebuild_done": summary["rebuild"]["phase"] == "done",
         "rebuild_cutover": summary["rebuild"]["cutover_check"],
@@ -374,9 +376,10 @@ def _summary(
         counts = conn.execute(
             "SELECT coalesce(sum(applied_count), 0), coalesce(sum(duplicate_count), 0),"
             " coalesce(sum(parked_count), 0), coalesce(sum(released_count), 0),"
-            " coalesce(sum(ignored_count), 0) FROM stream_progress WHERE tenant_id LIKE %s",
+            " coalesce(sum(ignored_count), 0), coalesce(sum(loaded_count), 0)"
+            " FROM stream_progress WHERE tenant_id LIKE %s",
             like,
-        ).fetchone() or (0, 0, 0, 0, 0)
+        ).fetchone() or (0, 0, 0, 0, 0, 0)
         quarantined = conn.execute(
             "SELECT count(*) FROM quarantine WHERE tenant_id LIKE %s OR tenant_id IS NULL",
             like,
@@ -390,6 +393,7 @@ def _summary(
         "parked": int(counts[2]),
         "released": int(counts[3]),
         "ignored_stale": int(counts[4]),
+        "loaded_by_rebuild": int(counts[5]),
         "quarantined": int(quarantined[0]) if quarantined else 0,
         "transactions_committed": stats.transactions,
         "transactions_rolled_back": stats.rolled_back + stats.rejected,

@@ -19,8 +19,9 @@ One transaction, on a connection of its own:
    fails ``REBUILD_EPOCH_NOT_CURRENT`` (a restore fenced it; the new epoch needs its own);
 6. swap: the live row's generation becomes the shadow's and its position max(L, H);
    its rows of the catalog's older epochs follow; its counts take in the shadow's
-   outcomes of the positions in (L, H] it had none of its own for (so they count
-   every position once);
+   outcomes of the positions in (L, H] it had none of its own for, and those the
+   shadow has none for either (at or below W: loaded with the export) as loaded,
+   so that they count every position once;
 7. settle what the live consumer still held open at or below H (parked events,
    open quarantine entries): the generation it now serves holds their outcome;
 8. record on the rebuild row the retired generation and H;

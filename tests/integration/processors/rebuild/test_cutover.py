@@ -173,6 +173,35 @@ def _accepted_equals(rig: Rig, generation: int) -> None:
     assert sum(comparison.rows.values()) > 0
 
 
+def test_a_live_consumer_behind_the_export_counts_the_positions_it_skips_as_loaded(
+    rig: Rig,
+) -> None:
+    """The live consumer is still at 50 when the cutover moves it past W: the shadow
+    never took the positions in (50, W] one by one (it loaded the export), so they
+    count as loaded, once, and the copies the live consumer gets later are
+    duplicates by position."""
+    assert rig.feed_live(through=50) == 50
+    rebuild_id = rig.request()
+    assert rig.until(rebuild_id, "catching_up")[-1] == "catching_up"
+    w = rig.row(rebuild_id).export_position
+    assert w is not None and w > 50
+    rig.write(100)
+    assert rig.until(rebuild_id, "done")[-1] == "done"
+    assert rig.feed_live() == rig.committed()
+    _accepted_equals(rig, 2)
+    with psycopg.connect(rig.settings.product_dsn) as conn:
+        counts = conn.execute(
+            "SELECT applied_count, ignored_count, loaded_count, duplicate_count"
+            " FROM stream_progress WHERE consumer = %s",
+            (LIVE,),
+        ).fetchone()
+    assert counts is not None
+    applied, ignored, loaded, duplicates = counts
+    assert loaded == w - 50
+    assert applied + ignored + loaded == rig.committed()
+    assert duplicates == 0  # the feed starts at the progress, which H moved past W
+
+
 def test_catch_up_and_cutover_serve_the_new_generation_from_h(rig: Rig) -> None:
     live_before = rig.feed_live()
     rebuild_id = rig.request()
@@ -196,10 +225,11 @@ def test_catch_up_and_cutover_serve_the_new_generation_from_h(rig: Rig) -> None:
     _accepted_equals(rig, 2)
     with psycopg.connect(rig.settings.product_dsn) as conn:
         counted = conn.execute(
-            "SELECT applied_count + ignored_count FROM stream_progress WHERE consumer = %s",
+            "SELECT applied_count + ignored_count, loaded_count FROM stream_progress"
+            " WHERE consumer = %s",
             (LIVE,),
         ).fetchone()
-    assert counted == (rig.committed(),)
+    assert counted == (rig.committed(), 0)  # the live consumer had passed W: none loaded
     with psycopg.connect(rig.settings.resolver_dsn) as conn:
         released = conn.execute("SELECT released_at IS NOT NULL FROM rebuild_lease").fetchall()
     assert released == [(True,)]
