@@ -154,8 +154,11 @@ def settle(
     error_code: str | None = None,
     error: str | None = None,
 ) -> None:
-    """Give the result a terminal outcome (not ``retryable`` or ``failed``)."""
-    tx.execute(
+    """Give the result a terminal outcome (not ``retryable`` or ``failed``).
+
+    Deferred: it travels with the transaction's next statement (its error, should
+    it fail, is raised by that one and the transaction rolls back)."""
+    tx.defer(
         "UPDATE capture_item SET outcome = %s, next_attempt_at = NULL, error_code = %s,"
         " last_error = %s, item_id = %s, decision_id = %s, case_id = %s,"
         f" updated_at = clock_timestamp() WHERE {_KEY}",
@@ -185,13 +188,21 @@ def record_failure(
 
 
 def save_claims(tx: Transaction, key: ResultKey, claims: Iterable[tuple[str, str, str]]) -> None:
-    """Store the result's claims (field, value, locator); written once."""
-    rows = [(*_key(key), field, value, locator) for field, value, locator in claims]
+    """Store the result's claims (field, value, locator); written once. One statement,
+    deferred like ``settle``: nothing in the transaction reads the claims back."""
+    rows = list(claims)
     if rows:
-        tx.executemany(
+        tx.defer(
             "INSERT INTO capture_claim (tenant_id, capture_id, source_item_id, parser_version,"
-            " field, value, locator) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            rows,
+            " field, value, locator) SELECT %s, %s, %s, %s, c.field, c.value, c.locator"
+            " FROM unnest(%s::text[], %s::text[], %s::text[]) AS c(field, value, locator)"
+            " ON CONFLICT DO NOTHING",
+            (
+                *_key(key),
+                [field for field, _, _ in rows],
+                [value for _, value, _ in rows],
+                [locator for _, _, locator in rows],
+            ),
         )
 
 

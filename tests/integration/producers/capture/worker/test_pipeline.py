@@ -45,6 +45,15 @@ def test_a_run_settles_every_product_and_a_second_delivery_changes_nothing(
         "document#/products/2",
     }
     assert harness.job(job)["status"] == "done"
+    # Each settled product's claims: every field it states, where the page states it
+    # (the one the adapter refused has a result and no claims).
+    claims = {(c[1], c[3]): (c[4], c[5]) for c in state["claims"]}
+    assert {source for source, _ in claims} == {"a", "b", "c"}
+    assert claims[("a", "title")] == ("title of a", "document#/products/0")
+    assert claims[("a", "attributes.colour")] == ("red", "document#/products/0")
+    assert claims[("b", "identifiers.sku")] == ("b", "document#/products/2")
+    assert claims[("c", "class_id")] == ("boot", "document#/products/3")
+    assert len(claims) == 10
 
     again = harness.worker().run(job.job_id)
     assert again.result == "not_claimed"
