@@ -249,9 +249,30 @@ class ConnectWorker:
             time.sleep(0.2)
         raise RuntimeError(f"the Debezium connector is not {wanted} after {timeout:.0f}s")
 
-    def pause(self) -> None:
-        self._request("PUT", f"/connectors/{self.name}/pause")
-        self.wait_state("PAUSED")
+    def connector_state(self) -> str | None:
+        """The connector's own state (RUNNING, PAUSED, STOPPED …); None if not known yet."""
+        status = self._request("GET", f"/connectors/{self.name}/status")
+        connector = status.get("connector") if status else None
+        return str(connector.get("state")) if isinstance(connector, dict) else None
+
+    def stop_tasks(self) -> None:
+        """Connect's STOPPED state: the task is shut down, so nothing reads the slot.
+
+        A paused task stays instantiated: Debezium's streaming thread goes on reading
+        the slot into its queue (up to ``max.queue.size`` records), so the walsender
+        and the JVM decode a backlog while the relay drains it, charging their CPU to
+        the relay and handing Debezium a queue decoded ahead of its own drain. A
+        stopped one holds no replication connection; ``resume`` starts it again from
+        its stored offset in the same, warm worker."""
+        self._request("PUT", f"/connectors/{self.name}/stop")
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while self.connector_state() != "STOPPED":
+            self.require_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the Debezium connector is not STOPPED after {READY_TIMEOUT_S:.0f}s"
+                )
+            time.sleep(0.2)
 
     def resume(self) -> None:
         self._request("PUT", f"/connectors/{self.name}/resume")

@@ -7,11 +7,13 @@ a process of its own (a Kafka Connect JVM), and the kill test needs a process to
 
 Steps (``measure_outbox_peers``), every row written by ``twin_outbox`` into both outboxes:
 
-1. start the Connect worker, wait for the connector to run, pause it;
-2. for batch 1 and batch 100: commit a backlog of ``rows`` rows in transactions of
-   that many rows with neither side reading; the relay drains it (started for it,
-   then stopped), then Debezium (resumed, then paused). The rate is the backlog's
-   arrival span at the broker, first append to last, so neither start-up counts;
+1. start the Connect worker, wait for the connector to run, stop its task (Connect's
+   STOPPED state: no replication connection, so nothing decodes the slot meanwhile);
+2. for batch 1 and batch 100: commit a backlog of ``DRAIN_BACKLOG_FACTOR`` times
+   ``rows`` rows in transactions of that many rows with neither side reading; the
+   relay drains it (started for it, then stopped), then Debezium (its task resumed,
+   then stopped). The rate is the backlog's arrival span at the broker, first append
+   to last, so neither start-up counts;
 3. for batch 1 and batch 100: with both sides running, a paced load of twin
    transactions; commit (the writer's clock when COMMIT returned) to the broker's
    append time, p50 and p99, for each side;
@@ -65,6 +67,9 @@ KILL_BACKLOG_FACTOR = 5
 """Step 4's backlog is this many times ``rows``: large enough that neither side has
 sent everything by the time the reader sees the last mark and the kill lands."""
 KILL_SETTLE_S = 0.3
+DRAIN_BACKLOG_FACTOR = 5
+"""Step 2's backlog is this many times ``rows``: at 20,000 rows the relay's drain took
+80 ms, so one hiccup of a few tens of milliseconds moved its rate by half."""
 
 
 def _reached(rows: int) -> Callable[[TopicReader], bool]:
@@ -215,7 +220,7 @@ class OutboxRun:
         try:
             self.connect.resume()
             reader.read_until(all_in, timeout, self._alive_connect)
-            self.connect.pause()
+            self.connect.stop_tasks()
             theirs = drain_of(reader, values)
         finally:
             reader.close()
@@ -265,7 +270,7 @@ class OutboxRun:
                     alive,
                 )
             self.stop_relay()
-            self.connect.pause()
+            self.connect.stop_tasks()
             ours, theirs = (latency_of(committed, r) for r in readers)
         finally:
             for reader in readers:
@@ -340,8 +345,8 @@ def measure_outbox_peers(box: Sandbox, names: Replication, rows: int, echo: Echo
         run.connect.start(echo)
         run.connect.wait_state("RUNNING", START_TIMEOUT_S)
         run.sample_connect()
-        run.connect.pause()
-        drains = {b: run.drains(rows, b) for b in BATCHES}
+        run.connect.stop_tasks()
+        drains = {b: run.drains(rows * DRAIN_BACKLOG_FACTOR, b) for b in BATCHES}
         latencies = {b: run.latencies(rows, b) for b in BATCHES}
         kills = run.kills(rows * KILL_BACKLOG_FACTOR)
         run.sample_connect()

@@ -68,6 +68,7 @@ class PeersFigures:
             out[f"{name}_kill_mid_backlog"] = side.kill.mid_backlog
         out.update(
             rows=self.rows,
+            drain_rows=r.drains[h].rows,
             kill_rows=r.kill.rows,
             projection_events=self.rows,
             connect_peak_rss_mb=self.outbox.connect_peak_rss_mb,
@@ -96,7 +97,7 @@ def render_peers_table(figures: PeersFigures) -> str:
     for b in BATCHES:
         lines.append(
             row(
-                f"backlog, transactions of {b}",
+                f"backlog of {r.drains[b].rows:,}, transactions of {b}",
                 f"{r.drains[b].per_second:,.0f}",
                 f"{z.drains[b].per_second:,.0f}",
                 f"{d[f'relay_vs_debezium_b{b}']:.2f}",

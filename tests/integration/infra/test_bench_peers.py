@@ -89,7 +89,7 @@ def test_the_peers_bench_reports_every_figure_and_leaves_nothing_behind(
         d["agents_2_eps"] / d["pyeventsourcing_eps"], 3
     )
     assert d["rows"] == d["projection_events"] == ROWS
-    assert d["kill_rows"] == 5 * ROWS
+    assert d["kill_rows"] == d["drain_rows"] == 5 * ROWS
     assert d["connect_peak_rss_mb"] > 50
     assert len(d["loadavg_start"]) == len(d["loadavg_end"]) == 3
     assert 0 < d["cpu_busy_pct"] <= 100 and 0 <= d["cpu_steal_pct"] < 100
