@@ -63,7 +63,7 @@ def bench_rebuild(items: int, as_json: bool) -> None:
     "--rows",
     default=20_000,
     show_default=True,
-    help="Rows per backlog (and events per projection).",
+    help="Events per projection and the latency rows' cap; the outbox backlogs are 5x this.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_peers(rows: int, as_json: bool) -> None:
