@@ -152,22 +152,13 @@ def test_two_consumers_of_one_process_share_the_partitions(
 ) -> None:
     """Three streams, one in each partition of the topic, two consumers in one group
     (as one agents process runs them): both are assigned partitions and apply
-    batches, and every event is applied once."""
+    batches, and every event is applied once. The events are produced once both have
+    joined: produced before, the consumer that joins first could apply every one of
+    them before the second is given a partition."""
     streams = [f"{CATALOG}-{n}" for n in range(3)]
     with psycopg.connect(settings.control_dsn, autocommit=True) as conn:
         for catalog in streams:
             ensure_epoch(conn, TENANT, catalog)
-    producer = Producer(kafka_settings.client_config())
-    for partition, catalog in enumerate(streams):  # a stream of its own in each partition
-        for position in range(1, EVENTS + 1):
-            event = upsert(position, catalog)
-            producer.produce(
-                settings.events_topic,
-                CODEC.encode_value(event),
-                CODEC.encode_key(event.key),
-                partition=partition,
-            )
-    assert producer.flush(30) == 0
 
     epochs = EpochSource(settings.control_dsn)
     appliers = [Applier(settings.product_dsn, epochs, CODEC) for _ in range(2)]
@@ -181,6 +172,17 @@ def test_two_consumers_of_one_process_share_the_partitions(
             60,
         )
         assert all(c.assigned > 0 for c in consumers)
+        producer = Producer(kafka_settings.client_config())
+        for partition, catalog in enumerate(streams):  # a stream of its own in each one
+            for position in range(1, EVENTS + 1):
+                event = upsert(position, catalog)
+                producer.produce(
+                    settings.events_topic,
+                    CODEC.encode_value(event),
+                    CODEC.encode_key(event.key),
+                    partition=partition,
+                )
+        assert producer.flush(30) == 0
         wait_for(lambda: _applied() == 3 * EVENTS, f"{3 * EVENTS} events applied", 60)
     finally:
         for consumer in consumers:
