@@ -108,6 +108,7 @@ class Report:
     work: dict[str, dict[str, float]] = field(default_factory=dict)
     calm_work: dict[str, dict[str, float]] = field(default_factory=dict)
     calm_idle_without_work: list[str] = field(default_factory=list)
+    calm_disarmed: list[str] = field(default_factory=list)
     start_s: dict[str, dict[str, float]] = field(default_factory=dict)
     gap_fills: dict[str, int] = field(default_factory=dict)
     gap_fills_duplicated: int = 0
@@ -147,6 +148,7 @@ class Report:
             "work_by_instance": self.work,
             "calm_work_by_instance": self.calm_work,
             "calm_idle_without_work": self.calm_idle_without_work,
+            "calm_disarmed": self.calm_disarmed,
             "start_s": self.start_s,
             "gap_fills_by_instance": self.gap_fills,
             "gap_fills_duplicated": self.gap_fills_duplicated,
@@ -741,7 +743,13 @@ def _calm(
     ``infra.chaos.assignment``). Each count needs an answer from the instance's
     /metrics at both ends of the window (asked again for up to ``CALM_SCRAPE_S``);
     one that never answered is ``unmeasured``, a violation of its own, and not
-    compared."""
+    compared.
+
+    An incarnation still armed at the faults' end would die at its crash point in the
+    calm (an agents worker at its first commit, once assigned), stay down until the
+    next watch, and read as unmeasured: each is restarted unarmed first
+    (``calm_disarmed``), so the calm measures processes the faults are done with."""
+    _disarm(fleet, report, echo)
     deadline = time.monotonic() + CALM_SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:
         _watch(fleet, report, seen, echo)
@@ -789,6 +797,20 @@ def _calm(
                 f"unshared: in {CALM_S:.0f}s of calm {', '.join(idle)} did no {metric}"
                 f" while another did {max(done.values()):.0f}"
             )
+
+
+def _disarm(fleet: Fleet, report: Report, echo: Echo) -> None:
+    """Restart every running incarnation that is still armed, unarmed (``_calm``); one
+    that has died at its point already is left to ``_watch``, which restarts it
+    unarmed too."""
+    disarmed = [
+        name
+        for name in fleet.names()
+        if fleet.members[name].process.armed is not None and fleet.kill(name, None)
+    ]
+    if disarmed:
+        echo(f"  calm: restarted {', '.join(disarmed)} unarmed")
+    report.calm_disarmed += disarmed
 
 
 def _scrape_each(fleet: Fleet, metrics: tuple[str, ...], echo: Echo) -> set[str]:

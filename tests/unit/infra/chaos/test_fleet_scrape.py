@@ -16,6 +16,7 @@ import pytest
 
 from infra.chaos import campaign
 from infra.chaos.fleet import Fleet
+from infra.chaos.schedule import Armed
 
 METRIC = "gapless_applier_events_total"
 
@@ -106,3 +107,31 @@ def test_one_that_never_answers_is_named_unmeasured(
     monkeypatch.setattr(campaign, "CALM_SCRAPE_TIMEOUT_S", 0.2)
     _Metrics.delays = {"agents-1": 3.0}
     assert campaign._scrape_each(fleet, (METRIC,), lambda _: None) == {"agents-1"}
+
+
+def test_the_calm_first_restarts_an_armed_incarnation_unarmed(fleet: Fleet) -> None:
+    # Armed near the faults' end, it would die at its point in the calm and stay down
+    # until the next watch: unmeasured, or idle, through no fault of the code.
+    armed = fleet.members["agents-1"].process
+    old = armed.popen
+    assert old is not None
+    armed.armed = Armed("applier.committed", 1)
+    untouched = fleet.members["agents-2"].process.popen
+    report = campaign.Report(seed=1, scale=True)
+    said: list[str] = []
+    try:
+        campaign._disarm(fleet, report, said.append)
+        assert report.calm_disarmed == ["agents-1"]
+        assert old.wait(timeout=10) == -9
+        assert armed.armed is None and armed.popen is not old
+        assert fleet.members["agents-1"].incarnations == 1
+        assert fleet.members["agents-2"].process.popen is untouched
+        assert untouched is not None and untouched.poll() is None
+        assert said == ["  calm: restarted agents-1 unarmed"]
+        # Nothing armed is left: a second pass restarts nothing.
+        campaign._disarm(fleet, report, said.append)
+        assert report.calm_disarmed == ["agents-1"]
+    finally:
+        if armed.popen is not None and armed.popen is not old:
+            armed.popen.kill()
+            armed.popen.wait()
