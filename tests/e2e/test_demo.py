@@ -40,7 +40,16 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
     summary = json.loads(lines[0])
     assert lines[-1].startswith("demo: OK")
     assert summary["ok"] is True
-    assert summary["events_committed"] == summary["events_applied"] >= 800
+    # Every committed event was applied once by the live consumer, or found stale, or
+    # covered by the rebuild's load: the live consumer, restarted after its kill -9,
+    # can still be behind the export when the cutover moves it past what the export
+    # loaded (``loaded_by_rebuild``).
+    assert summary["events_applied"] > 0
+    assert (
+        summary["events_applied"] + summary["ignored_stale"] + summary["loaded_by_rebuild"]
+        == summary["events_committed"]
+        >= 800
+    )
     # Counted from the relay's published positions (the last batch's may still be
     # committing when the applier has caught up).
     assert 0 < summary["events_published"] <= summary["events_committed"]
