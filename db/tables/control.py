@@ -119,3 +119,25 @@ fence_run_catalog = Table(
     Column("superseded_epoch", BigInteger, nullable=False),
     PrimaryKeyConstraint("run_id", "tenant_id", "catalog_id"),
 )
+
+# Streams whose resolver history went back without a fence (an unfenced restore): a
+# delivery at a position a consumer already holds under another event id, or a
+# consumer's report above the committed cursor. While a row is open, writes to the
+# stream are refused (``HISTORY_REWOUND``); ``gapless fence-epoch`` closes it.
+rewound_stream = Table(
+    "rewound_stream",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("signal", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("flagged_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("cleared_at", DateTime(timezone=True)),
+    Column("cleared_by", Text),
+    PrimaryKeyConstraint("tenant_id", "catalog_id", "history_epoch"),
+    CheckConstraint(
+        "signal IN ('position_reused', 'report_beyond_committed')",
+        name="rewound_stream_signal_known",
+    ),
+)

@@ -402,3 +402,52 @@ consumer_offset = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
+
+
+# The last progress report the resolver refused for a stream, per consumer (the
+# reporter's record, shown by ``gapless status``): the pass goes on past it, and the
+# row goes once a report of the stream is acknowledged again.
+report_refusal = Table(
+    "report_refusal",
+    metadata,
+    Column("consumer", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("code", Text, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("refused_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("consumer", "tenant_id", "catalog_id", "history_epoch"),
+)
+
+DEFERRED_REASONS = ("paused", "epoch_held")
+
+# Deliveries the live applier took in but did not apply yet, because the catalog was
+# paused (``paused``) or their epoch is newer than the one its serving generation was
+# cut over to (``epoch_held``). Their Kafka offsets are recorded, so Kafka will not
+# deliver them again: each row is handed back (applied, or ignored as an old epoch
+# with its audit row) once the pause or the hold ends, and then deleted.
+deferred_delivery = Table(
+    "deferred_delivery",
+    metadata,
+    Column("consumer", Text, nullable=False),
+    Column("event_id", Uuid, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=False),
+    Column("history_epoch", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("value", LargeBinary, nullable=False),
+    Column("deferred_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("consumer", "event_id"),
+    CheckConstraint("reason IN ('paused', 'epoch_held')", name="deferred_delivery_reason_known"),
+)
+Index(
+    "deferred_delivery_catalog_idx",
+    deferred_delivery.c.consumer,
+    deferred_delivery.c.tenant_id,
+    deferred_delivery.c.catalog_id,
+    deferred_delivery.c.history_epoch,
+    deferred_delivery.c.position,
+)
