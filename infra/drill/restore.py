@@ -5,7 +5,8 @@ In a sandbox of its own (databases and topics, dropped afterwards), with the
 deployed processes (``gapless resolver-api``, ``relay``, ``agents``, ``read-api``)
 as subprocesses:
 
-1. writers commit decisions on one catalog while the pipeline applies them;
+1. writers commit decisions on one catalog while the pipeline applies them, through
+   two agents workers (one consumer group, as a deployment runs them);
 2. back the resolver database up with ``pg_dump -Fc`` (cursor W_b);
 3. writes go on until the projections hold events after W_b; then the agents stop
    (a consumer lagging behind) while more events reach Kafka; the writers stop;
@@ -13,7 +14,7 @@ as subprocesses:
    decision API answers ``STREAM_PAUSED``, the read API ``STREAM_BEING_RESTORED``;
 5. restore the backup in place (``pg_restore`` into a new database that then takes
    the old one's name): its history ends at W_b again, though Kafka and the projections
-   hold events after it;
+   hold events after it; nobody has fenced yet, so the stream's history went back;
 6. run the fence procedure (``infra.fence``: joins the pause, issues the next epoch,
    fences the old streams; ``drill_fence_s``), start the agents again, which meet
    the old epoch's events still in Kafka, and follow the rebuild at the new epoch
@@ -22,7 +23,14 @@ as subprocesses:
    the agents applied it all and judged every old-epoch message in Kafka;
 8. check: the serving generation equals the accepted state row by row; no
    old-epoch delivery was applied after the fence, each has a terminal audited
-   outcome; the new epoch's positions are 1..n.
+   outcome; the new epoch's positions are 1..n; the agents report their progress at
+   the new epoch to the resolver again (``drill_reporting_resumed``) and pruning
+   advances there (``drill_pruned_after_fence``): what an operator checks before
+   calling the catalog recovered.
+
+``--events N`` sizes the run: about 60 % of N before the backup, 10 % each applied
+and left in Kafka after it, 20 % at the new epoch (at least 150/40/40/60). Small runs
+pace the writers (a steady load); from 2,000 events on they write as fast as they can.
 
 ``drill_recovery_s`` runs from the pause to the resume: what an operator would
 report as the time to recover (the RTO the seed leaves to the business); the RPO is
@@ -69,6 +77,33 @@ CONSUMER = "product-applier"
 START_TIMEOUT_S = 90.0
 CONVERGE_TIMEOUT_S = 180.0
 POLL_S = 0.1
+DEFAULT_EVENTS = 300
+AGENTS_WORKERS = 2
+PACED_UP_TO = 2_000
+"""Runs of up to this many events pace their writers (0.02 s between decisions)."""
+
+
+@dataclass(frozen=True)
+class DrillSize:
+    """How many events the drill writes in each step (module docstring)."""
+
+    before_backup: int
+    applied_after_backup: int
+    in_kafka_after_backup: int
+    new_epoch: int
+    pace_seconds: float
+
+    @classmethod
+    def of(cls, events: int) -> DrillSize:
+        if events < 1:
+            raise ValueError(f"--events must be at least 1, not {events}")
+        return cls(
+            before_backup=max(150, events * 6 // 10),
+            applied_after_backup=max(40, events // 10),
+            in_kafka_after_backup=max(40, events // 10),
+            new_epoch=max(60, events // 5),
+            pace_seconds=0.02 if events <= PACED_UP_TO else 0.0,
+        )
 
 
 @dataclass
@@ -90,6 +125,12 @@ class DrillReport:
     new_epoch: int = 0
     new_epoch_first_position: int | None = None
     new_epoch_positions: int = 0
+    drill_events: int = 0
+    drill_agents_workers: int = 0
+    drill_reporting_resumed: bool = False
+    drill_pruned_after_fence: bool = False
+    new_epoch_reported: int = 0
+    new_epoch_pruned: int = 0
     writes_refused_while_paused: str | None = None
     reads_refused_while_paused: str | None = None
     paused_by: list[str] = field(default_factory=list)
@@ -175,7 +216,7 @@ def _restore_in_place(owner_dsn: str, backup: Path) -> None:
 class _Writers:
     """Decisions on the catalog from two threads until stopped (``run_workload``)."""
 
-    def __init__(self, box: Sandbox, tenant: str, tag: str) -> None:
+    def __init__(self, box: Sandbox, tenant: str, tag: str, pace_seconds: float) -> None:
         self._pool = ConnectionPool(box.databases.resolver_dsn, min_size=1, max_size=2, open=True)
         self._epochs = EpochSource(box.databases.control_dsn)
         self._stop = threading.Event()
@@ -190,7 +231,7 @@ class _Writers:
                     1_000_000,
                     2,
                     stop=self._stop,
-                    pace_seconds=0.02,
+                    pace_seconds=pace_seconds,
                     id_tag=tag,
                 )
             except BaseException as exc:  # reported by stop()
@@ -233,17 +274,36 @@ def _old_epoch_audit(product_dsn: str, tenant: str, fenced_at: Any) -> tuple[int
     return int(row[0]), int(row[1])
 
 
-def run_drill(
-    box: Sandbox, echo: Echo, before_events: int = 150, after_events: int = 60
-) -> DrillReport:
+def _reported(resolver_dsn: str, stream: StreamId) -> int:
+    """The live consumer's progress on ``stream`` as the resolver last acknowledged it."""
+    with psycopg.connect(resolver_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT reported_position FROM stream_consumer WHERE tenant_id = %s"
+            " AND catalog_id = %s AND history_epoch = %s AND consumer_id = %s",
+            (*stream, CONSUMER),
+        ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _prune(resolver_dsn: str, stream: StreamId) -> int:
+    """Prune ``stream`` with no age limit: how many outbox rows went."""
+    from producers.retention.pruner import RetentionPolicy, prune_stream
+
+    with psycopg.connect(resolver_dsn, autocommit=True) as conn:
+        return prune_stream(conn, stream, RetentionPolicy(age_seconds=0, batch_size=1000)).deleted
+
+
+def run_drill(box: Sandbox, echo: Echo, events: int = DEFAULT_EVENTS) -> DrillReport:
     """Steps 1-8 of the module docstring in ``box``."""
-    report = DrillReport()
+    size = DrillSize.of(events)
+    report = DrillReport(drill_agents_workers=AGENTS_WORKERS)
     tenant = box.tenant("restore")
     old = StreamId(tenant, CATALOG, 1)
     dbs = box.databases
-    api_port, web_port, read_port = free_port(), free_port(), free_port()
+    api_port, read_port = free_port(), free_port()
+    web_ports = [free_port() for _ in range(AGENTS_WORKERS)]
     env = {
-        **process_env(box, api_port, web_port),
+        **process_env(box, api_port, web_ports[0]),
         "GAPLESS_READ_API_PORT": str(read_port),
         "GAPLESS_PAUSE_POLL_SECONDS": "1",
         "GAPLESS_AGENTS_GAP_THRESHOLD_SECONDS": "2",
@@ -254,13 +314,22 @@ def run_drill(
     health = {
         "resolver-api": f"http://127.0.0.1:{api_port}/readyz",
         "relay": None,
-        "agents": f"http://127.0.0.1:{web_port}/readyz",
         "read-api": f"http://127.0.0.1:{read_port}/readyz",
     }
     processes = {
         name: Deployed(name, [name], env, logs / f"drill-{box.run_id}-{name}.log", url)
         for name, url in health.items()
     }
+    workers: list[Deployed] = []
+    for n, port in enumerate(web_ports, start=1):
+        name = f"agents-{n}"
+        url = f"http://127.0.0.1:{port}/readyz"
+        health[name] = url
+        worker_env = {**env, "GAPLESS_AGENTS_WEB_PORT": str(port)}
+        workers.append(
+            Deployed(name, ["agents"], worker_env, logs / f"drill-{box.run_id}-{name}.log", url)
+        )
+    processes.update({w.name: w for w in workers})
     token = os.environ.get("GAPLESS_RESOLVER_TOKEN", "")
     kafka = KafkaSettings(
         kafka_bootstrap=box.bootstrap,
@@ -278,12 +347,12 @@ def run_drill(
                 p.wait_ready(START_TIMEOUT_S)
         echo(f"drill: started {', '.join(processes)}")
         # 1.
-        writers = _Writers(box, tenant, "before")
+        writers = _Writers(box, tenant, "before", size.pace_seconds)
         _wait(
             "the first events applied",
-            lambda: _progress(dbs.product_dsn, old) >= before_events,
+            lambda: _progress(dbs.product_dsn, old) >= size.before_backup,
             live,
-            START_TIMEOUT_S,
+            _timeout(size.before_backup),
         )
         # 2.
         backup = Path(tempfile.mkdtemp(prefix="gapless-drill-")) / "resolver.dump"
@@ -291,21 +360,22 @@ def run_drill(
         report.backup_position = _committed(dbs.resolver_dsn, old)  # at least the dump's
         echo(f"drill: resolver backed up (pg_dump -Fc), history near {report.backup_position}")
         # 3.
-        applied_past = report.backup_position + 40
+        applied_past = report.backup_position + size.applied_after_backup
         _wait(
             "events after the backup in the projections",
             lambda: _progress(dbs.product_dsn, old) >= applied_past,
             live,
-            START_TIMEOUT_S,
+            _timeout(size.applied_after_backup),
         )
-        processes["agents"].stop()
+        for worker in workers:
+            worker.stop()
         stopped_at = _progress(dbs.product_dsn, old)
-        in_kafka_past = _committed(dbs.resolver_dsn, old) + 40
+        in_kafka_past = _committed(dbs.resolver_dsn, old) + size.in_kafka_after_backup
         _wait(
             "events after the agents stopped in Kafka",
             lambda: _published(dbs.resolver_dsn, old) >= in_kafka_past,
             [processes["resolver-api"], processes["relay"]],
-            START_TIMEOUT_S,
+            _timeout(size.in_kafka_after_backup),
         )
         writers.stop()
         writers = None
@@ -355,9 +425,11 @@ def run_drill(
 
         # 6.
         def follow(rebuild_id: uuid.UUID) -> str | None:
-            processes["agents"].start()  # the lagging consumer comes back after the fence
-            processes["agents"].wait_ready(START_TIMEOUT_S)
-            deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+            for worker in workers:  # the lagging consumer comes back after the fence
+                worker.start()
+            for worker in workers:
+                worker.wait_ready(START_TIMEOUT_S)
+            deadline = time.monotonic() + _timeout(report.position_before_restore)
             with psycopg.connect(dbs.product_dsn, autocommit=True) as conn:
                 while True:
                     row = rebuilds.get(conn, rebuild_id)
@@ -383,12 +455,12 @@ def run_drill(
         echo(f"drill: resumed at epoch {fenced.epoch} after {report.drill_recovery_s:.1f}s")
         # 7.
         new = StreamId(tenant, CATALOG, fenced.epoch)
-        writers = _Writers(box, tenant, "after")
+        writers = _Writers(box, tenant, "after", size.pace_seconds)
         _wait(
             "writes at the new epoch",
-            lambda: _committed(dbs.resolver_dsn, new) >= after_events,
+            lambda: _committed(dbs.resolver_dsn, new) >= size.new_epoch,
             live,
-            START_TIMEOUT_S,
+            _timeout(size.new_epoch),
         )
         writers.stop()
         writers = None
@@ -396,8 +468,22 @@ def run_drill(
             "the agents to apply the new epoch",
             lambda: _progress(dbs.product_dsn, new) == _committed(dbs.resolver_dsn, new),
             live,
-            CONVERGE_TIMEOUT_S,
+            _timeout(size.new_epoch),
         )
+        committed_new = _committed(dbs.resolver_dsn, new)
+        report.drill_events = report.position_before_restore + committed_new
+        try:
+            _wait(
+                "the agents to report their progress at the new epoch",
+                lambda: _reported(dbs.resolver_dsn, new) >= committed_new,
+                live,
+                CONVERGE_TIMEOUT_S,
+            )
+        except RuntimeError as exc:
+            report.failures.append(str(exc))
+        report.new_epoch_reported = _reported(dbs.resolver_dsn, new)
+        report.drill_reporting_resumed = report.new_epoch_reported >= committed_new > 0
+
         with psycopg.connect(dbs.control_dsn, autocommit=True) as conn:
             issued = conn.execute(
                 "SELECT issued_at FROM history_epoch_log WHERE tenant_id = %s"
@@ -442,6 +528,14 @@ def run_drill(
         report.rows_compared = sum(comparison.rows.values())
         report.mismatched_rows = len(comparison.differences)
         report.mismatches = [str(d) for d in comparison.differences[:10]]
+        # Last, as an operator's retention pass would: it deletes the outbox rows
+        # counted above.
+        report.new_epoch_pruned = _prune(dbs.resolver_dsn, new)
+        report.drill_pruned_after_fence = report.new_epoch_pruned > 0
+        echo(
+            f"drill: the new epoch reported at {report.new_epoch_reported} of"
+            f" {committed_new}; {report.new_epoch_pruned} of its events pruned"
+        )
     finally:
         if writers is not None:
             writers.stop()
@@ -455,13 +549,21 @@ def run_drill(
         "writes_refused": report.writes_refused_while_paused == "STREAM_PAUSED",
         "reads_refused": report.reads_refused_while_paused == "STREAM_BEING_RESTORED",
         "lost_to_restore": report.events_lost_to_restore > 0,
+        "reporting_resumed": report.drill_reporting_resumed,
+        "pruned_after_fence": report.drill_pruned_after_fence,
     }
     report.failures += [name for name, ok in checks.items() if not ok]
     report.drill_ok = not report.failures
     return report
 
 
-def run_restore_drill(as_json: bool, echo: Echo) -> int:
+def _timeout(events: int) -> float:
+    """How long a step of ``events`` events may take: the fixed start-up allowance,
+    plus 20 ms an event (a slow machine writes and applies 50 events/s)."""
+    return START_TIMEOUT_S + events * 0.02
+
+
+def run_restore_drill(as_json: bool, echo: Echo, events: int = DEFAULT_EVENTS) -> int:
     """Prepare the local services, run the drill in a sandbox, print it; the exit code."""
     from infra.bench.machine import MachineLoad
     from infra.bench.run import environment_of
@@ -473,7 +575,7 @@ def run_restore_drill(as_json: bool, echo: Echo) -> int:
     machine = MachineLoad()
     with sandbox(echo, extra_topics={"events": 6, "control": 1, "status": 1}) as box:
         environment = environment_of(box)
-        report = run_drill(box, echo)
+        report = run_drill(box, echo, events)
     environment.update(machine.finish())
     report.environment = environment
     if as_json:
@@ -495,6 +597,10 @@ def render(report: DrillReport) -> str:
         ("old-epoch deliveries after the fence", str(report.old_epoch_deliveries)),
         ("  of them applied", str(report.old_epoch_applied)),
         ("new epoch starts at position", str(report.new_epoch_first_position)),
+        ("events written (both epochs)", str(report.drill_events)),
+        ("agents workers", str(report.drill_agents_workers)),
+        ("progress reported at the new epoch", str(report.new_epoch_reported)),
+        ("new-epoch events pruned after the fence", str(report.new_epoch_pruned)),
         ("rows compared / mismatched", f"{report.rows_compared} / {report.mismatched_rows}"),
         ("paused and acknowledged by", ", ".join(report.paused_by)),
     ]
@@ -522,6 +628,8 @@ def demo_drill(echo: Echo) -> dict[str, Any]:
         "new_epoch_first_position",
         "rows_compared",
         "mismatched_rows",
+        "drill_reporting_resumed",
+        "drill_pruned_after_fence",
         "failures",
     )
     return {k: v for k, v in report.as_dict().items() if k in keep}

@@ -60,5 +60,11 @@ def test_the_restore_drill_fences_rebuilds_resumes_and_loses_nothing_it_kept(
     for name in ("pause", "restore", "fence", "rebuild", "resume", "recovery"):
         assert report[f"drill_{name}_s"] > 0, name
     assert report["drill_recovery_s"] >= report["drill_rebuild_s"]
+    # Two agents workers, and the operator's own checks: reporting and pruning resumed.
+    assert report["drill_agents_workers"] == 2
+    assert report["drill_events"] >= 300
+    assert report["drill_reporting_resumed"] is True
+    assert report["new_epoch_reported"] == report["new_epoch_positions"]
+    assert report["drill_pruned_after_fence"] is True and report["new_epoch_pruned"] > 0
     assert "loadavg_end" in report["environment"]
     assert _sandboxes(db_settings) == before
