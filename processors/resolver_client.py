@@ -7,6 +7,9 @@ resolver that is down or slow is neither hammered nor waited on for ever. A call
 that runs out of attempts raises ``ResolverUnavailable``; its callers (progress
 reports, gap closing) try again on their next pass, and lose nothing meanwhile: a
 report not made only retains more, a gap not closed stays open.
+
+Every other answer that is not a success is mapped by one function, ``refusal``, to a
+typed error of ``processors.exceptions``: no ``httpx`` error reaches a caller.
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from typing import Any
 import httpx
 
 from processors.applier.progress import Stream
-from processors.exceptions import RebuildRequired, ResolverUnavailable, RetainedEventsGone
+from processors.exceptions import (
+    RebuildRequired,
+    ResolverForgot,
+    ResolverHistoryBehind,
+    ResolverRefused,
+    ResolverUnavailable,
+    RetainedEventsGone,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +76,58 @@ class RetryPolicy:
         return rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (failed_attempts - 1)))
 
 
-def _code(response: httpx.Response) -> str | None:
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    return body.get("code") if isinstance(body, dict) else None
+FORGOTTEN = frozenset({"LEASE_NOT_FOUND", "EXPORT_NOT_FOUND"})
+"""404 codes saying the resolver no longer knows a lease or an export (``ResolverForgot``)."""
+
+_REFUSALS: dict[str, type[ResolverRefused]] = {
+    "CONSUMER_NEEDS_REBUILD": RebuildRequired,
+    "POSITION_BEYOND_COMMITTED": ResolverHistoryBehind,
+}
 
 
 def _retryable(response: httpx.Response) -> bool:
     return response.status_code >= 500 or response.status_code == 429
+
+
+def _body(response: httpx.Response) -> tuple[str | None, str]:
+    """The error body's code and message (``{"code", "message"}``), as far as there is one."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return None, response.text[:500] or response.reason_phrase
+    code = body.get("code")
+    message = body.get("message") or body.get("detail") or response.reason_phrase
+    return (code if isinstance(code, str) else None), str(message)
+
+
+def refusal(response: httpx.Response) -> ResolverRefused | ResolverUnavailable:
+    """The typed error for an answer that is not a success (one place decides).
+
+    A 5xx or a 429 is ``ResolverUnavailable`` (later may differ); a 410 is
+    ``RetainedEventsGone``; a 404 naming a lease or an export is ``ResolverForgot``;
+    a code with a class of its own gets it (``CONSUMER_NEEDS_REBUILD``,
+    ``POSITION_BEYOND_COMMITTED``); anything else is a plain ``ResolverRefused``."""
+    status = response.status_code
+    code, message = _body(response)
+    if _retryable(response):
+        return ResolverUnavailable(f"{code or f'HTTP {status}'}: {message}")
+    resolver_code = code or f"HTTP_{status}"
+    kind: type[ResolverRefused] = ResolverRefused
+    if status == 410:
+        kind = RetainedEventsGone
+    elif status == 404 and code in FORGOTTEN:
+        kind = ResolverForgot
+    elif code in _REFUSALS:
+        kind = _REFUSALS[code]
+    return kind(resolver_code, status, message)
+
+
+def _success(response: httpx.Response) -> httpx.Response:
+    if not response.is_success:
+        raise refusal(response)
+    return response
 
 
 class ResolverClient:
@@ -122,14 +174,13 @@ class ResolverClient:
         )
 
     def report_progress(self, stream: Stream, consumer: str, position: int) -> int:
-        """Report durable progress; returns what the resolver now holds (never lower)."""
+        """Report durable progress; returns what the resolver now holds (never lower).
+        ``RebuildRequired`` when it is a first report below pruned-through,
+        ``ResolverHistoryBehind`` when ``position`` is above the committed cursor."""
         response = self._call(
             "POST", f"{_path(stream)}/consumers/{consumer}/progress", json={"position": position}
         )
-        if response.status_code == 409 and _code(response) == "CONSUMER_NEEDS_REBUILD":
-            raise RebuildRequired(response.json().get("message", "needs a rebuild"))
-        response.raise_for_status()
-        return int(response.json()["reported_position"])
+        return int(_success(response).json()["reported_position"])
 
     def streams(self, page_size: int = 1000) -> list[StreamPositions]:
         """Every stream the token may read, with its committed and pruned positions
@@ -137,9 +188,7 @@ class ResolverClient:
         found: list[StreamPositions] = []
         params: dict[str, Any] = {"limit": page_size}
         while True:
-            response = self._call("GET", "/v1/streams", params=params)
-            response.raise_for_status()
-            body = response.json()
+            body = _success(self._call("GET", "/v1/streams", params=params)).json()
             for s in body["streams"]:
                 stream = (str(s["tenant_id"]), str(s["catalog_id"]), int(s["history_epoch"]))
                 found.append(
@@ -151,10 +200,7 @@ class ResolverClient:
             params.update(after_tenant=tenant, after_catalog=catalog, after_epoch=epoch)
 
     def _json(self, response: httpx.Response) -> dict[str, Any]:
-        if response.status_code == 410:
-            raise RetainedEventsGone(response.json().get("message", "gone"))
-        response.raise_for_status()
-        body: dict[str, Any] = response.json()
+        body: dict[str, Any] = _success(response).json()
         return body
 
     def create_lease(self, stream: Stream, holder: str, ttl_seconds: int) -> dict[str, Any]:
@@ -175,18 +221,29 @@ class ResolverClient:
         )
 
     def renew_lease(self, lease_id: str, ttl_seconds: int) -> dict[str, Any]:
-        """410 (``RetainedEventsGone``) once it expired or was released."""
+        """``RetainedEventsGone`` once it expired or was released, ``ResolverForgot``
+        once the resolver no longer knows it."""
         return self._json(
             self._call("POST", f"/v1/leases/{lease_id}/renew", json={"ttl_seconds": ttl_seconds})
         )
 
-    def release_lease(self, lease_id: str) -> None:
-        self._call("DELETE", f"/v1/leases/{lease_id}").raise_for_status()
+    def release_lease(self, lease_id: str) -> bool:
+        """Release a lease; False when the resolver no longer holds it at all (it
+        forgot it, 404 ``LEASE_NOT_FOUND`` after a restore, or answers it is gone,
+        410). Either way it pins nothing now, which is all a release is for, so both
+        count as done (a released or expired lease the resolver still knows is
+        released again: True). Other refusals raise as everywhere."""
+        try:
+            _success(self._call("DELETE", f"/v1/leases/{lease_id}"))
+        except (ResolverForgot, RetainedEventsGone):
+            return False
+        return True
 
     def start_export(self, lease_id: str) -> dict[str, Any]:
         return self._json(self._call("POST", "/v1/exports", json={"lease_id": lease_id}))
 
     def export(self, export_id: str) -> dict[str, Any]:
+        """``ResolverForgot`` once the resolver no longer knows the export."""
         return self._json(self._call("GET", f"/v1/exports/{export_id}"))
 
     def retained_events(self, stream: Stream, after: int, limit: int = 500) -> RetainedPage:
@@ -199,7 +256,7 @@ class ResolverClient:
     ) -> RetainedPage:
         """A rebuild's catch-up: retained events after ``after`` under its lease; 410
         (``RetainedEventsGone``) once the lease expired, the cursor was pruned or the
-        epoch is no longer current."""
+        epoch is no longer current, ``ResolverForgot`` once the lease is unknown."""
         return self._page(
             self._call(
                 "GET",
@@ -214,10 +271,7 @@ class ResolverClient:
         )
 
     def _page(self, response: httpx.Response) -> RetainedPage:
-        if response.status_code == 410:
-            raise RetainedEventsGone(response.json().get("message", "pruned"))
-        response.raise_for_status()
-        body = response.json()
+        body = _success(response).json()
         return RetainedPage(
             committed_position=int(body["committed_position"]),
             pruned_through=int(body["pruned_through"]),

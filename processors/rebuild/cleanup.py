@@ -5,17 +5,18 @@ short transaction (``db.generations``), so serving and the live applier never wa
 on it:
 
 1. each finished rebuild not yet cleaned: release its lease (idempotent; a lease
-   already expired or released is fine), delete its shadow consumer's inbox,
-   parked and offset rows in batches, then in one transaction drop the shadow's
-   progress rows, supersede its open quarantine entries and set ``cleaned_at``;
+   already expired or released is fine, and so is one the resolver no longer knows,
+   404 after a restore: it pins nothing), delete its shadow consumer's inbox, parked
+   and offset rows in batches, then in one transaction drop the shadow's progress
+   rows, supersede its open quarantine entries and set ``cleaned_at``;
 2. each retired generation (no progress row points at it, no unfinished rebuild
    loads it) past the newest ``keep`` of its catalog: its projection rows, table by
    table, in batches.
 
 A crash between batches leaves rows nothing reads (a finished shadow, a retired
-generation); the next pass carries on where this one stopped. A rebuild cleaned
-before the lease could be released (the resolver unreachable) is not marked
-cleaned, so the release is tried again next pass.
+generation); the next pass carries on where this one stopped. A rebuild whose
+lease could not be released (the resolver unreachable, or refusing) is not marked
+cleaned, so the release is tried again next pass; the other rebuilds go on.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-import httpx
 import psycopg
 
 from db import generations as sql
 from db import rebuilds
-from processors.exceptions import ResolverUnavailable
+from processors.exceptions import ResolverRefused, ResolverUnavailable
 from processors.resolver_client import ResolverClient
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,11 @@ def sweep(
         for row in rebuilds.uncleaned(conn):
             if row.lease_id is not None:
                 try:
-                    client.release_lease(str(row.lease_id))
-                except (ResolverUnavailable, httpx.HTTPStatusError) as exc:
+                    if not client.release_lease(str(row.lease_id)):
+                        log.info(
+                            "rebuild %s: the resolver no longer knew its lease", row.rebuild_id
+                        )
+                except (ResolverUnavailable, ResolverRefused) as exc:
                     log.warning("rebuild %s: lease not released yet: %s", row.rebuild_id, exc)
                     continue
             for table in sql.SHADOW_TABLES:

@@ -19,14 +19,16 @@ Each transition is one UPDATE of the rebuild row, committed before the next step
 starts. A crash between a call to the resolver and that UPDATE leaves the earlier
 phase: the step runs again (a second lease or export, the first left to expire and
 to export retention). When the lease is gone (``410``: expired, released, epoch no
-longer current), the export failed or its writer went quiet, the rebuild starts
-over with a new lease and export, as attempt n + 1, up to ``max_attempts``; then it
-fails with the reason. A corrupted export fails it at once (``EXPORT_CORRUPT``):
-serving never saw any of it. A shadow blocked below H (a position it parked or
-quarantined) waits in ``catching_up`` with ``CATCHUP_BLOCKED`` and what holds it as
-its error, until an operator repairs the shadow consumer's entry. A restart clears
-the previous attempt's shadow rows before the new lease is taken, so nothing the
-shadow recorded for an older generation can pass for done in the new one.
+longer current), the resolver no longer knows the lease or the export (``404``
+after a restore: ``ResolverForgot``), the export failed or its writer went quiet,
+the rebuild starts over with a new lease and export, as attempt n + 1, up to
+``max_attempts``; then it fails with the reason. A corrupted export fails it at
+once (``EXPORT_CORRUPT``): serving never saw any of it. A shadow blocked below H
+(a position it parked or quarantined) waits in ``catching_up`` with
+``CATCHUP_BLOCKED`` and what holds it as its error, until an operator repairs the
+shadow consumer's entry. A restart clears the previous attempt's shadow rows before
+the new lease is taken, so nothing the shadow recorded for an older generation can
+pass for done in the new one.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from db.epochs import EpochSource
 from db.rebuilds import RebuildRow
 from db.tables.rebuilds import FINAL_PHASES
 from processors.applier.batch import Applier
-from processors.exceptions import RetainedEventsGone
+from processors.exceptions import ResolverForgot, RetainedEventsGone
 from processors.rebuild.catchup import catch_up
 from processors.rebuild.cleanup import clear_shadow
 from processors.rebuild.cutover import cut_over
@@ -137,6 +139,8 @@ class Orchestrator:
                 return sql.get(conn, rebuild_id)
         except RetainedEventsGone as exc:
             return self._restart(self._current(row), "LEASE_GONE", str(exc))
+        except ResolverForgot as exc:  # restored from before its lease or export: start over
+            return self._restart(self._current(row), exc.resolver_code, str(exc))
         except GaplessError as exc:
             if exc.code == "RESOLVER_UNAVAILABLE":
                 log.warning("rebuild %s waits for the resolver: %s", rebuild_id, exc)
