@@ -147,6 +147,20 @@ def recently_resumed(conn: psycopg.Connection, within_seconds: float) -> list[Pa
     return [_pause(r) for r in rows]
 
 
+def resumed_after_epoch(
+    conn: psycopg.Connection, tenant_id: str, catalog_id: str, epoch: int
+) -> Pause | None:
+    """The catalog's pause resumed last after ``epoch`` was issued, if any: the end of
+    the fence that issued it, whoever's pause the fence held (``infra.fence``)."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM stream_pause WHERE tenant_id = %s AND catalog_id = %s"
+        " AND resumed_at > (SELECT issued_at FROM history_epoch_log WHERE tenant_id = %s"
+        " AND catalog_id = %s AND epoch = %s) ORDER BY resumed_at DESC LIMIT 1",
+        (tenant_id, catalog_id, tenant_id, catalog_id, epoch),
+    ).fetchone()
+    return None if row is None else _pause(row)
+
+
 def heartbeat(conn: psycopg.Connection, instance_id: str, role: str) -> None:
     conn.execute(
         "INSERT INTO process_instance (instance_id, role) VALUES (%s, %s)"

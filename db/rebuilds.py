@@ -101,6 +101,19 @@ def active_for(
     return None if row is None else _row(row)
 
 
+def done_since_epoch(
+    conn: psycopg.Connection, consumer: str, tenant_id: str, catalog_id: str, epoch: int
+) -> RebuildRow | None:
+    """The catalog's first rebuild done at ``epoch`` or a later one, if any."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM rebuild WHERE consumer = %s AND tenant_id = %s"
+        " AND catalog_id = %s AND history_epoch >= %s AND phase = 'done'"
+        " ORDER BY finished_at LIMIT 1",
+        (consumer, tenant_id, catalog_id, epoch),
+    ).fetchone()
+    return None if row is None else _row(row)
+
+
 def recent(conn: psycopg.Connection, limit: int = 50) -> list[RebuildRow]:
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM rebuild ORDER BY created_at DESC LIMIT %s", (limit,)

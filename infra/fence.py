@@ -8,7 +8,9 @@ fence-epoch``) carries out, for one catalog and the epoch being fenced:
    the relay, the agents and the read API each acknowledge through the control
    database that they hold the pause; serving answers ``STREAM_BEING_RESTORED``;
 2. issue the next epoch in the control database, the only authority
-   (``db.epochs.issue_next``: once, logged with who, why and which epoch);
+   (``db.epochs.issue_next``: once, logged with who, why and which epoch), and in
+   the same transaction clear the older epochs' REWOUND flags (``clear_rewound``:
+   the fence an unfenced restore needed is this one, whichever order was used);
 3. fence the catalog's older streams in the resolver database
    (``db.fencing.fence_older_epochs``): no writer commits and no relay publishes
    into them any more; their rows stay as history, never relabelled;
@@ -17,14 +19,20 @@ fence-epoch``) carries out, for one catalog and the epoch being fenced:
    entries ``superseded``): nothing of an old epoch is applied after the fence;
 5. ask for a rebuild of the catalog at the new epoch through the control topic,
    with a request id derived from the catalog and the new epoch, so the same
-   procedure asked again is the same request (the agents carry each out once);
+   procedure asked again is the same request (the agents carry each out once); a
+   derived rebuild that failed or was cancelled, or that the agents refused, is
+   given up: the procedure asked again requests the next derived id;
 6. when the rebuild is done (followed with ``follow``, or found done when the
    procedure runs again), resume the catalog.
 
 Every step is idempotent (the pause's id too is derived from the catalog and the
 fenced epoch), so after a crash between two of them, or a procedure that stopped
 at 5 without following the rebuild, the operator runs the same command again and it
-completes the rest; once resumed, running it again changes nothing.
+completes the rest. Once resumed, running it again changes nothing: the procedure
+is found complete before step 1 (the new epoch issued, a rebuild at it done, and a
+pause of the catalog resumed after the epoch was issued), also when it held an
+operator's pause rather than its own, so it neither pauses the catalog again nor
+resumes a pause an operator opened since.
 """
 
 from __future__ import annotations
@@ -37,11 +45,12 @@ from dataclasses import dataclass, field
 import psycopg
 
 from db import rebuilds
-from db.epochs import current_epochs, issue_next
+from db.epochs import clear_rewound, current_epochs, issue_next
 from db.exceptions import EpochNotIssued
 from db.fence_runs import load_run, plan_run, recent_runs
 from db.fencing import Fenced, Settled, fence_older_epochs, settle_old_epochs
-from db.pauses import open_pause_of
+from db.pauses import open_pause_of, resumed_after_epoch
+from db.rebuilds import RebuildRow
 from db.settings import DatabaseSettings
 from infra.control import publish, rebuild_command
 from infra.pause import PauseReport, pause_catalog, resume_catalog
@@ -99,7 +108,7 @@ class FenceReport:
             "rebuild_phase": self.rebuild_phase,
             "pause": self.paused.as_dict() if self.paused else None,
             "resume": self.resumed.as_dict() if self.resumed else None,
-            "state": "resumed" if self.resumed else "paused",
+            "state": "resumed" if self.resumed or _complete_before(self) else "paused",
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
@@ -109,23 +118,49 @@ def rebuild_id_for(tenant_id: str, catalog_id: str, epoch: int, attempt: int = 0
     return uuid.uuid5(_REQUESTS, f"fence:{tenant_id}/{catalog_id}@{epoch}{suffix}")
 
 
+_GIVEN_UP = ("failed", "cancelled")
+"""Phases of a derived rebuild the procedure run again does not hand back."""
+
+
 def _fence_rebuild_id(product_dsn: str, tenant_id: str, catalog_id: str, epoch: int) -> uuid.UUID:
-    """The rebuild this fence asks for: the first derived id that was carried out or
-    not yet answered. One the agents refused (another rebuild of the catalog was
-    running then) keeps its answer for good, so the procedure run again asks with the
-    next id rather than being refused for ever."""
+    """The rebuild this fence asks for: the first derived id that is running, done,
+    or not yet answered. One the agents refused (another rebuild of the catalog was
+    running then) keeps its answer for good, and one that failed or was cancelled
+    stays so: the procedure run again asks with the next id rather than handing
+    back the same refusal or failure for ever."""
     with psycopg.connect(product_dsn) as conn:
         for attempt in range(1000):
             rebuild_id = rebuild_id_for(tenant_id, catalog_id, epoch, attempt)
-            if rebuilds.get(conn, rebuild_id) is not None:
+            row = rebuilds.get(conn, rebuild_id)
+            if row is not None and row.phase not in _GIVEN_UP:
                 return rebuild_id
-            if rebuilds.answer_of(conn, rebuild_id) is None:
+            if row is None and rebuilds.answer_of(conn, rebuild_id) is None:
                 return rebuild_id
-    raise RuntimeError(f"{tenant_id}/{catalog_id}: a thousand fence rebuilds refused")
+    raise RuntimeError(f"{tenant_id}/{catalog_id}: a thousand fence rebuilds given up")
 
 
 def pause_id_for(tenant_id: str, catalog_id: str, superseded: int) -> uuid.UUID:
     return uuid.uuid5(_REQUESTS, f"fence-pause:{tenant_id}/{catalog_id}@{superseded}")
+
+
+def _completed(
+    databases: DatabaseSettings, consumer: str, tenant_id: str, catalog_id: str, epoch: int
+) -> tuple[PauseReport, RebuildRow] | None:
+    """The pause that ended the fence issuing ``epoch`` and the rebuild done at it,
+    when the procedure is complete: a rebuild of the catalog at ``epoch`` (or later)
+    is done and a pause of the catalog was resumed after ``epoch`` was issued. The
+    fence's own pause, or an operator's that it joined (the runbook pauses before
+    restoring), or one an operator resumed by hand; a pause opened since is someone
+    else's, and the procedure leaves it alone."""
+    with psycopg.connect(databases.product_dsn) as conn:
+        done = rebuilds.done_since_epoch(conn, consumer, tenant_id, catalog_id, epoch)
+    if done is None:
+        return None
+    with psycopg.connect(databases.control_dsn) as conn:
+        resumed = resumed_after_epoch(conn, tenant_id, catalog_id, epoch)
+    if resumed is None:
+        return None
+    return PauseReport(resumed.pause_id, tenant_id, catalog_id, "resumed", False), done
 
 
 def _rebuild_phase(product_dsn: str, rebuild_id: uuid.UUID) -> str | None:
@@ -166,6 +201,19 @@ def fence_epoch(
             f"{tenant_id}/{catalog_id} has no epoch {superseded} to fence"
             f" (current: {current or 'none'})"
         )
+    complete = (
+        _completed(databases, consumer, tenant_id, catalog_id, superseded + 1)
+        if current > superseded
+        else None
+    )
+    if complete is not None:
+        report.paused, done = complete
+        report.rebuild_id, report.rebuild_phase = done.rebuild_id, done.phase
+        echo(
+            f"{tenant_id}/{catalog_id}: epoch {superseded + 1} issued, rebuild"
+            f" {done.rebuild_id} done, resumed ({report.paused.pause_id}): nothing left to do"
+        )
+        return report
     paused = pause_catalog(
         databases,
         kafka,
@@ -182,11 +230,14 @@ def fence_epoch(
     echo(f"1/6 {tenant_id}/{catalog_id} {paused.state}")
     with psycopg.connect(databases.control_dsn) as conn:
         issued = issue_next(conn, tenant_id, catalog_id, superseded, actor, reason)
+        # With the epoch: a stream flagged rewound (an unfenced restore) is fenced now.
+        cleared = clear_rewound(conn, tenant_id, catalog_id, issued.epoch, actor)
         conn.commit()
     report.epoch, report.issued_now = issued.epoch, issued.issued_now
     echo(
         f"2/6 epoch {issued.epoch} of {tenant_id}/{catalog_id}"
         f" {'issued' if issued.issued_now else 'was already issued'}"
+        + (f"; its REWOUND flag cleared ({cleared})" if cleared else "")
     )
     with psycopg.connect(databases.resolver_owner_dsn) as conn:
         report.fenced = fence_older_epochs(conn, tenant_id, catalog_id, issued.epoch)
@@ -232,7 +283,8 @@ def fence_epoch(
         echo(
             f"6/6 not resumed: the rebuild is {report.rebuild_phase or 'requested'};"
             " the catalog stays paused. Run this command again when it is done (or with"
-            " --wait to follow it); if it failed, see `gapless rebuild status`."
+            " --wait to follow it); if it failed or was cancelled, see `gapless rebuild"
+            " status` for why, then run this command again: it asks for a new rebuild."
         )
         return report
     report.resumed = resume_catalog(
@@ -313,6 +365,8 @@ def fence_all(
     report = FenceAllReport(run.run_id, run_id is None)
     echo(f"fence run {run.run_id}: {len(run.catalogs)} catalog(s); run it again with --run")
     for tenant, catalog, superseded in run.catalogs:
+        if _completed(databases, consumer, tenant, catalog, superseded + 1) is not None:
+            continue  # fenced and resumed before: not paused again
         pause_catalog(
             databases,
             kafka,

@@ -70,8 +70,10 @@ def fence_epoch(
     acknowledges), issue the next epoch, fence the old history (no more writes or
     publishing), settle what the agents hold of it, rebuild the catalog's projections
     at the new epoch and, once the rebuild is done, resume. Safe to run again: it
-    completes what is left. Exit 0 resumed, 1 the rebuild failed or a process did
-    not acknowledge, 2 bad input, 3 still paused (the rebuild is not done yet)."""
+    completes what is left, and asks for a new rebuild when the last one failed or
+    was cancelled. Exit 0 resumed, 1 the rebuild failed or was cancelled (run it
+    again to ask for the next) or a process did not acknowledge, 2 bad input, 3
+    still paused (the rebuild is not done yet)."""
     from db.exceptions import EpochNotIssued
     from db.settings import DatabaseSettings
     from infra.cli.rebuild import StatusWatch, follow_rebuild
