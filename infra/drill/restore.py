@@ -69,6 +69,7 @@ from infra.fence import fence_epoch
 from infra.local.postgres import PG_BIN
 from infra.pause import pause_catalog
 from infra.processes import Deployed, free_port
+from producers.retention.consumers import declare_standing
 from schemas.ids import StreamId
 from schemas.settings import KafkaSettings
 
@@ -346,6 +347,10 @@ def run_drill(box: Sandbox, echo: Echo, events: int = DEFAULT_EVENTS) -> DrillRe
             if health[p.name]:
                 p.wait_ready(START_TIMEOUT_S)
         echo(f"drill: started {', '.join(processes)}")
+        # As a deployment declares its consumers (GAPLESS_RETENTION_CONSUMERS): the
+        # live consumer holds every stream, the new epoch's too, before it reports.
+        with psycopg.connect(dbs.resolver_dsn, autocommit=True) as conn:
+            declare_standing(conn, CONSUMER, "drill")
         # 1.
         writers = _Writers(box, tenant, "before", size.pace_seconds)
         _wait(
@@ -529,7 +534,8 @@ def run_drill(box: Sandbox, echo: Echo, events: int = DEFAULT_EVENTS) -> DrillRe
         report.mismatched_rows = len(comparison.differences)
         report.mismatches = [str(d) for d in comparison.differences[:10]]
         # Last, as an operator's retention pass would: it deletes the outbox rows
-        # counted above.
+        # counted above. The live consumer is a standing one, so only its reports
+        # let any of them go.
         report.new_epoch_pruned = _prune(dbs.resolver_dsn, new)
         report.drill_pruned_after_fence = report.new_epoch_pruned > 0
         echo(
