@@ -33,3 +33,11 @@ class ExportAbandoned(ExportError):
     abandoned by retention)."""
 
     code = "EXPORT_ABANDONED"
+
+
+class ExportSpoolFailed(ExportError):
+    """The export's spool file (``GAPLESS_EXPORT_SPOOL_DIR``) could not be written or
+    read back: the directory is full, gone or not writable, or the file changed."""
+
+    code = "EXPORT_SPOOL_FAILED"
+    http_status = 503

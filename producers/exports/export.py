@@ -8,34 +8,42 @@ API process's background, or wherever it is called):
    cursor, in it (never ``max(outbox.position)``), and stream every kind of
    accepted state out of it as PostgreSQL builds the records (``db.exports.STATE``:
    one ``COPY (SELECT json_build_object(…) … ORDER BY <key>) TO STDOUT`` per kind;
-   the format is ``schemas.exports``'s); no row is decoded here;
-2. cut the lines into chunks of ``export_chunk_records`` lines (PostgreSQL sends
-   one row a block, so a chunk always ends at a line's end); put each chunk, then
-   record a heartbeat (chunks, records) on the export row;
-3. close the snapshot; advance the lease pin from P to W under the retention lock
-   (refused, 410, if the lease expired or was released);
-4. read the current epoch from the control database, uncached: it must still be
+   the format is ``schemas.exports``'s); no row is decoded here. The lines go to
+   the export's spool file (``producers.exports.spool``, in
+   ``GAPLESS_EXPORT_SPOOL_DIR``), cut into chunks of ``export_chunk_records`` lines
+   (PostgreSQL sends one row a block, so a chunk always ends at a line's end); each
+   chunk cut records a heartbeat (0 chunks put, the records read so far);
+2. close the snapshot. Nothing of the object store happens inside it: from here
+   on the resolver holds no transaction and no xmin horizon for this export, however
+   slowly the bucket takes it;
+3. put each chunk from the spool (read back and checked against the SHA-256 taken
+   when it was spooled), then record a heartbeat (chunks put, records);
+4. advance the lease pin from P to W under the retention lock (refused, 410, if the
+   lease expired or was released);
+5. read the current epoch from the control database, uncached: it must still be
    the stream's (else ``EXPORT_EPOCH_CHANGED``);
-5. put the manifest (every chunk's key, SHA-256, records, bytes);
-6. in one transaction, under the retention lock: the lease must still be live,
+6. put the manifest (every chunk's key, SHA-256, records, bytes);
+7. in one transaction, under the retention lock: the lease must still be live,
    then the export becomes ``ready`` with W and the manifest's SHA-256.
 
-A crash before 6 leaves the row ``writing`` and some objects: its heartbeat stops,
-the rebuild asks for a new export, and retention abandons the old one after
-``GAPLESS_EXPORT_STALE_SECONDS`` and deletes its objects. A pin advanced in 3 for an
-export that never became ready only retains events from W on, which the next
-export (at a W' >= W) needs anyway. A failure the writer sees ends the row
-``failed`` with its code. Only a ``ready`` export is ever loaded, and only with the
-checksums its row and manifest hold.
+The spool file is deleted when ``write`` returns, whatever happened. A crash before
+7 leaves the row ``writing``, some objects and the spool file: the next start of the
+resolver API deletes spools no live writer holds (a spool of the same export opened
+again is overwritten); the row's heartbeat stops, the rebuild asks for a new export,
+and retention abandons the old one after ``GAPLESS_EXPORT_STALE_SECONDS`` and deletes
+its objects. A pin advanced in 4 for an export that never became ready only retains
+events from W on, which the next export (at a W' >= W) needs anyway. A failure the
+writer sees ends the row ``failed`` with its code. Only a ``ready`` export is ever
+loaded, and only with the checksums its row and manifest hold.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import psycopg
@@ -47,9 +55,9 @@ from db.retained_events import begin_snapshot
 from producers.exports.exceptions import (
     ExportAbandoned,
     ExportEpochChanged,
-    ExportError,
     ExportNotFound,
 )
+from producers.exports.spool import ExportSpool
 from producers.exports.store import ExportStore
 from producers.retention import leases
 from schemas.errors import GaplessError
@@ -83,58 +91,24 @@ def find(conn: psycopg.Connection, export_id: uuid.UUID) -> ExportRow:
     return row
 
 
-@dataclass
-class _Chunks:
-    """The chunks written so far, and the one being filled (its lines as COPY sent
-    them, and how many of each kind)."""
-
-    stream: StreamId
-    export_id: uuid.UUID
-    store: ExportStore
-    beat: Callable[[int, int], None]
-    limit: int
-    entries: list[ChunkEntry] = field(default_factory=list)
-    pending: list[sql.Block] = field(default_factory=list)
-    kinds: Counter[str] = field(default_factory=Counter)
-    lines: int = 0
-    records: int = 0
-
-    def add(self, kind: str, block: sql.Block) -> None:
-        self.pending.append(block)
-        self.kinds[kind] += 1
-        self.lines += 1
-        if self.lines >= self.limit:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        data = b"".join(self.pending)
-        if data.count(b"\n") != self.lines or not data.endswith(b"\n"):
-            # COPY sends one row a block; anything else would cut a record in two
-            raise ExportError(f"export {self.export_id}: COPY sent a block of other than one row")
-        key = chunk_key(self.stream, str(self.export_id), len(self.entries) + 1)
-        self.store.put(key, data)
-        kinds = dict(sorted(self.kinds.items()))
-        self.entries.append(ChunkEntry(key, sha256(data), self.lines, len(data), kinds))
-        self.records += self.lines
-        self.pending, self.kinds, self.lines = [], Counter(), 0
-        self.beat(len(self.entries), self.records)
-
-
 def write(
     resolver_dsn: str,
     store: ExportStore,
     current_epoch: CurrentEpoch,
     export_id: uuid.UUID,
     chunk_records: int,
+    spool_dir: str | None = None,
 ) -> ExportRow:
-    """Write a begun export (the steps in the module docstring); returns its row,
+    """Write a begun export (the steps in the module docstring), spooled in
+    ``spool_dir`` (default: the system's temporary directory); returns its row,
     ``ready`` or ``failed``. Never raises for a failure it can record."""
     with psycopg.connect(resolver_dsn, autocommit=True) as control:
         export = find(control, export_id)
         try:
-            _write(resolver_dsn, control, store, current_epoch, export, chunk_records)
+            with ExportSpool.open(
+                spool_dir or tempfile.gettempdir(), export_id, chunk_records
+            ) as spool:
+                _write(resolver_dsn, control, store, current_epoch, export, spool)
         except (GaplessError, psycopg.Error, BotoCoreError, ClientError) as exc:
             code = exc.code if isinstance(exc, GaplessError) else type(exc).__name__
             log.warning("export %s of %s failed: %s: %s", export_id, export.stream, code, exc)
@@ -151,7 +125,7 @@ def _write(
     store: ExportStore,
     current_epoch: CurrentEpoch,
     export: ExportRow,
-    chunk_records: int,
+    spool: ExportSpool,
 ) -> None:
     stream, export_id = export.stream, export.export_id
 
@@ -159,27 +133,35 @@ def _write(
         if not sql.heartbeat(control, export_id, chunks, records):
             raise ExportAbandoned(f"export {export_id} is no longer being written")
 
-    chunks = _Chunks(stream, export_id, store, beat, chunk_records)
     by_aggregate: Counter[str] = Counter()
-    # 1-2. one snapshot, streamed into chunks
+    # 1-2. one snapshot, spooled, and closed before anything goes to the bucket
     with psycopg.connect(resolver_dsn) as snap, snap.transaction():
         begin_snapshot(snap)
         position = sql.snapshot_cursor(snap, stream)
         for kind, query in sql.STATE:
-            before = chunks.records + chunks.lines
+            before = spool.records
             for block in sql.copy_state(snap, query, stream.tenant_id, stream.catalog_id):
-                chunks.add(kind, block)
-            by_aggregate[kind] = chunks.records + chunks.lines - before
-        chunks.flush()
-    # 3. the lease now pins W
+                if spool.add(kind, block):
+                    beat(0, spool.records)
+            by_aggregate[kind] = spool.records - before
+        spool.cut()
+    # 3. the chunks, from the spool
+    entries: list[ChunkEntry] = []
+    for number, chunk in enumerate(spool.chunks, start=1):
+        key = chunk_key(stream, str(export_id), number)
+        store.put(key, spool.read(chunk))
+        entries.append(ChunkEntry(key, chunk.sha256, chunk.lines, chunk.length, chunk.kinds))
+        beat(number, spool.records)
+    records = spool.records
+    # 4. the lease now pins W
     leases.advance(control, export.lease_id, position)
-    # 4. the epoch is still the stream's
+    # 5. the epoch is still the stream's
     leases_epoch = current_epoch(stream)
     if leases_epoch != stream.history_epoch:
         raise ExportEpochChanged(
             f"{stream}: the current epoch became {leases_epoch} while the export was written"
         )
-    # 5. the manifest
+    # 6. the manifest
     manifest = Manifest(
         export_id=str(export_id),
         tenant_id=stream.tenant_id,
@@ -188,19 +170,19 @@ def _write(
         position=position,
         lease_id=str(export.lease_id),
         created_at=datetime.now(UTC).isoformat(),
-        chunks=tuple(chunks.entries),
-        records=chunks.records,
+        chunks=tuple(entries),
+        records=records,
         by_aggregate=dict(sorted((k, n) for k, n in by_aggregate.items() if n)),
     )
     data = manifest.to_bytes()
     key = manifest_key(stream, str(export_id))
     store.put(key, data)
-    # 6. ready, only while the lease is live
+    # 7. ready, only while the lease is live
     with control.transaction():
         lease = leases.locked(control, export.lease_id)
         leases.require_usable(lease)
         if not sql.mark_ready(
-            control, export_id, position, len(chunks.entries), chunks.records, key, sha256(data)
+            control, export_id, position, len(entries), records, key, sha256(data)
         ):
             raise ExportAbandoned(f"export {export_id} is no longer being written")
     log.info(
@@ -208,6 +190,6 @@ def _write(
         export_id,
         stream,
         position,
-        chunks.records,
-        len(chunks.entries),
+        records,
+        len(entries),
     )

@@ -2,7 +2,8 @@
 
 A request records the export and returns at once; the pool writes it. A crash of
 the process leaves the export ``writing`` with its heartbeat stopped, which is what
-the rebuild and export retention look for (``producers.exports.export``).
+the rebuild and export retention look for (``producers.exports.export``), and its
+spool file, which the runner deletes when the process starts again.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from db.epochs import EpochSource
 from db.exports import ExportRow
 from producers.exports.export import write
 from producers.exports.settings import ExportSettings
+from producers.exports.spool import clear_left_behind
 from producers.exports.store import ExportStore
 from schemas.ids import StreamId
 
@@ -24,6 +26,8 @@ class ExportRunner:
         self._epochs = EpochSource(control_dsn)
         self._store = ExportStore.from_settings(settings)
         self._chunk_records = settings.export_chunk_records
+        self._spool_dir = settings.export_spool_dir
+        clear_left_behind(self._spool_dir)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="export")
 
     def _current_epoch(self, stream: StreamId) -> int | None:
@@ -32,7 +36,13 @@ class ExportRunner:
 
     def submit(self, export_id: uuid.UUID) -> Future[ExportRow]:
         return self._pool.submit(
-            write, self._dsn, self._store, self._current_epoch, export_id, self._chunk_records
+            write,
+            self._dsn,
+            self._store,
+            self._current_epoch,
+            export_id,
+            self._chunk_records,
+            self._spool_dir,
         )
 
     def close(self) -> None:

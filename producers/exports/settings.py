@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+import tempfile
+
+from pydantic import Field, field_validator
 
 from schemas.settings import ObjectStoreSettings
 
@@ -31,3 +34,19 @@ class ExportSettings(ObjectStoreSettings):
         description="GAPLESS_EXPORT_STALE_SECONDS: a writing export without a heartbeat"
         " this long is abandoned (its writer died); its objects go.",
     )
+    export_spool_dir: str = Field(
+        default_factory=tempfile.gettempdir,
+        min_length=1,
+        description="GAPLESS_EXPORT_SPOOL_DIR: where an export spools its records while its"
+        " snapshot is open, before they go to the bucket (room for the largest export);"
+        " default: the system's temporary directory.",
+    )
+
+    @field_validator("export_spool_dir")
+    @classmethod
+    def _writable_directory(cls, value: str) -> str:
+        if not os.path.isdir(value):
+            raise ValueError(f"{value!r} is not a directory")
+        if not os.access(value, os.W_OK | os.X_OK):
+            raise ValueError(f"{value!r} is not writable")
+        return value
