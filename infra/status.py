@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from db import evidence as evidence_sql
-from db import pauses
+from db import pauses, report_refusals
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
 from producers.retention.report import StreamRetention, as_json, stream_report
@@ -236,3 +236,54 @@ def pause_lines(pause: dict[str, Any]) -> list[str]:
         + (f"; waiting for {', '.join(missing)}" if missing else ""),
     ]
     return lines
+
+
+def report_refused(settings: DatabaseSettings) -> list[dict[str, Any]]:
+    """Streams whose last progress report the resolver refused (``db.report_refusals``),
+    each with what to do next. Their outbox is not pruned past what was acknowledged
+    before; every other stream is reported as usual."""
+    with psycopg.connect(settings.product_dsn) as conn:
+        refusals = report_refusals.listed(conn)
+    return [
+        {
+            "tenant_id": r.stream[0],
+            "catalog_id": r.stream[1],
+            "history_epoch": r.stream[2],
+            "consumer": r.consumer,
+            "position": r.position,
+            "code": r.code,
+            "message": r.message,
+            "refused_at": r.refused_at.isoformat(),
+            "next": next_step(r),
+        }
+        for r in refusals
+    ]
+
+
+def next_step(refusal: report_refusals.Refusal) -> str:
+    """What an operator does about a refused report (docs/operations.md)."""
+    tenant, catalog, epoch = refusal.stream
+    where = f"--tenant {tenant} --catalog {catalog}"
+    if refusal.code == "POSITION_BEYOND_COMMITTED":
+        return (
+            "the resolver's history went back below what was applied (a restore?): run"
+            f" gapless fence-epoch {where} --epoch {epoch} --consumer {refusal.consumer}"
+            ' --reason "..." --wait'
+        )
+    if refusal.code == "CONSUMER_NEEDS_REBUILD":
+        return (
+            "the resolver pruned events this consumer still needs: run gapless rebuild"
+            f" {where} --consumer {refusal.consumer} --wait (or deregister it:"
+            " gapless consumers deregister)"
+        )
+    return "the reporter sends it again every pass; the message says what the resolver wants"
+
+
+def report_refused_lines(refusal: dict[str, Any]) -> list[str]:
+    return [
+        f"REPORT REFUSED {refusal['tenant_id']}/{refusal['catalog_id']}"
+        f"@{refusal['history_epoch']} by {refusal['consumer']} at {refusal['position']}"
+        f" since {refusal['refused_at']}: {refusal['code']}",
+        f"    {refusal['message']}",
+        f"    next: {refusal['next']}",
+    ]

@@ -43,20 +43,31 @@ def down() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--services-only", is_flag=True, help="Only the local services.")
 def status(as_json: bool, services_only: bool) -> None:
-    """Local services, paused catalogs and who holds each pause, then per stream:
-    committed, published, retention floor and what holds it, leases, and each
+    """Local services, streams whose progress report the resolver refused (REPORT
+    REFUSED, with what to do next), paused catalogs and who holds each pause, then per
+    stream: committed, published, retention floor and what holds it, leases, and each
     consumer's durable progress, lag, parked and quarantined."""
     from dataclasses import asdict
 
     from db.settings import DatabaseSettings
     from infra.local.services import status as service_status
-    from infra.status import collect, lines, missing_evidence, pause_lines, paused, to_json
+    from infra.status import (
+        collect,
+        lines,
+        missing_evidence,
+        pause_lines,
+        paused,
+        report_refused,
+        report_refused_lines,
+        to_json,
+    )
 
     services = guarded(service_status)
     streams: list[Any] = []
     unattributed = 0
     missing: int | None = None
     pauses: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
     problem = None
     if not services_only:
         use_local_services()
@@ -65,6 +76,7 @@ def status(as_json: bool, services_only: bool) -> None:
             streams, unattributed = collect(settings)
             missing = missing_evidence(settings)
             pauses = paused(settings)
+            refused = report_refused(settings)
         except Exception as exc:  # the databases may be down: say so, keep the rest
             problem = f"streams unavailable: {exc}"
     if as_json:
@@ -73,6 +85,7 @@ def status(as_json: bool, services_only: bool) -> None:
                 {
                     "services": [asdict(s) for s in services],
                     "pauses": pauses,
+                    "report_refused": refused,
                     "streams": [to_json(s) for s in streams],
                     "undecodable_quarantined": unattributed,
                     "evidence_missing": missing,
@@ -86,6 +99,9 @@ def status(as_json: bool, services_only: bool) -> None:
         click.echo(f"{mark} {s.name:<9} {s.address:<24} {s.detail}")
     if problem:
         echo(problem)
+    for refusal in refused:
+        for line in report_refused_lines(refusal):
+            click.echo(click.style(line, fg="red") if line.startswith("REPORT") else line)
     for pause in pauses:
         for line in pause_lines(pause):
             click.echo(click.style(line, fg="yellow") if line.startswith("PAUSED") else line)

@@ -59,7 +59,10 @@ def register(
     app: Any, settings: AgentSettings, client: ResolverClient, pauses: PauseWatch | None = None
 ) -> None:
     lease = recovery_lease(settings)
-    reporter = ProgressReporter(settings.product_dsn, client, settings.agents_consumer)
+    # Its own epoch source: it runs in another thread than the agent's appliers.
+    reporter = ProgressReporter(
+        settings.product_dsn, client, settings.agents_consumer, EpochSource(settings.control_dsn)
+    )
     # Its own applier (own connection): it runs while the agent's batch may be open.
     closer = GapCloser(
         settings.product_dsn,

@@ -83,7 +83,9 @@ def test_a_hole_and_a_lost_tail_are_filled_from_retained_events(
     with psycopg.connect(clean_db.product_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM parked_event").fetchone() == (0,)
 
-    reporter = ProgressReporter(clean_db.product_dsn, client, "product-applier")
+    reporter = ProgressReporter(
+        clean_db.product_dsn, client, "product-applier", EpochSource(clean_db.control_dsn)
+    )
     assert reporter.report_once() == 1
     assert reporter.report_once() == 0  # nothing moved: nothing sent
     assert reporter.reported == {STREAM: total}
@@ -227,7 +229,9 @@ def test_a_refused_first_report_is_shown_and_the_other_streams_carry_on(
         )
         conn.execute("DELETE FROM outbox WHERE position <= 3")
     client = ResolverClient(resolver_api.url, resolver_api.token)
-    reporter = ProgressReporter(clean_db.product_dsn, client, "late")
+    reporter = ProgressReporter(
+        clean_db.product_dsn, client, "late", EpochSource(clean_db.control_dsn)
+    )
     assert reporter.report_once() == 0
     assert reporter.refused == {STREAM: 1}
     assert REGISTRY.get_sample_value("gapless_consumer_needs_rebuild", _labels()) == 1

@@ -57,7 +57,9 @@ def test_reports_wait_out_a_resolver_that_is_down_and_lose_nothing(
     # Down for a whole pass: every attempt fails, the pass gives up, nothing is lost
     # (the resolver keeps retaining everything) and nothing is taken as reported.
     down = ResolverClient(url, API_TOKEN, timeout_s=1, retry=patient, sleep=lambda _: None)
-    reporter = ProgressReporter(clean_db.product_dsn, down, CONSUMER)
+    reporter = ProgressReporter(
+        clean_db.product_dsn, down, CONSUMER, EpochSource(clean_db.control_dsn)
+    )
     assert reporter.report_once() == 0
     assert reporter.reported == {} and _held(clean_db) == []
     down.close()
@@ -73,7 +75,9 @@ def test_reports_wait_out_a_resolver_that_is_down_and_lose_nothing(
             attempts_failed.append(pause)
 
         client = ResolverClient(url, API_TOKEN, timeout_s=1, retry=patient, sleep=back_off)
-        reporter = ProgressReporter(clean_db.product_dsn, client, CONSUMER)
+        reporter = ProgressReporter(
+            clean_db.product_dsn, client, CONSUMER, EpochSource(clean_db.control_dsn)
+        )
         assert reporter.report_once() == 1
         assert len(attempts_failed) >= 1
         assert reporter.reported == {("t1", "c1", 1): total}
@@ -99,7 +103,9 @@ def test_a_reporter_that_hands_over_forgets_what_it_reported(clean_db: DatabaseS
     port = free_port()
     with serving(clean_db, port):
         client = ResolverClient(f"http://127.0.0.1:{port}", API_TOKEN, timeout_s=5)
-        reporter = ProgressReporter(clean_db.product_dsn, client, CONSUMER)
+        reporter = ProgressReporter(
+            clean_db.product_dsn, client, CONSUMER, EpochSource(clean_db.control_dsn)
+        )
         assert reporter.report_once() == 1
         assert _gauge(stream) == total
         reporter.forget()
