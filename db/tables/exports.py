@@ -72,3 +72,6 @@ Index(
     snapshot_export.c.history_epoch,
     snapshot_export.c.created_at,
 )
+# A lease goes only once no export row names it (and its deletion checks the foreign
+# key): export rows looked up by lease (``db.sweeps``).
+Index("snapshot_export_lease_idx", snapshot_export.c.lease_id)

@@ -385,6 +385,12 @@ Index(
     quarantine.c.aggregate_id,
     postgresql_where=text("status = 'skipped' AND aggregate_type IS NOT NULL"),
 )
+# The sweep of resolved entries past their retention, oldest first (``db.sweeps``).
+Index(
+    "quarantine_resolved_idx",
+    quarantine.c.resolved_at,
+    postgresql_where=text("status <> 'open'"),
+)
 
 
 # Where this consumer resumes reading each partition: every message below
