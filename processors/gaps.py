@@ -17,8 +17,16 @@ A stream of an epoch a settled fence superseded (``superseded_epoch``) is histor
 is never filled (every event of it would only be ignored, and once the resolver has
 pruned it after the fenced retention period, asking would raise a false rebuild
 alarm for a dead stream).
+A stream of an epoch not released for this consumer (no progress row of a later
+epoch than the first: no cutover at it yet, ``processors.applier.deferred``) is not
+filled either: its events would only be held.
 A retained copy whose bytes an operator already skipped (an undecodable message) is
 recorded skipped, not quarantined again.
+
+Each pass first hands back the deliveries the applier kept aside that are now due
+(``hand_back_deferred``: a paused catalog's after its resume, a held epoch's after
+its cutover), so what Kafka delivered once is judged before a retained copy of it
+is fetched.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ from urllib.parse import quote
 
 import psycopg
 
+from db.epochs import FIRST_EPOCH
 from db.inbox_pruning import superseded_catalogs
 from db.pauses import PauseWatch
+from processors.applier import deferred
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.applier.progress import Stream
@@ -126,6 +136,7 @@ class GapCloser:
     def candidates(self, now: float | None = None) -> dict[Stream, int]:
         now = time.monotonic() if now is None else now
         progress, waiting, superseded = self._streams()
+        own = set(progress)
         behind = self._behind(progress)
         stalled: dict[Stream, int] = {}
         for stream, position in progress.items():
@@ -133,6 +144,8 @@ class GapCloser:
                 continue
             if stream[2] < superseded.get((stream[0], stream[1]), 0):
                 continue
+            if stream[2] > FIRST_EPOCH and stream not in own:
+                continue  # its epoch is held until a cutover at it creates the row
             gone = self._gone.get(stream)
             if gone == position:
                 continue
@@ -161,8 +174,49 @@ class GapCloser:
         ]
         return self.applier.apply(messages)
 
+    def hand_back_deferred(self) -> BatchResult:
+        """Hand the due deliveries the applier kept aside back to it, a page at a time
+        (``processors.applier.deferred``: the steps and what a crash leaves), until
+        none is due or a page was only kept aside again (its catalog paused anew)."""
+        total = BatchResult()
+        paused = self.pauses.paused_keys() if self.pauses is not None else frozenset()
+        while True:
+            with psycopg.connect(self.product_dsn) as conn:
+                page = deferred.due(
+                    conn, self.consumer, paused, self.applier.current_epochs, self.page_size
+                )
+            if not page:
+                return total
+            result = self.applier.apply(page)
+            for name in (
+                "received",
+                "applied",
+                "duplicates",
+                "parked",
+                "released",
+                "ignored",
+                "quarantined",
+                "deferred",
+                "held",
+            ):
+                setattr(total, name, getattr(total, name) + getattr(result, name))
+            total.progress.update(result.progress)
+            log.info(
+                "handed back %d deferred deliveries: applied %d, ignored %d, duplicates %d,"
+                " kept aside again %d",
+                len(page),
+                result.applied,
+                result.ignored,
+                result.duplicates,
+                result.deferred + result.held,
+            )
+            if len(page) < self.page_size or result.deferred + result.held >= len(page):
+                return total
+
     def close_once(self) -> dict[Stream, BatchResult]:
-        """One pass over stalled streams; returns what was applied per stream."""
+        """One pass: the due deferred deliveries first, then the stalled streams;
+        returns what was applied per stream (the stalled ones)."""
+        self.hand_back_deferred()
         results: dict[Stream, BatchResult] = {}
         paused = self.pauses.paused_keys() if self.pauses is not None else frozenset()
         for stream, position in self.candidates().items():

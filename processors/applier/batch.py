@@ -13,7 +13,7 @@ import psycopg
 
 from db.epochs import EpochSource
 from db.pauses import PauseWatch
-from processors.applier import inbox, offsets, parking, progress, skips
+from processors.applier import deferred, inbox, offsets, parking, progress, skips
 from processors.applier.exceptions import EpochUnknown
 from processors.applier.messages import RawMessage
 from processors.applier.plan import (
@@ -56,7 +56,8 @@ class BatchResult:
     released: int = 0
     ignored: int = 0
     quarantined: int = 0
-    deferred: int = 0  # of paused catalogs: left for the gap closer after the resume
+    deferred: int = 0  # of paused catalogs: kept, handed back after the resume
+    held: int = 0  # of an epoch not released yet: kept, handed back after its cutover
     progress: dict[progress.Stream, int] = field(default_factory=dict)
 
 
@@ -100,6 +101,10 @@ class Applier:
         self._epochs = epochs
         self._codec = codec
         self._conn: psycopg.Connection | None = None
+        # Streams whose epoch is released for this consumer (``deferred.released``):
+        # a progress row is never removed while its consumer applies, so once
+        # released, always released.
+        self._released: set[progress.Stream] = set()
 
     @property
     def product_dsn(self) -> str:
@@ -109,6 +114,10 @@ class Applier:
         """An applier of the same database, epochs and codec under another consumer
         name (an operator's repair of a shadow rebuild's entry, say)."""
         return Applier(self._dsn, self._epochs, self._codec, consumer)
+
+    def current_epochs(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The catalogs' current epochs, as the control database says now."""
+        return self._epochs.epochs(pairs, refresh=True)
 
     def connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
@@ -130,10 +139,14 @@ class Applier:
         is unavailable, ``CodecError.retryable``: that raises, so the batch is delivered
         again rather than good events set aside); so is a parked event whose
         release fails, and an event that would park on a skipped one. An event of a
-        paused catalog (``pauses``) in its current epoch is left out, unrecorded: its
-        stream's progress stays before it, and after the resume the gap closer fetches
-        it from the resolver (the messages' offsets are recorded, so Kafka does not
-        deliver it again). One of an older epoch is judged as ever (ignored, audited).
+        paused catalog (``pauses``) in its current epoch is kept aside
+        (``deferred``, ``paused``), and so is one of a current epoch not released for
+        this consumer yet (``epoch_held``: no cutover at that epoch yet). Neither
+        gets an inbox row or moves progress; the messages' offsets are recorded, so
+        Kafka does not deliver them again, and the gap closer hands them back when
+        they are due. One of an older epoch is judged as ever (ignored, audited).
+        Messages handed back (``deferred.handed_back``) lose their kept row in the
+        transaction that judges them, unless they are kept aside again.
         """
         result = BatchResult(received=len(messages))
         decoded: list[_Decoded] = []
@@ -149,6 +162,7 @@ class Applier:
                 undecodable.append((message, exc))
         keys = {(d.event.tenant_id, d.event.catalog_id) for d in decoded}
         with self._unpaused(keys) as allowed:
+            paused: list[_Decoded] = []
             if len(allowed) < len(keys):
                 # A paused catalog's events of its current epoch wait; those of an
                 # older one go on to their terminal, audited ``ignored_old_epoch``.
@@ -158,10 +172,9 @@ class Applier:
                     key = (d.event.tenant_id, d.event.catalog_id)
                     return key not in allowed and d.event.history_epoch >= epochs.get(key, 0)
 
-                kept = [d for d in decoded if not waits(d)]
-                result.deferred = len(decoded) - len(kept)
-                decoded = kept
-            return self._apply_decoded(messages, decoded, undecodable, result)
+                paused = [d for d in decoded if waits(d)]
+                decoded = [d for d in decoded if not waits(d)]
+            return self._apply_decoded(messages, decoded, undecodable, result, paused)
 
     @contextmanager
     def _unpaused(self, keys: set[tuple[str, str]]) -> Iterator[frozenset[tuple[str, str]]]:
@@ -178,15 +191,20 @@ class Applier:
         decoded: list[_Decoded],
         undecodable: list[tuple[RawMessage, CodecError]],
         result: BatchResult,
+        paused: list[_Decoded],
     ) -> BatchResult:
         current, unknown_epoch = self._check_epochs(decoded)
-        held = {id(d) for d in unknown_epoch}
-        decoded = [d for d in decoded if id(d) not in held]
+        unknown = {id(d) for d in unknown_epoch}
+        decoded = [d for d in decoded if id(d) not in unknown]
         conn = self.connection()
         bad: list[tuple[RawMessage, CodecError]] = []  # newly quarantined, to log
         early: list[_Decoded] = []
         try:
             with conn.transaction():
+                # Before any progress row is locked: locking creates missing rows.
+                held = self._not_released(conn, decoded, current)
+                if held:
+                    decoded = [d for d in decoded if id(d) not in held]
                 self._apply_in_transaction(conn, decoded, current, result)
                 for message, error in undecodable:
                     opened = self._undecodable(conn, message, error)
@@ -209,6 +227,12 @@ class Applier:
                     result.quarantined += opened
                     if opened:
                         early.append(d)
+                result.deferred, result.held = self._set_aside(
+                    conn,
+                    [*decoded, *unknown_epoch, *paused, *held.values()],
+                    paused,
+                    list(held.values()),
+                )
         except (psycopg.OperationalError, psycopg.InterfaceError):
             raise  # connection trouble: retry the whole batch
         except psycopg.Error as exc:
@@ -233,6 +257,52 @@ class Applier:
                 extra=event_fields(d.event.stream, d.event.position, d.event.event_id),
             )
         return result
+
+    def _not_released(
+        self,
+        conn: psycopg.Connection,
+        decoded: list[_Decoded],
+        current: dict[tuple[str, str], int],
+    ) -> dict[int, _Decoded]:
+        """The events of a current epoch not released for this consumer yet (no
+        cutover at it: ``deferred``), by ``id``. Old epochs are judged as ever, and an
+        epoch the control database does not know is quarantined before this."""
+        streams = {
+            d.event.stream
+            for d in decoded
+            if d.event.history_epoch == current.get((d.event.tenant_id, d.event.catalog_id))
+        } - self._released
+        if not streams:
+            return {}
+        found = deferred.released(conn, self.consumer, streams)
+        self._released |= found
+        waiting = streams - found
+        return {id(d): d for d in decoded if d.event.stream in waiting}
+
+    def _set_aside(
+        self,
+        conn: psycopg.Connection,
+        judged: list[_Decoded],
+        paused: list[_Decoded],
+        held: list[_Decoded],
+    ) -> tuple[int, int]:
+        """Keep the paused and held deliveries (``deferred.keep``) and forget the
+        handed-back ones of ``judged`` that are not kept again, in the batch's
+        transaction; the numbers kept for each reason."""
+        kept = [deferred.Kept(d.event, d.message.value or b"", deferred.PAUSED) for d in paused]
+        kept += [deferred.Kept(d.event, d.message.value or b"", deferred.EPOCH_HELD) for d in held]
+        deferred.keep(conn, self.consumer, kept)
+        again = {k.event.event_id for k in kept}
+        deferred.forget(
+            conn,
+            self.consumer,
+            {
+                d.event.event_id
+                for d in judged
+                if deferred.handed_back(d.message) and d.event.event_id not in again
+            },
+        )
+        return len(paused), len(held)
 
     def resume_offsets(self, topic: str) -> dict[int, int]:
         """Where to resume each partition of ``topic``, from the product database.
@@ -273,7 +343,16 @@ class Applier:
         total = BatchResult(received=len(messages))
         for message in messages:
             one = self.apply([message])
-            for name in ("applied", "duplicates", "parked", "released", "ignored", "quarantined"):
+            for name in (
+                "applied",
+                "duplicates",
+                "parked",
+                "released",
+                "ignored",
+                "quarantined",
+                "deferred",
+                "held",
+            ):
                 setattr(total, name, getattr(total, name) + getattr(one, name))
             total.progress.update(one.progress)
         return total
@@ -412,6 +491,8 @@ class Applier:
                 conn, self.consumer, item.message, code, str(exc), item.event
             )
             offsets.record(conn, self.consumer, [item.message])
+            if deferred.handed_back(item.message):  # the quarantine keeps it now
+                deferred.forget(conn, self.consumer, [item.event.event_id])
         e = item.event
         log.error(
             "quarantined event %s: %s",

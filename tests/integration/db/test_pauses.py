@@ -32,7 +32,7 @@ from schemas.ids import StreamId
 from schemas.settings import KafkaSettings
 from tests.fixtures.decisions import accept
 from tests.fixtures.waits import wait_for
-from tests.integration.processors.test_applier_faults import Partition, upsert
+from tests.integration.processors.test_applier_faults import Partition, cut_over, upsert
 
 TENANT, CATALOG = "applier-faults", "c1"  # the tenant the applier helpers write
 STREAM = StreamId(TENANT, CATALOG, 1)
@@ -145,7 +145,7 @@ def test_the_agents_leave_a_paused_catalogs_events_and_still_judge_an_old_epochs
     first = upsert(1, "i1", 1)
     result = applier.apply([partition.event(first)])
     assert (result.deferred, result.applied) == (1, 0)
-    assert outcome(first.event_id) is None  # not recorded: the gap closer fetches it later
+    assert outcome(first.event_id) is None  # kept aside, handed back after the resume
     # The restore issues epoch 2: epoch 1's events are judged, paused or not.
     with psycopg.connect(clean_db.control_dsn, autocommit=True) as conn:
         conn.execute(
@@ -158,6 +158,7 @@ def test_the_agents_leave_a_paused_catalogs_events_and_still_judge_an_old_epochs
     assert outcome(stale.event_id) == ("ignored_old_epoch",)
     _resume(clean_db)
     watch.refresh()
+    cut_over(clean_db.product_dsn, 2)  # the fence's rebuild: epoch 2 is released
     fresh = upsert(1, "i3", 1, epoch=2)
     assert applier.apply([partition.event(fresh)]).applied == 1
     applier.close()

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from db import cutover
 from db.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.applier.batch import DEFAULT_CONSUMER, Applier
@@ -24,6 +25,7 @@ from processors.applier.repair import list_entries, skip
 from schemas.codec import CODEC, MAGIC
 from schemas.events import AggregateRef, CatalogItemRetired, CatalogItemUpserted, Envelope
 from schemas.exceptions import CodecErrorCode
+from schemas.ids import StreamId
 from schemas.topics import EVENTS_TOPIC
 from tests.fixtures.applier_crash import AFTER_COMMIT, BEFORE_COMMIT, encode_messages
 
@@ -144,6 +146,22 @@ def set_epoch(control_dsn: str, epoch: int) -> None:
             "UPDATE history_epoch SET epoch = %s WHERE tenant_id = %s AND catalog_id = %s",
             (epoch, TENANT, CATALOG),
         )
+
+
+def cut_over(
+    product_dsn: str,
+    epoch: int,
+    generation: int = 1,
+    consumer: str = DEFAULT_CONSUMER,
+    catalog: str = CATALOG,
+) -> None:
+    """The consumer's row of ``epoch`` serving ``generation``, as the cutover of a
+    rebuild at that epoch leaves it (its SQL): until then the applier holds the
+    epoch's events (``processors.applier.deferred``)."""
+    with psycopg.connect(product_dsn) as conn:
+        stream = StreamId(TENANT, catalog, epoch)
+        cutover.lock_live(conn, consumer, stream)
+        cutover.swap(conn, consumer, stream, generation, 0)
 
 
 @pytest.fixture()
@@ -456,6 +474,7 @@ def test_an_event_of_an_older_epoch_is_recorded_and_changes_nothing(
     partition = Partition()
     applier.apply([partition.event(upsert(1, "a", 1, title="before the fence"))])
     set_epoch(clean_db.control_dsn, 2)
+    cut_over(clean_db.product_dsn, 2)
     old_update = upsert(2, "a", 2, title="from the old history")
     old_orphan = upsert(3, "b", 1, parent=on("nowhere", 1))  # would otherwise park
     current = upsert(1, "c", 1, epoch=2)
@@ -487,6 +506,7 @@ def test_an_event_of_an_epoch_not_yet_issued_writes_nothing_for_its_stream(
     # raising: its stream gets no inbox row, projection row or progress, and other
     # events of the batch still apply. An operator retries it once the epoch exists.
     set_epoch(clean_db.control_dsn, 2)
+    cut_over(clean_db.product_dsn, 2)
     partition = Partition()
     current = upsert(1, "a", 1, epoch=2)
     future = upsert(1, "b", 1, epoch=3)
@@ -519,6 +539,7 @@ def test_an_epoch_issued_after_the_cache_was_filled_is_looked_up_again(
     try:
         applier.apply([partition.event(upsert(1, "a", 1))])  # caches epoch 1
         set_epoch(clean_db.control_dsn, 2)
+        cut_over(clean_db.product_dsn, 2)
         fenced = upsert(1, "a", 2, epoch=2, title="after the fence")
 
         result = applier.apply([partition.event(fenced)])

@@ -17,6 +17,7 @@ from tests.integration.processors.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,
+    cut_over,
     on,
     upsert,
 )
@@ -123,6 +124,7 @@ def test_revisions_are_read_in_each_catalogs_own_generation(clean_db: DatabaseSe
             "UPDATE history_epoch SET epoch = 2 WHERE tenant_id = %s AND catalog_id = %s",
             (TENANT, CATALOG),
         )
+    cut_over(clean_db.product_dsn, 2, generation=2, consumer="live")  # releases epoch 2
     later = upsert(1, "c", 1, epoch=2)
     assert live.apply([partition.event(later)]).applied == 1
     assert _progress_of(clean_db.product_dsn, "live")[(CATALOG, 2)] == (1, 2)

@@ -40,6 +40,7 @@ from tests.integration.processors.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,
+    cut_over,
     on,
     read_state,
     set_epoch,
@@ -115,6 +116,7 @@ def superseded_history(clean_db: DatabaseSettings, applier: Applier) -> Partitio
         conn.commit()
     late = applier.apply([partition.event(upsert(p, f"late{p}", 1)) for p in (5, 8)])
     assert late.ignored == 2
+    cut_over(clean_db.product_dsn, 2)  # the fence's rebuild: epoch 2 is released
     live = [upsert(p, f"n{p}", 1, epoch=2) for p in range(1, 4)]
     assert applier.apply([partition.event(e) for e in live]).applied == 3
     state = read_state(clean_db.product_dsn)
