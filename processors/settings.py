@@ -183,6 +183,40 @@ class AgentSettings(
         le=100_000,
         description="GAPLESS_AGENTS_INBOX_PRUNE_BATCH_SIZE: inbox rows deleted per statement.",
     )
+    agents_sweep_interval_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="GAPLESS_AGENTS_SWEEP_INTERVAL_SECONDS: pause between sweeps of finished"
+        " rebuilds, control answers, resolved quarantine entries and gone processes.",
+    )
+    agents_sweep_batch_size: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="GAPLESS_AGENTS_SWEEP_BATCH_SIZE: rows a sweep deletes per statement.",
+    )
+    rebuild_retention_seconds: float = Field(
+        default=30 * 86_400.0,
+        ge=86_400.0,
+        description="GAPLESS_REBUILD_RETENTION_SECONDS: a finished, cleaned-up rebuild's row"
+        " and the answer to a request that was not started are kept this long; keep it"
+        " above the control topic's retention (Kafka's default: 7 days), so a command"
+        " delivered again always finds what became of it.",
+    )
+    quarantine_retention_seconds: float = Field(
+        default=30 * 86_400.0,
+        ge=0,
+        description="GAPLESS_QUARANTINE_RETENTION_SECONDS: a quarantine entry retried,"
+        " superseded or skipped is kept this long after (a skipped one naming its"
+        " aggregate stays: later events of it are checked against it).",
+    )
+    process_retention_seconds: float = Field(
+        default=7 * 86_400.0,
+        ge=3_600.0,
+        description="GAPLESS_PROCESS_RETENTION_SECONDS: a process not seen this long, its"
+        " pause acknowledgements, and those of pauses resumed this long ago, are deleted"
+        " from the control database.",
+    )
 
 
 class ReadApiSettings(PauseSettings, LiveConsumerSettings, ApiTokenSettings):

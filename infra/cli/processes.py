@@ -77,7 +77,9 @@ def prune(once: bool, as_json: bool) -> None:
     Only published events older than GAPLESS_RETENTION_AGE_SECONDS, and never past a
     registered consumer's progress or a live lease's pin. Each pass also deletes
     snapshot exports beyond the newest GAPLESS_EXPORTS_KEEP per stream (never one
-    whose lease is live). Without --once, a pass runs every
+    whose lease is live), their rows after GAPLESS_EXPORT_ROWS_RETENTION_SECONDS,
+    export objects no row wants, and leases ended GAPLESS_LEASE_RETENTION_SECONDS
+    ago. Without --once, a pass runs every
     GAPLESS_PRUNE_INTERVAL_SECONDS until SIGTERM (/healthz, /readyz and /metrics with
     GAPLESS_PRUNE_HTTP_PORT).
     """

@@ -1,7 +1,9 @@
-"""The inbox pruning timer beside the applier (``processors.applier.inbox_pruning``).
+"""The housekeeping timers beside the applier: inbox pruning
+(``processors.applier.inbox_pruning``) and the sweeps of finished rebuilds, control
+answers, resolved quarantine entries and gone processes (``processors.sweeps``).
 
-Every worker runs it; two passes at once delete disjoint or already-deleted rows,
-so running it twice costs time, never correctness.
+Every worker runs them; two passes at once delete disjoint or already-deleted rows,
+so running them twice costs time, never correctness.
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ from prometheus_client import Counter
 
 from processors.applier.inbox_pruning import InboxPruner, InboxRetention
 from processors.settings import AgentSettings
+from processors.sweeps import SweepPolicy, sweep_once
 
 log = logging.getLogger(__name__)
 
 PRUNED = Counter("gapless_inbox_pruned_total", "Inbox rows deleted after the retention window")
+SWEPT = Counter(
+    "gapless_rows_swept_total",
+    "Rows deleted after their retention: finished rebuilds, control answers, resolved"
+    " quarantine entries, gone processes and their pause acknowledgements",
+    ["what"],
+)
 
 
 def register(app: Any, settings: AgentSettings) -> None:
@@ -28,6 +37,12 @@ def register(app: Any, settings: AgentSettings) -> None:
             settings.agents_inbox_prune_batch_size,
             fenced_seconds=settings.fenced_retention_seconds,
         ),
+    )
+    policy = SweepPolicy(
+        settings.rebuild_retention_seconds,
+        settings.quarantine_retention_seconds,
+        settings.process_retention_seconds,
+        settings.agents_sweep_batch_size,
     )
 
     @app.timer(interval=settings.agents_inbox_prune_interval_seconds)  # type: ignore[untyped-decorator]
@@ -40,3 +55,16 @@ def register(app: Any, settings: AgentSettings) -> None:
         if deleted:
             PRUNED.inc(sum(deleted.values()))
             log.info("pruned %d inbox rows in %d streams", sum(deleted.values()), len(deleted))
+
+    @app.timer(interval=settings.agents_sweep_interval_seconds)  # type: ignore[untyped-decorator]
+    async def sweep() -> None:
+        try:
+            swept = await asyncio.to_thread(
+                sweep_once, settings.product_dsn, settings.control_dsn, policy
+            )
+        except Exception:  # the database away, say: the next pass tries again
+            log.exception("housekeeping sweep failed; will try again")
+            return
+        for what, count in swept.items():
+            if count:
+                SWEPT.labels(what).inc(count)

@@ -34,6 +34,12 @@ class ExportSettings(ObjectStoreSettings):
         description="GAPLESS_EXPORT_STALE_SECONDS: a writing export without a heartbeat"
         " this long is abandoned (its writer died); its objects go.",
     )
+    export_rows_retention_seconds: float = Field(
+        default=30 * 86_400.0,
+        ge=0,
+        description="GAPLESS_EXPORT_ROWS_RETENTION_SECONDS: an export's row is kept this long"
+        " after retention deleted its objects (as history), then deleted too.",
+    )
     export_spool_dir: str = Field(
         default_factory=tempfile.gettempdir,
         min_length=1,

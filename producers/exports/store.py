@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -72,15 +73,35 @@ class ExportStore:
 
         return self._retried(f"list {prefix}", listing)
 
-    def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix``; returns how many there were."""
-        keys = self.keys(prefix)
+    def page(
+        self, prefix: str, start_after: str, limit: int = 1000
+    ) -> tuple[list[tuple[str, datetime]], str | None]:
+        """Up to ``limit`` objects under ``prefix`` after the key ``start_after`` ("":
+        from the first), in key order, each with when it was last written; and the
+        key to go on after, or None at the end."""
+
+        def listing() -> tuple[list[tuple[str, datetime]], str | None]:
+            answer = self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=prefix, StartAfter=start_after, MaxKeys=limit
+            )
+            found = [(o["Key"], o["LastModified"]) for o in answer.get("Contents", [])]
+            more = answer.get("IsTruncated", False) and found
+            return found, found[-1][0] if more else None
+
+        return self._retried(f"list {prefix} after {start_after!r}", listing)
+
+    def delete_keys(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[start : start + 1000]]
             self._retried(
-                f"delete under {prefix}",
+                f"delete {len(batch)} object(s)",
                 lambda b=batch: self._client.delete_objects(  # type: ignore[misc]
                     Bucket=self.bucket, Delete={"Objects": b, "Quiet": True}
                 ),
             )
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix``; returns how many there were."""
+        keys = self.keys(prefix)
+        self.delete_keys(keys)
         return len(keys)

@@ -11,6 +11,7 @@ from types import FrameType
 import psycopg
 
 from db import retention as sql
+from db import sweeps
 from producers.http.probes import Heartbeat, serve
 from producers.retention.consumers import declare_standing
 from producers.retention.pruner import RetentionPolicy, StreamPruned, prune_all
@@ -32,10 +33,14 @@ AfterPass = Callable[[psycopg.Connection], object]
 
 
 def prune_once(settings: RetentionSettings, after: AfterPass | None = None) -> list[StreamPruned]:
-    """One pass over every stream, on a connection of its own; then ``after`` on the
-    same connection (the composition root passes export retention)."""
+    """One pass over every stream, on a connection of its own; then the rebuild
+    leases ended longer than ``GAPLESS_LEASE_RETENTION_SECONDS`` ago that no export
+    row names (``db.sweeps``; export rows go in ``after``, so a lease whose export
+    row goes this pass goes the next); then ``after`` on the same connection (the
+    composition root passes export retention)."""
     with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:
         results = prune_all(conn, policy(settings))
+        sweeps.ended_leases(conn, settings.lease_retention_seconds, settings.prune_batch_size)
         if after is not None:
             after(conn)
         return results

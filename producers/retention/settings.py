@@ -38,6 +38,12 @@ class RetentionSettings(DatabaseSettings, FencedRetentionSettings):
         description="GAPLESS_PRUNE_BATCH_SIZE: rows deleted per transaction (the"
         " retention lock is held that long).",
     )
+    lease_retention_seconds: float = Field(
+        default=7 * 86_400.0,
+        ge=0,
+        description="GAPLESS_LEASE_RETENTION_SECONDS: a released or expired rebuild lease"
+        " is kept this long (as history), then deleted once no export row names it.",
+    )
     retention_consumers: str = Field(
         default="product-applier",
         description="GAPLESS_RETENTION_CONSUMERS: standing consumers, comma-separated, that"
