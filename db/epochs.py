@@ -3,20 +3,159 @@
 The epoch is never inferred from messages and never stored only in the resolver
 database: after a resolver restore, the control database still says which history is
 current (DESIGN §8).
+
+A restore nobody fenced is recorded here too: a stream of the current epoch whose
+history went back under the running processes is flagged ``rewound_stream`` (by the
+applier when a position it holds arrives under another event id, by the resolver
+when a consumer reports progress above the committed cursor). While the flag is open
+its writes are refused (``HISTORY_REWOUND``); the fence that issues the next epoch
+clears it (``clear_rewound``).
 """
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
 
 from db.exceptions import EpochNotIssued
 
 FIRST_EPOCH = 1
+
+POSITION_REUSED = "position_reused"
+"""A consumer received an event at a position it holds under another event id."""
+REPORT_BEYOND_COMMITTED = "report_beyond_committed"
+"""A consumer reported progress above the stream's committed cursor."""
+
+
+def fence_command(tenant_id: str, catalog_id: str, epoch: int) -> str:
+    """The exact command that fixes a rewound stream: the fence its restore needed."""
+    return (
+        f"gapless fence-epoch --tenant {shlex.quote(tenant_id)}"
+        f" --catalog {shlex.quote(catalog_id)} --epoch {epoch}"
+        " --reason 'unfenced restore' --wait"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Rewound:
+    """An open flag: the stream's history went back without a fence."""
+
+    tenant_id: str
+    catalog_id: str
+    history_epoch: int
+    signal: str
+    detail: str
+    flagged_at: datetime
+
+    @property
+    def fix(self) -> str:
+        return fence_command(self.tenant_id, self.catalog_id, self.history_epoch)
+
+    def describe(self) -> str:
+        return (
+            f"{self.tenant_id}/{self.catalog_id}@{self.history_epoch} was flagged rewound"
+            f" at {self.flagged_at:%Y-%m-%d %H:%M:%S} ({self.signal}: {self.detail});"
+            f" its history went back without a fence. Fix: {self.fix}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EpochState:
+    epoch: int
+    """The catalog's current epoch."""
+    rewound: Rewound | None
+    """The open flag of the current epoch's stream, if any."""
+
+
+_REWOUND_COLUMNS = "r.tenant_id, r.catalog_id, r.history_epoch, r.signal, r.detail, r.flagged_at"
+
+
+def current_states(
+    conn: psycopg.Connection, pairs: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], EpochState]:
+    """The current epoch of each (tenant, catalog) that has one, with its stream's
+    open rewound flag: one statement (the flag table is empty unless something went
+    wrong, so the join costs nothing on the hot path)."""
+    wanted = sorted(set(pairs))
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        f"SELECT h.tenant_id, h.catalog_id, h.epoch, {_REWOUND_COLUMNS} FROM history_epoch h"
+        " LEFT JOIN rewound_stream r ON r.tenant_id = h.tenant_id"
+        " AND r.catalog_id = h.catalog_id AND r.history_epoch = h.epoch"
+        " AND r.cleared_at IS NULL"
+        " WHERE (h.tenant_id, h.catalog_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+        ([t for t, _ in wanted], [c for _, c in wanted]),
+    ).fetchall()
+    return {
+        (tenant, catalog): EpochState(
+            int(epoch),
+            Rewound(rt, rc, int(re), signal, detail, at) if rt is not None else None,
+        )
+        for tenant, catalog, epoch, rt, rc, re, signal, detail, at in rows
+    }
+
+
+def flag_rewound(
+    conn: psycopg.Connection,
+    tenant_id: str,
+    catalog_id: str,
+    epoch: int,
+    signal: str,
+    detail: str,
+) -> bool:
+    """Flag the stream ``epoch`` of a catalog rewound; True if this call flagged it.
+
+    Idempotent: a stream already flagged keeps its first flag (the first signal is
+    what an operator wants to read). Only the catalog's current epoch is flagged: an
+    older one is fenced already and takes no writes. The catalog's epoch row is read
+    ``FOR SHARE``, which waits for a fence issuing the next epoch (``issue_next``
+    locks it ``FOR UPDATE``) and then sees the new epoch, so a flag never lands on an
+    epoch a concurrent fence has just superseded and cleared. One statement, in the
+    caller's transaction (autocommit: its own).
+    """
+    row = conn.execute(
+        "WITH current AS (SELECT epoch FROM history_epoch WHERE tenant_id = %(t)s"
+        "  AND catalog_id = %(c)s FOR SHARE)"
+        " INSERT INTO rewound_stream (tenant_id, catalog_id, history_epoch, signal, detail)"
+        " SELECT %(t)s, %(c)s, %(e)s, %(signal)s, %(detail)s FROM current"
+        " WHERE current.epoch = %(e)s"
+        " ON CONFLICT (tenant_id, catalog_id, history_epoch) DO NOTHING RETURNING 1",
+        {"t": tenant_id, "c": catalog_id, "e": epoch, "signal": signal, "detail": detail[:2000]},
+    ).fetchone()
+    return row is not None
+
+
+def clear_rewound(
+    conn: psycopg.Connection, tenant_id: str, catalog_id: str, below: int, cleared_by: str
+) -> int:
+    """Close the open flags of the catalog's epochs below ``below`` (the epoch a fence
+    just issued); how many. In the caller's transaction: the fence runs it with
+    ``issue_next``, so the new epoch and the cleared flags commit together."""
+    return conn.execute(
+        "UPDATE rewound_stream SET cleared_at = now(), cleared_by = %s"
+        " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch < %s"
+        " AND cleared_at IS NULL",
+        (cleared_by, tenant_id, catalog_id, below),
+    ).rowcount
+
+
+def rewound_now(conn: psycopg.Connection) -> list[Rewound]:
+    """Every open flag on a catalog's current epoch (what ``gapless status``, the
+    metrics and the alert show), in stream order."""
+    rows = conn.execute(
+        f"SELECT {_REWOUND_COLUMNS} FROM rewound_stream r JOIN history_epoch h"
+        " ON h.tenant_id = r.tenant_id AND h.catalog_id = r.catalog_id"
+        " AND h.epoch = r.history_epoch WHERE r.cleared_at IS NULL"
+        " ORDER BY r.tenant_id, r.catalog_id, r.history_epoch"
+    ).fetchall()
+    return [Rewound(t, c, int(e), signal, detail, at) for t, c, e, signal, detail, at in rows]
 
 
 def current_epochs(
@@ -113,12 +252,14 @@ class EpochSource:
 
     The cache only saves round trips on the hot path; a fence (DESIGN §8) pauses
     writers and consumers for longer than ``ttl_seconds`` before issuing a new epoch.
+    Each cached epoch carries its stream's rewound flag (``current_states``), so a
+    flag raised in another process is seen within ``ttl_seconds`` at no extra cost.
     """
 
     def __init__(self, control_dsn: str, ttl_seconds: float = 1.0) -> None:
         self._dsn = control_dsn
         self._ttl = ttl_seconds
-        self._cache: dict[tuple[str, str], tuple[int, float]] = {}
+        self._cache: dict[tuple[str, str], tuple[EpochState, float]] = {}
         self._lock = threading.Lock()
         self._conn: psycopg.Connection | None = None
 
@@ -126,6 +267,26 @@ class EpochSource:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(self._dsn, autocommit=True)
         return self._conn
+
+    def _states(
+        self, pairs: Iterable[tuple[str, str]], refresh: bool = False
+    ) -> dict[tuple[str, str], EpochState]:
+        """Cached states of ``pairs`` (fresh ones read for the rest); the caller holds
+        the lock. Pairs without an epoch are absent."""
+        wanted = set(pairs)
+        now = time.monotonic()
+        found = {
+            key: value[0]
+            for key in wanted
+            if not refresh and (value := self._cache.get(key)) and now - value[1] < self._ttl
+        }
+        missing = wanted - found.keys()
+        if missing:
+            fresh = current_states(self._connection(), missing)
+            for key, state in fresh.items():
+                self._cache[key] = (state, now)
+            found.update(fresh)
+        return found
 
     def epoch_for_write(self, tenant_id: str, catalog_id: str) -> tuple[int, bool]:
         """The epoch a writer uses, and whether the control database has issued it.
@@ -135,23 +296,17 @@ class EpochSource:
         refused request leaves the control database as it was.
         """
         key = (tenant_id, catalog_id)
-        now = time.monotonic()
         with self._lock:
-            cached = self._cache.get(key)
-            if cached and now - cached[1] < self._ttl:
-                return cached[0], True
-            epoch = current_epochs(self._connection(), [key]).get(key)
-            if epoch is None:
-                return FIRST_EPOCH, False
-            self._cache[key] = (epoch, now)
-            return epoch, True
+            state = self._states([key]).get(key)
+        return (FIRST_EPOCH, False) if state is None else (state.epoch, True)
 
     def issue_first(self, tenant_id: str, catalog_id: str) -> int:
         """Issue the first epoch of a tenant/catalog (idempotent) and return the
         current one: another writer, or an operator, may have issued it first."""
+        key = (tenant_id, catalog_id)
         with self._lock:
             epoch = ensure_epoch(self._connection(), tenant_id, catalog_id)
-            self._cache[(tenant_id, catalog_id)] = (epoch, time.monotonic())
+            self._states([key], refresh=True)
             return epoch
 
     def epochs(
@@ -162,21 +317,38 @@ class EpochSource:
         ``refresh`` bypasses the cache, for a second look before treating an epoch
         as unknown.
         """
-        wanted = set(pairs)
-        now = time.monotonic()
         with self._lock:
-            found = {
-                key: value[0]
-                for key in wanted
-                if not refresh and (value := self._cache.get(key)) and now - value[1] < self._ttl
-            }
-            missing = wanted - found.keys()
-            if missing:
-                fresh = current_epochs(self._connection(), missing)
-                for key, epoch in fresh.items():
-                    self._cache[key] = (epoch, now)
-                found.update(fresh)
-            return found
+            return {key: state.epoch for key, state in self._states(pairs, refresh).items()}
+
+    def rewound(self, tenant_id: str, catalog_id: str, epoch: int) -> Rewound | None:
+        """The open rewound flag of the stream, if ``epoch`` is the catalog's current
+        one and is flagged (cached like the epoch: a flag raised elsewhere shows within
+        ``ttl_seconds``; an older epoch is fenced, so never answers here)."""
+        key = (tenant_id, catalog_id)
+        with self._lock:
+            state = self._states([key]).get(key)
+        if state is None or state.epoch != epoch:
+            return None
+        return state.rewound
+
+    def flag_rewound(
+        self, tenant_id: str, catalog_id: str, epoch: int, signal: str, detail: str
+    ) -> Rewound | None:
+        """Flag the stream rewound (``flag_rewound``, idempotent) and return its open
+        flag as this process now sees it (None: ``epoch`` is not the current one, so
+        there is nothing to flag)."""
+        key = (tenant_id, catalog_id)
+        with self._lock:
+            flag_rewound(self._connection(), tenant_id, catalog_id, epoch, signal, detail)
+            state = self._states([key], refresh=True).get(key)
+        if state is None or state.epoch != epoch:
+            return None
+        return state.rewound
+
+    def rewound_now(self) -> list[Rewound]:
+        """Every open flag on a current epoch, read afresh (status and metrics)."""
+        with self._lock:
+            return rewound_now(self._connection())
 
     def close(self) -> None:
         with self._lock:

@@ -28,6 +28,15 @@ class StreamFenced(GaplessError):
         self.fenced_for_epoch = fenced_for_epoch
 
 
+class HistoryRewound(GaplessError):
+    """The stream's history went back without a fence (a restore of the resolver
+    nobody fenced, or a promoted asynchronous replica): it takes no writes until
+    ``gapless fence-epoch`` fences it. The message names that exact command."""
+
+    code = "HISTORY_REWOUND"
+    http_status = 409
+
+
 class EpochNotIssued(GaplessError):
     """The epoch to fence is not the catalog's (it has none, or a lower one)."""
 

@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from db.commit_notifier import CommitNotifier
 from db.epochs import FIRST_EPOCH, EpochSource
-from db.exceptions import EpochChanged, StreamFenced
+from db.exceptions import EpochChanged, HistoryRewound, StreamFenced
 from db.pauses import PauseWatch
 from db.stream_writer import StreamWriter, locked_cursor, request_cursor_lock
 from schemas.codec import EventCodec
@@ -163,7 +163,11 @@ class UnitOfWork:
         is looked up again and the current epoch's stream is locked instead. A paused
         catalog raises ``StreamPaused`` before anything is locked; otherwise the work
         is counted as in flight until the unit of work ends, so the pause is
-        acknowledged only after this commits or rolls back.
+        acknowledged only after this commits or rolls back. A stream flagged rewound
+        (its history went back without a fence, ``db.epochs``) raises
+        ``HistoryRewound``, naming the fence that fixes it; the flag is read with the
+        cached epoch, so one raised elsewhere refuses writes here within the cache's
+        time to live.
         """
         key = (tenant_id, catalog_id)
         writer = self._writers.get(key)
@@ -181,6 +185,9 @@ class UnitOfWork:
                     raise
                 epoch, issued = current, True
                 writer = self._open_stream(self._require(), StreamId(tenant_id, catalog_id, epoch))
+            rewound = self._epochs.rewound(tenant_id, catalog_id, epoch) if issued else None
+            if rewound is not None:
+                raise HistoryRewound(f"nothing was written: {rewound.describe()}")
             self._writers[key] = writer
             if not issued:
                 self._unissued.add(key)

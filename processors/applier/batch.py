@@ -13,7 +13,7 @@ import psycopg
 
 from db.epochs import EpochSource
 from db.pauses import PauseWatch
-from processors.applier import deferred, inbox, offsets, parking, progress, skips
+from processors.applier import deferred, inbox, offsets, parking, progress, rewound, skips
 from processors.applier.exceptions import EpochUnknown
 from processors.applier.messages import RawMessage
 from processors.applier.plan import (
@@ -516,9 +516,13 @@ class Applier:
         1. lock the progress rows of every stream in the batch;
         2. drop events the inbox already has, repeats within the batch, and events at
            or below the stream's durable progress (every such position already has
-           its terminal outcome: a late copy is a duplicate whatever its event id,
-           also once the inbox row it had was pruned or its event was skipped);
+           its terminal outcome: a late copy is a duplicate, also once the inbox row
+           it had was pruned or its event was skipped), except one whose position
+           the inbox holds under another event id: the resolver's history went back
+           (``rewound.reused``), and it is judged as new;
         3. old-epoch events get the audited terminal outcome ``ignored_old_epoch``;
+           of the rest, a reused position flags its stream rewound, and every event of
+           a flagged stream is quarantined ``STREAM_REWOUND`` (``rewound.hold``);
         4. load applied revisions and the parked events the batch may release;
         5. plan: applied / ignored_stale / parked, releasing parked dependants (a
            released one of an epoch no longer current is ``ignored_old_epoch``, never
@@ -544,16 +548,21 @@ class Applier:
 
         seen = inbox.known(conn, self.consumer, (d.event.event_id for d in decoded))
         fresh: dict[uuid.UUID, _Decoded] = {}
+        late: dict[uuid.UUID, _Decoded] = {}  # at or below progress: duplicates, unless…
         for d in decoded:
             behind = locked.get(d.event.stream)
-            if (
-                d.event.event_id in seen
-                or d.event.event_id in fresh
-                or (behind is not None and d.event.position <= behind.position)
-            ):
+            if d.event.event_id in seen or d.event.event_id in fresh or d.event.event_id in late:
                 counts[d.event.stream].duplicates += 1
+            elif behind is not None and d.event.position <= behind.position:
+                late[d.event.event_id] = d
             else:
                 fresh[d.event.event_id] = d
+        reused = rewound.reused(conn, self.consumer, (d.event for d in late.values()))
+        for event_id, d in late.items():
+            if event_id in reused:
+                fresh[event_id] = d  # …its position is held under another event id
+            else:
+                counts[d.event.stream].duplicates += 1
 
         old = [
             d
@@ -564,6 +573,19 @@ class Applier:
             del fresh[d.event.event_id]
             counts[d.event.stream].ignored += 1
         inbox.record(conn, ((d.event, IGNORED_OLD_EPOCH) for d in old), self.consumer)
+        kept, opened = rewound.hold(
+            conn,
+            self.consumer,
+            self._epochs,
+            current_epochs,
+            [(d.event, d.message) for d in fresh.values()],
+            reused,
+        )
+        for event_id in kept | reused.keys():
+            dropped = fresh.pop(event_id, None)
+            if dropped is not None and event_id not in kept:  # a fence overtook the batch
+                counts[dropped.event.stream].duplicates += 1
+        result.quarantined += opened
 
         events = [d.event for d in fresh.values()]
         # Parked events wait only on aggregates of their own tenant and catalog. Where

@@ -30,6 +30,37 @@ def known(
     return {r[0] for r in rows}
 
 
+def holders(
+    conn: psycopg.Connection,
+    consumer: str,
+    positions: Iterable[tuple[tuple[str, str, int], int]],
+) -> dict[tuple[tuple[str, str, int], int], set[uuid.UUID]]:
+    """The event ids this consumer's inbox holds at each (stream, position) asked for
+    (absent: no row, never received or pruned). A stream's positions are unique in
+    the resolver's history, so a second id at one position means that history went
+    back (``processors.applier.rewound``)."""
+    wanted = sorted(set(positions))
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        "SELECT i.tenant_id, i.catalog_id, i.history_epoch, i.position, i.event_id FROM inbox i"
+        " JOIN unnest(%b::text[], %b::text[], %b::int8[], %b::int8[]) AS k(t, c, e, p)"
+        " ON i.tenant_id = k.t AND i.catalog_id = k.c AND i.history_epoch = k.e"
+        " AND i.position = k.p WHERE i.consumer = %b",
+        (
+            [s[0] for s, _ in wanted],
+            [s[1] for s, _ in wanted],
+            [s[2] for s, _ in wanted],
+            [p for _, p in wanted],
+            consumer,
+        ),
+    ).fetchall()
+    found: dict[tuple[tuple[str, str, int], int], set[uuid.UUID]] = {}
+    for t, c, e, position, event_id in rows:
+        found.setdefault(((t, c, int(e)), int(position)), set()).add(event_id)
+    return found
+
+
 def record(
     conn: psycopg.Connection,
     decided: Iterable[tuple[Envelope, str]],

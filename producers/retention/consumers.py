@@ -15,6 +15,12 @@ at or above pruned-through clears it) or an operator deregisters it.
 A standing consumer holds every stream, also streams it has never reported on, so
 events nobody has seen yet (all their messages lost, or a consumer deployed later)
 are kept for it from the stream's first event.
+
+A report above the committed cursor is refused (``POSITION_BEYOND_COMMITTED``): a
+consumer only ever sees committed positions, so the resolver's history went back
+under it (a restore nobody fenced). Given the control database, the refusal flags
+the stream rewound there (``db.epochs.flag_rewound``), which holds its writes until
+``gapless fence-epoch`` fences it; the message names that command.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 import psycopg
 
 from db import retention as sql
+from db.epochs import REPORT_BEYOND_COMMITTED, EpochSource
 from producers.retention.exceptions import (
     ConsumerNeedsRebuild,
     ConsumerNotFound,
@@ -57,10 +64,18 @@ def register(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> Re
     return Registration(row.consumer_id, row.reported_position, pruned)
 
 
-def report(conn: psycopg.Connection, stream: StreamId, consumer_id: str, position: int) -> int:
+def report(
+    conn: psycopg.Connection,
+    stream: StreamId,
+    consumer_id: str,
+    position: int,
+    epochs: EpochSource | None = None,
+) -> int:
     """Record the consumer's durable progress; returns the progress now held.
 
-    1. refuse a position above the committed cursor (read without locking it);
+    1. refuse a position above the committed cursor (read without locking it),
+       flagging the stream rewound through ``epochs`` (its own statement on the
+       control database, committed even though this refusal changes nothing here);
     2. raise the progress of a consumer that has reported before (``GREATEST``: a
        lower report changes nothing). This needs no retention lock: raising
        progress can only raise the floor, so a pruner that read the old value
@@ -77,9 +92,8 @@ def report(conn: psycopg.Connection, stream: StreamId, consumer_id: str, positio
     with conn.transaction():
         committed = sql.committed_position(conn, stream)
         if position > committed:
-            raise PositionBeyondCommitted(
-                f"{consumer_id} reported {position} on {stream}, committed is {committed}"
-            )
+            refusal = f"{consumer_id} reported {position} on {stream}, committed is {committed}"
+            raise PositionBeyondCommitted(refusal + _flag_rewound(epochs, stream, refusal))
         held = sql.raise_progress(conn, stream, consumer_id, position, known_only=True)
         if held is None:
             pruned = sql.lock_retention(conn, stream)
@@ -97,6 +111,19 @@ def report(conn: psycopg.Connection, stream: StreamId, consumer_id: str, positio
         )
     assert held is not None
     return held
+
+
+def _flag_rewound(epochs: EpochSource | None, stream: StreamId, refusal: str) -> str:
+    """Flag ``stream`` rewound (when it is its catalog's current epoch) and say so."""
+    if epochs is None:
+        return ""
+    flag = epochs.flag_rewound(*stream, REPORT_BEYOND_COMMITTED, refusal)
+    if flag is None:
+        return ""
+    return (
+        ": the stream's history went back without a fence (a restore?), so it takes no"
+        f" writes until it is fenced: {flag.fix}"
+    )
 
 
 def deregister(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> None:

@@ -118,6 +118,7 @@ def deregister_consumer(
 def report_progress(
     caller: Admin,
     conn: Conn,
+    res: Res,
     tenant_id: Tenant,
     catalog_id: Catalog,
     history_epoch: HistoryEpoch,
@@ -125,7 +126,9 @@ def report_progress(
     body: ProgressReport,
 ) -> ProgressHeld:
     stream = _stream(caller, tenant_id, catalog_id, history_epoch)
-    held = consumers.report(conn, stream, consumer_id, body.position)
+    # A report above the committed cursor flags the stream rewound in the control
+    # database (409 ``POSITION_BEYOND_COMMITTED`` naming the fence that fixes it).
+    held = consumers.report(conn, stream, consumer_id, body.position, res.epochs)
     return ProgressHeld(reported_position=held)
 
 

@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool
 
 from db.commit_notifier import CommitNotifier
 from db.epochs import EpochSource
-from db.exceptions import StreamPaused
+from db.exceptions import HistoryRewound, StreamPaused
 from db.pauses import PauseWatch
 from db.repositories import capture_items as items
 from db.repositories import capture_jobs as jobs
@@ -361,9 +361,10 @@ class CaptureWorker:
                     return
                 held = index + 1
                 report.checkpoint = held
-        except StreamPaused as paused:
-            # The catalog is paused: the products settled so far stay settled, the
-            # checkpoint holds, and the job waits (no attempt counted) for the resume.
+        except (StreamPaused, HistoryRewound) as paused:
+            # The catalog is paused (or its history went back and waits for its fence):
+            # the products settled so far stay settled, the checkpoint holds, and the
+            # job waits (no attempt counted) for the resume.
             report.result = "paused"
             report.error_code = paused.code
             self._finish(
@@ -495,7 +496,7 @@ class CaptureWorker:
         new = run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
         try:
             outcome = self._attempt(run, new, product, move)
-        except (CheckpointLost, StreamPaused):
+        except (CheckpointLost, StreamPaused, HistoryRewound):
             raise
         except Exception as exc:
             failure = classify(exc)
