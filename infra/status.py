@@ -11,6 +11,7 @@ import psycopg
 
 from db import evidence as evidence_sql
 from db import pauses, report_refusals
+from db.epochs import rewound_now
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
 from producers.retention.report import StreamRetention, as_json, stream_report
@@ -225,6 +226,34 @@ def paused(settings: DatabaseSettings) -> list[dict[str, Any]]:
                 }
             )
     return found
+
+
+def rewound(settings: DatabaseSettings) -> list[dict[str, Any]]:
+    """Streams flagged rewound (``db.epochs``): history that went back without a fence,
+    each with the command that fixes it."""
+    with psycopg.connect(settings.control_dsn, autocommit=True) as conn:
+        return [
+            {
+                "tenant_id": r.tenant_id,
+                "catalog_id": r.catalog_id,
+                "history_epoch": r.history_epoch,
+                "signal": r.signal,
+                "detail": r.detail,
+                "flagged_at": r.flagged_at.isoformat(),
+                "fix": r.fix,
+            }
+            for r in rewound_now(conn)
+        ]
+
+
+def rewound_lines(flag: dict[str, Any]) -> list[str]:
+    return [
+        f"REWOUND {flag['tenant_id']}/{flag['catalog_id']}@{flag['history_epoch']} since"
+        f" {flag['flagged_at']} ({flag['signal']}): its history went back without a fence;"
+        " writes refused (HISTORY_REWOUND), deliveries quarantined (STREAM_REWOUND)",
+        f"    {flag['detail']}",
+        f"    fix: {flag['fix']}",
+    ]
 
 
 def pause_lines(pause: dict[str, Any]) -> list[str]:

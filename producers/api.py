@@ -36,6 +36,7 @@ from producers.resolver.attributes.routes import router as attribute_router
 from producers.resolver.identity.routes import router as identity_router
 from producers.resolver.routes import router as resolver_router
 from producers.retention.metrics import RetentionCollector
+from producers.retention.rewound_metrics import RewoundCollector
 from producers.retention.routes import router as retention_router
 from schemas.http.errors import ErrorBody, error_response, install_error_handlers
 from schemas.registry_codec import codec_for
@@ -54,7 +55,8 @@ captures with a signed JWT of a registered credential instead. Every error answe
 `OVERLAPPING_POLICY_WINDOW`, `SOURCE_NOT_ACTIVE`, `ITEM_ALREADY_EXISTS`,
 `ITEM_NOT_ACTIVE`, `CLASS_ALREADY_DEFINED`, `CLASS_REPARENT_REFUSED`,
 `ATTRIBUTE_VERSION_EXISTS`, `ATTRIBUTE_ALREADY_PUBLISHED`, `ATTRIBUTE_NOT_PUBLISHED`,
-`ATTRIBUTE_NOT_APPLICABLE` (409),
+`ATTRIBUTE_NOT_APPLICABLE`, `HISTORY_REWOUND` (409: the catalog's history went back
+without a fence; the message names the `gapless fence-epoch` that fixes it),
 `PAYLOAD_TOO_LARGE` (413), `UNSUPPORTED_MEDIA_TYPE` (415), `VALIDATION_FAILED`,
 `EVIDENCE_REQUIRED`, `INVALID_DECISION`, `INVALID_IDENTITY`, `UNKNOWN_IDENTITY_FIELD`,
 `INVALID_SPLIT`, `INVALID_POLICY_WINDOW`,
@@ -153,6 +155,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     registry = CollectorRegistry()
     registry.register(RetentionCollector(pool.connection))
     registry.register(IntakeCollector(pool.connection))
+    registry.register(RewoundCollector(epochs.rewound_now))
 
     @app.get("/healthz", tags=["operations"], response_class=Response)
     def healthz() -> Response:
@@ -172,7 +175,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     @app.get("/metrics", tags=["operations"], response_class=Response)
     def metrics() -> Response:
         """Prometheus metrics: retention positions, consumer lag, lease expiry, the
-        intake job backlog."""
+        intake job backlog, streams flagged rewound (control database)."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -43,10 +43,11 @@ def down() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--services-only", is_flag=True, help="Only the local services.")
 def status(as_json: bool, services_only: bool) -> None:
-    """Local services, streams whose progress report the resolver refused (REPORT
-    REFUSED, with what to do next), paused catalogs and who holds each pause, then per
-    stream: committed, published, retention floor and what holds it, leases, and each
-    consumer's durable progress, lag, parked and quarantined."""
+    """Local services, streams flagged REWOUND (history gone back without a fence, with
+    the command that fixes it), streams whose progress report the resolver refused
+    (REPORT REFUSED, with what to do next), paused catalogs and who holds each pause,
+    then per stream: committed, published, retention floor and what holds it, leases,
+    and each consumer's durable progress, lag, parked and quarantined."""
     from dataclasses import asdict
 
     from db.settings import DatabaseSettings
@@ -59,6 +60,8 @@ def status(as_json: bool, services_only: bool) -> None:
         paused,
         report_refused,
         report_refused_lines,
+        rewound,
+        rewound_lines,
         to_json,
     )
 
@@ -67,6 +70,7 @@ def status(as_json: bool, services_only: bool) -> None:
     unattributed = 0
     missing: int | None = None
     pauses: list[dict[str, Any]] = []
+    flags: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     problem = None
     if not services_only:
@@ -76,6 +80,7 @@ def status(as_json: bool, services_only: bool) -> None:
             streams, unattributed = collect(settings)
             missing = missing_evidence(settings)
             pauses = paused(settings)
+            flags = rewound(settings)
             refused = report_refused(settings)
         except Exception as exc:  # the databases may be down: say so, keep the rest
             problem = f"streams unavailable: {exc}"
@@ -85,6 +90,7 @@ def status(as_json: bool, services_only: bool) -> None:
                 {
                     "services": [asdict(s) for s in services],
                     "pauses": pauses,
+                    "rewound": flags,
                     "report_refused": refused,
                     "streams": [to_json(s) for s in streams],
                     "undecodable_quarantined": unattributed,
@@ -99,6 +105,9 @@ def status(as_json: bool, services_only: bool) -> None:
         click.echo(f"{mark} {s.name:<9} {s.address:<24} {s.detail}")
     if problem:
         echo(problem)
+    for flag in flags:
+        for line in rewound_lines(flag):
+            click.echo(click.style(line, fg="red") if line.startswith("REWOUND") else line)
     for refusal in refused:
         for line in report_refused_lines(refusal):
             click.echo(click.style(line, fg="red") if line.startswith("REPORT") else line)
