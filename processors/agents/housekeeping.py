@@ -57,7 +57,7 @@ def register(app: Any, settings: AgentSettings) -> None:
             log.info("pruned %d inbox rows in %d streams", sum(deleted.values()), len(deleted))
 
     @app.timer(interval=settings.agents_sweep_interval_seconds)  # type: ignore[untyped-decorator]
-    async def sweep() -> None:
+    async def sweep_past_retention() -> None:
         try:
             swept = await asyncio.to_thread(
                 sweep_once, settings.product_dsn, settings.control_dsn, policy
