@@ -327,3 +327,4 @@ def count(result: BatchResult) -> None:
     EVENTS.labels("ignored").inc(result.ignored)
     EVENTS.labels("quarantined").inc(result.quarantined)
     EVENTS.labels("deferred_paused").inc(result.deferred)
+    EVENTS.labels("held_epoch").inc(result.held)
