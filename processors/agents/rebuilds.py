@@ -1,10 +1,13 @@
 """The control agent and the rebuild timer (thin: the work is in ``processors.rebuild``).
 
 The agent reads the control topic (``GAPLESS_CONTROL_TOPIC``) and records each command
-once; the timer moves every unfinished rebuild on, step by step while each step
-completes a phase (``Orchestrator.run``), under the rebuild's claim, so with
-several workers each rebuild has one orchestrator at a time, then removes what
-finished rebuilds left (``processors.rebuild.cleanup``, bounded per pass). A command that does not
+once; the timer (``step_each``) moves every unfinished rebuild on, step by step while
+each step completes a phase (``Orchestrator.run``), under the rebuild's claim, so
+with several workers each rebuild has one orchestrator at a time, then removes what
+finished rebuilds left (``processors.rebuild.cleanup``, bounded per pass). Each
+rebuild is guarded on its own: an error escaping one is logged and counted
+(``gapless_rebuild_step_errors_total``) and the next rebuild, and the cleanup, run
+all the same, so one rebuild can never wedge the others. A command that does not
 decode is logged and skipped with its code (it names no rebuild to fail).
 """
 
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from prometheus_client import Counter
 
 from db import rebuilds as sql
 from db.epochs import EpochSource
@@ -29,10 +33,58 @@ from processors.rebuild.status import StatusPublisher, refusal
 from processors.resolver_client import ResolverClient
 from processors.settings import AgentSettings
 from schemas import control
+from schemas.errors import GaplessError
 from schemas.exceptions import CodecError
 from schemas.registry_codec import codec_for
 
 log = logging.getLogger(__name__)
+
+STEP_ERRORS = Counter(
+    "gapless_rebuild_step_errors_total",
+    "Errors that escaped one rebuild's step or the rebuild cleanup (the others went on),"
+    " by error code (the exception's class name when it has none)",
+    ["code"],
+)
+
+
+def _failed(what: str, exc: Exception) -> None:
+    code = exc.code if isinstance(exc, GaplessError) else type(exc).__name__
+    STEP_ERRORS.labels(code).inc()
+    log.error("%s failed (%s); the other rebuilds go on", what, code, exc_info=exc)
+
+
+def step_each(
+    product_dsn: str,
+    orchestrator: Orchestrator,
+    client: ResolverClient,
+    *,
+    steps: int = 8,
+    keep: int = 0,
+) -> None:
+    """One pass of the timer: every unfinished rebuild moved on (``steps`` at most
+    each), then one bounded cleanup pass. An error of one rebuild is logged and counted
+    and stops neither the next rebuild nor the cleanup; it is tried again next pass."""
+    with psycopg.connect(product_dsn) as conn:
+        unfinished = sql.unfinished(conn)
+    for row in unfinished:
+        try:
+            orchestrator.run(row.rebuild_id, steps)
+        except Exception as exc:  # one rebuild must never stop the others
+            _failed(f"rebuild {row.rebuild_id}", exc)
+    try:
+        swept = sweep(product_dsn, client, keep=keep)
+    except Exception as exc:  # logged and counted, tried again next pass
+        _failed("rebuild cleanup", exc)
+        return
+    if swept.rebuilds_cleaned or swept.generation_rows:
+        log.info(
+            "rebuild cleanup: %d rebuild(s) cleaned, %d shadow and %d retired-generation"
+            " rows removed%s",
+            swept.rebuilds_cleaned,
+            swept.shadow_rows,
+            swept.generation_rows,
+            " (more next pass)" if swept.more else "",
+        )
 
 
 async def carry_out(
@@ -118,24 +170,17 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
             await carry_out(record, value)
 
     def step_all() -> None:
-        with psycopg.connect(settings.product_dsn) as conn:
-            unfinished = sql.unfinished(conn)
-        for row in unfinished:
-            orchestrator.run(row.rebuild_id, settings.rebuild_steps_per_tick)
-        swept = sweep(settings.product_dsn, client, keep=settings.rebuild_keep_generations)
-        if swept.rebuilds_cleaned or swept.generation_rows:
-            log.info(
-                "rebuild cleanup: %d rebuild(s) cleaned, %d shadow and %d retired-generation"
-                " rows removed%s",
-                swept.rebuilds_cleaned,
-                swept.shadow_rows,
-                swept.generation_rows,
-                " (more next pass)" if swept.more else "",
-            )
+        step_each(
+            settings.product_dsn,
+            orchestrator,
+            client,
+            steps=settings.rebuild_steps_per_tick,
+            keep=settings.rebuild_keep_generations,
+        )
 
     @app.timer(interval=settings.agents_rebuild_interval_seconds)  # type: ignore[untyped-decorator]
     async def rebuild_steps() -> None:
         try:
             await asyncio.to_thread(step_all)
-        except Exception:
+        except Exception:  # the list of rebuilds not read (PostgreSQL away): next tick
             log.exception("rebuild step failed; will try again")
