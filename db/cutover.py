@@ -25,11 +25,24 @@ class LiveCursor:
 
 def lock_live(conn: psycopg.Connection, consumer: str, stream: StreamId) -> LiveCursor:
     """Lock the live consumer's progress row of ``stream`` (created at 0 if it has
-    none yet). The applier locks this row first in every transaction that touches
-    the stream, so holding it pauses the live applier for this stream alone."""
+    none yet) and its rows of the catalog's older epochs, which the swap moves too.
+    The applier locks a stream's row first in every transaction that touches the
+    stream, so holding it pauses the live applier for this stream alone.
+
+    One lock order everywhere: the rows are locked in the order the applier locks
+    them (``processors.applier.progress.lock``: by tenant, catalog, then epoch, older
+    epochs first), all before anything else of the cutover. A live batch with a late
+    copy of an older epoch's event locks that epoch's row, then the current one's;
+    locking the current row first, and the older ones only at the swap, let each
+    side hold the row the other waited for (a deadlock, one of them rolled back)."""
     conn.execute(
         "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch)"
         " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (consumer, *stream),
+    )
+    conn.execute(
+        "SELECT 1 FROM stream_progress WHERE consumer = %s AND tenant_id = %s"
+        " AND catalog_id = %s AND history_epoch <= %s ORDER BY history_epoch FOR UPDATE",
         (consumer, *stream),
     )
     row = conn.execute(
@@ -37,7 +50,7 @@ def lock_live(conn: psycopg.Connection, consumer: str, stream: StreamId) -> Live
         "  FROM inbox i WHERE i.consumer = sp.consumer AND i.tenant_id = sp.tenant_id"
         "  AND i.catalog_id = sp.catalog_id AND i.history_epoch = sp.history_epoch), 0))"
         " FROM stream_progress sp WHERE sp.consumer = %s AND sp.tenant_id = %s"
-        " AND sp.catalog_id = %s AND sp.history_epoch = %s FOR UPDATE OF sp",
+        " AND sp.catalog_id = %s AND sp.history_epoch = %s",
         (consumer, *stream),
     ).fetchone()
     assert row is not None
