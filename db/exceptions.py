@@ -54,3 +54,11 @@ class StreamPaused(GaplessError):
     def __init__(self, message: str, pause_id: uuid.UUID) -> None:
         super().__init__(message, headers={"Retry-After": "5"})
         self.pause_id = pause_id
+
+
+class RebuildClaimLost(GaplessError):
+    """Another worker claims the rebuild now (this worker's claim ran out, or the
+    session holding its lock ended): this worker's step stops, committing nothing
+    more; the claimant carries on from the last committed phase."""
+
+    code = "REBUILD_CLAIM_LOST"

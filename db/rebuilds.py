@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from db.exceptions import RebuildClaimLost
 from schemas.ids import StreamId
 
 
@@ -44,6 +45,7 @@ class RebuildRow:
     cutover_pause_ms: float | None
     timings: dict[str, float]
     cleaned_at: datetime | None
+    claimed_by: str | None = None
 
 
 _COLUMNS = (
@@ -51,7 +53,7 @@ _COLUMNS = (
     " shadow_consumer, generation, lease_id, export_id, export_position, target_position,"
     " chunks_total, chunks_loaded, rows_loaded, requested_by, reason, error_code,"
     " error_message, created_at, updated_at, finished_at, caught_up_position,"
-    " previous_generation, cutover_pause_ms, timings, cleaned_at"
+    " previous_generation, cutover_pause_ms, timings, cleaned_at, claimed_by"
 )
 
 
@@ -144,8 +146,9 @@ _SETTABLE = frozenset(
 def update(
     conn: psycopg.Connection, rebuild_id: uuid.UUID, phase: str, **changes: object
 ) -> RebuildRow:
-    """Set the phase (and the named columns) whatever the phase is now."""
-    row = _set(conn, rebuild_id, phase, None, changes)
+    """Set the phase (and the named columns) whatever the phase is now (the caller
+    holds the row locked and checked it, or is a test)."""
+    row = _set(conn, rebuild_id, phase, changes, "", {})
     if row is None:
         raise LookupError(f"no rebuild {rebuild_id}")
     return row
@@ -154,28 +157,52 @@ def update(
 def move(
     conn: psycopg.Connection,
     rebuild_id: uuid.UUID,
+    to: str,
+    *,
     expect: str,
-    phase: str,
+    in_attempt: int,
+    claimed_by: str,
     **changes: object,
 ) -> RebuildRow | None:
-    """Like ``update``, only for a rebuild still in phase ``expect``; None if it is
-    not (cancelled, or moved on by another worker, meanwhile)."""
-    return _set(conn, rebuild_id, phase, expect, changes)
+    """A step's move of the rebuild to phase ``to`` (with the named columns): only
+    from the phase the step began in (``expect``), in the same attempt, and while
+    ``claimed_by`` still claims it. Never back to ``requested``, nor to ``failed``,
+    once the cutover's swap is recorded (``previous_generation``): the rebuild's
+    generation serves, so it can only finish.
+
+    None if the rebuild is no longer where the step found it (cancelled, failed,
+    restarted or finished meanwhile) or the move is one of those refused; raises
+    ``RebuildClaimLost`` if another worker claims it now."""
+    row = _set(
+        conn,
+        rebuild_id,
+        to,
+        changes,
+        " AND phase = %(expect)s AND attempt = %(in_attempt)s AND claimed_by = %(claimant)s"
+        " AND NOT (%(phase)s IN ('requested', 'failed') AND previous_generation IS NOT NULL)",
+        {"expect": expect, "in_attempt": in_attempt, "claimant": claimed_by},
+    )
+    if row is None:
+        _check_claim(conn, rebuild_id, claimed_by)
+    return row
 
 
 def _set(
     conn: psycopg.Connection,
     rebuild_id: uuid.UUID,
     phase: str,
-    expect: str | None,
     changes: dict[str, object],
+    where: str,
+    params: dict[str, object],
 ) -> RebuildRow | None:
-    """One UPDATE: the phase, the named columns, ``finished_at`` when the phase is
-    final. When the phase changes, the seconds spent in the one it leaves are added
-    to ``timings`` (a phase entered again on a restart adds up)."""
+    """One UPDATE of the row if ``where`` holds: the phase, the named columns,
+    ``finished_at`` when the phase is final. When the phase changes, the seconds
+    spent in the one it leaves are added to ``timings`` (a phase entered again on a
+    restart adds up)."""
     unknown = set(changes) - _SETTABLE
     if unknown:
         raise ValueError(f"not a rebuild column to set: {sorted(unknown)}")
+    assert not set(params) & set(changes), "a condition's parameter named like a column"
     sets = "".join(f", {name} = %({name})s" for name in changes)
     row = conn.execute(
         "UPDATE rebuild SET timings = CASE WHEN phase = %(phase)s THEN timings"
@@ -187,25 +214,57 @@ def _set(
         f" phase = %(phase)s, updated_at = clock_timestamp(){sets},"
         " finished_at = CASE WHEN %(phase)s IN ('done', 'failed', 'cancelled')"
         " THEN clock_timestamp() END"
-        f" WHERE rebuild_id = %(rebuild_id)s"
-        " AND (%(expect)s::text IS NULL OR phase = %(expect)s::text)"
-        f" RETURNING {_COLUMNS}",
-        {"phase": phase, "rebuild_id": rebuild_id, "expect": expect, **changes},
+        f" WHERE rebuild_id = %(rebuild_id)s{where} RETURNING {_COLUMNS}",
+        {**params, **changes, "phase": phase, "rebuild_id": rebuild_id},
     ).fetchone()
     return None if row is None else _row(row)
 
 
-def claim(conn: psycopg.Connection, rebuild_id: uuid.UUID, worker: str, seconds: float) -> bool:
-    """Take or renew the claim on an unfinished rebuild; False if another worker's
-    claim is still in force (or the rebuild is finished)."""
+def claim(
+    conn: psycopg.Connection,
+    rebuild_id: uuid.UUID,
+    worker: str,
+    seconds: float,
+    *,
+    locked: bool = False,
+) -> bool:
+    """Take or renew the claim on an unfinished rebuild; False if it is finished, or
+    another worker's claim is still in force. ``locked``: ``worker`` holds the
+    rebuild's lock (``processors.rebuild.orchestrator``), so no other worker's session
+    does: whoever claims it lost its session (it died), and the claim is taken at
+    once instead of when it runs out."""
     cur = conn.execute(
-        "UPDATE rebuild SET claimed_by = %s,"
-        " claim_expires_at = clock_timestamp() + make_interval(secs => %s)"
-        " WHERE rebuild_id = %s AND phase NOT IN ('done', 'failed', 'cancelled')"
-        " AND (claimed_by IS NULL OR claimed_by = %s OR claim_expires_at < clock_timestamp())",
-        (worker, seconds, rebuild_id, worker),
+        "UPDATE rebuild SET claimed_by = %(worker)s,"
+        " claim_expires_at = clock_timestamp() + make_interval(secs => %(seconds)s)"
+        " WHERE rebuild_id = %(rebuild_id)s AND phase NOT IN ('done', 'failed', 'cancelled')"
+        " AND (claimed_by IS NULL OR claimed_by = %(worker)s"
+        " OR claim_expires_at < clock_timestamp() OR %(locked)s)",
+        {"worker": worker, "seconds": seconds, "rebuild_id": rebuild_id, "locked": locked},
     )
     return cur.rowcount > 0
+
+
+def renew(conn: psycopg.Connection, rebuild_id: uuid.UUID, worker: str, seconds: float) -> bool:
+    """Extend ``worker``'s claim, never taking it: False if the rebuild is finished
+    (cancelled, say); raises ``RebuildClaimLost`` if another worker claims it."""
+    cur = conn.execute(
+        "UPDATE rebuild SET claim_expires_at = clock_timestamp() + make_interval(secs => %s)"
+        " WHERE rebuild_id = %s AND claimed_by = %s"
+        " AND phase NOT IN ('done', 'failed', 'cancelled')",
+        (seconds, rebuild_id, worker),
+    )
+    if cur.rowcount > 0:
+        return True
+    _check_claim(conn, rebuild_id, worker)
+    return False
+
+
+def _check_claim(conn: psycopg.Connection, rebuild_id: uuid.UUID, worker: str) -> None:
+    row = conn.execute(
+        "SELECT claimed_by FROM rebuild WHERE rebuild_id = %s", (rebuild_id,)
+    ).fetchone()
+    if row is not None and row[0] != worker:
+        raise RebuildClaimLost(f"rebuild {rebuild_id} is claimed by {row[0]}, not {worker}")
 
 
 def unfinished(conn: psycopg.Connection) -> list[RebuildRow]:
@@ -229,11 +288,25 @@ def next_generation(conn: psycopg.Connection, tenant_id: str, catalog_id: str) -
     return int(row[0]) + 1
 
 
+def shadow_generation(conn: psycopg.Connection, shadow_consumer: str) -> int | None:
+    """The generation of the rebuild whose shadow ``shadow_consumer`` is, while that
+    shadow applies (catching up, cutting over): the only one it may apply into.
+    None in any other phase (its generation not loaded yet, or the rebuild over)."""
+    row = conn.execute(
+        "SELECT generation FROM rebuild WHERE shadow_consumer = %s"
+        " AND phase IN ('catching_up', 'cutting_over')",
+        (shadow_consumer,),
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def start_shadow(
     conn: psycopg.Connection, consumer: str, stream: StreamId, position: int, generation: int
 ) -> None:
-    """The shadow's own progress row, at the export's position W in its generation. A
-    row left by an earlier attempt of the same rebuild is reset to this one's."""
+    """The shadow's own progress row, at the export's position W in its generation
+    (the only place it is made: the shadow never creates one, see
+    ``processors.applier.progress.lock``). A row left by an earlier attempt of the
+    same rebuild is reset to this one's."""
     conn.execute(
         "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch, position,"
         " generation) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (consumer, tenant_id,"

@@ -15,6 +15,7 @@ typed error of ``processors.exceptions``: no ``httpx`` error reaches a caller.
 from __future__ import annotations
 
 import base64
+import copy
 import random
 import threading
 import time
@@ -146,12 +147,23 @@ class ResolverClient:
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
         )
         self._retry = retry or RetryPolicy()
+        self._timeout = timeout_s
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._sleep = sleep
         self._rng = random.Random()
 
     def close(self) -> None:
         self._http.close()
+
+    def once(self, timeout_s: float) -> ResolverClient:
+        """This client with each call tried once, within ``timeout_s``, and on a slot
+        of its own (never queued behind the others' calls): for a caller that holds
+        others up while it waits, the cutover pausing a stream's live applier."""
+        view = copy.copy(self)
+        view._retry = RetryPolicy(max_attempts=1)
+        view._timeout = timeout_s
+        view._slots = threading.BoundedSemaphore(1)
+        return view
 
     def _call(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """One call, tried up to ``max_attempts`` times; a slot is held only while a
@@ -162,7 +174,7 @@ class ResolverClient:
                 self._sleep(self._retry.pause(attempt - 1, self._rng))
             try:
                 with self._slots:
-                    response = self._http.request(method, url, **kwargs)
+                    response = self._http.request(method, url, timeout=self._timeout, **kwargs)
             except httpx.HTTPError as exc:
                 problem = str(exc) or type(exc).__name__
                 continue

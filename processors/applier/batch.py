@@ -94,8 +94,12 @@ class Applier:
         codec: EventCodec,
         consumer: str = DEFAULT_CONSUMER,
         pauses: PauseWatch | None = None,
+        shadow_generation: int | None = None,
     ) -> None:
         self.consumer = consumer
+        # A rebuild's shadow applies into its rebuild's generation only, and never
+        # creates a progress row of its own (``progress.lock``).
+        self.shadow_generation = shadow_generation
         self._pauses = pauses
         self._dsn = product_dsn
         self._epochs = epochs
@@ -543,7 +547,7 @@ class Applier:
         """
         recheck = recheck or []
         streams = {d.event.stream for d in decoded} | {p.event.stream for p in recheck}
-        locked = progress.lock(conn, self.consumer, streams)
+        locked = progress.lock(conn, self.consumer, streams, generation=self.shadow_generation)
         counts: dict[progress.Stream, progress.Counts] = defaultdict(progress.Counts)
 
         seen = inbox.known(conn, self.consumer, (d.event.event_id for d in decoded))
@@ -681,7 +685,9 @@ class Applier:
 
         extra = {e.stream for e in released_events} - locked.keys()
         if extra:
-            locked.update(progress.lock(conn, self.consumer, extra))
+            locked.update(
+                progress.lock(conn, self.consumer, extra, generation=self.shadow_generation)
+            )
         for stream, state in locked.items():
             c = counts[stream]
             result.applied += c.applied

@@ -53,3 +53,12 @@ class ParkedEventNotFound(ParkedRepairError):
     """No parked event has that id (it may have been released or set aside)."""
 
     code = "PARKED_EVENT_NOT_FOUND"
+
+
+class ShadowProgressLost(ApplierError):
+    """A rebuild's shadow found its progress row missing, or in another generation
+    than the one it is bound to: its rebuild was restarted, cancelled or cleaned up
+    meanwhile. Nothing of the batch is written (a shadow never makes its own row, so
+    it can never write into the generation that serves); the rebuild starts over."""
+
+    code = "SHADOW_PROGRESS_LOST"

@@ -7,10 +7,12 @@ no part: after any crash, restart or rebalance, P says exactly what is done.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import psycopg
+
+from processors.applier.exceptions import ShadowProgressLost
 
 Stream = tuple[str, str, int]
 
@@ -31,11 +33,20 @@ class Counts:
 
 
 def lock(
-    conn: psycopg.Connection, consumer: str, streams: Iterable[Stream]
+    conn: psycopg.Connection,
+    consumer: str,
+    streams: Iterable[Stream],
+    *,
+    generation: int | None = None,
 ) -> dict[Stream, StreamProgress]:
     """Lock this consumer's progress rows of ``streams``, creating missing ones (in the
     generation the consumer's other rows of the catalog serve, a new epoch's stream
     after a cutover too; else generation 1).
+
+    ``generation``: the consumer is a rebuild's shadow bound to that generation. It
+    creates no row (only the load starts one, ``db.rebuilds.start_shadow``), and a
+    row missing or in another generation raises ``ShadowProgressLost``: created here,
+    it would be in a generation that may serve.
 
     The row lock serializes appliers of one stream: during a rebalance two workers
     can briefly hold the same partition, and without the lock both could judge the
@@ -53,15 +64,8 @@ def lock(
         "catalogs": [s[1] for s in wanted],
         "epochs": [s[2] for s in wanted],
     }
-    conn.execute(
-        "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch, generation)"
-        " SELECT %(consumer)s, k.t, k.c, k.e, coalesce((SELECT max(o.generation)"
-        "  FROM stream_progress o WHERE o.consumer = %(consumer)s AND o.tenant_id = k.t"
-        "  AND o.catalog_id = k.c), 1)"
-        " FROM unnest(%(tenants)b::text[], %(catalogs)b::text[], %(epochs)b::int8[])"
-        " WITH ORDINALITY AS k(t, c, e, n) ORDER BY k.n ON CONFLICT DO NOTHING",
-        params,
-    )
+    if generation is None:
+        _create_missing(conn, params)
     rows = conn.execute(
         "SELECT sp.tenant_id, sp.catalog_id, sp.history_epoch, sp.position, sp.generation"
         " FROM stream_progress sp"
@@ -73,10 +77,30 @@ def lock(
         " FOR UPDATE OF sp",
         params,
     ).fetchall()
-    for t, c, e, position, generation in rows:
-        result[(t, c, int(e))] = StreamProgress(int(position), int(generation))
+    for t, c, e, position, gen in rows:
+        result[(t, c, int(e))] = StreamProgress(int(position), int(gen))
+    if generation is not None:
+        lost = [s for s in wanted if s not in result or result[s].generation != generation]
+        if lost:
+            raise ShadowProgressLost(
+                f"shadow {consumer} has no progress row of {lost} in generation {generation}"
+                " (its rebuild was restarted, cancelled or cleaned up meanwhile)"
+            )
     assert len(result) == len(wanted)
     return result
+
+
+def _create_missing(conn: psycopg.Connection, params: Mapping[str, object]) -> None:
+    """The rows ``lock`` is about to lock that do not exist yet, in its order."""
+    conn.execute(
+        "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch, generation)"
+        " SELECT %(consumer)s, k.t, k.c, k.e, coalesce((SELECT max(o.generation)"
+        "  FROM stream_progress o WHERE o.consumer = %(consumer)s AND o.tenant_id = k.t"
+        "  AND o.catalog_id = k.c), 1)"
+        " FROM unnest(%(tenants)b::text[], %(catalogs)b::text[], %(epochs)b::int8[])"
+        " WITH ORDINALITY AS k(t, c, e, n) ORDER BY k.n ON CONFLICT DO NOTHING",
+        params,
+    )
 
 
 def generations(

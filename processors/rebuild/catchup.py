@@ -15,7 +15,10 @@ reads or moves the live consumer's rows. Each round:
 4. the shadow is caught up once its progress is at or past H.
 
 A crash anywhere leaves the shadow's committed batches and progress: the next round
-starts after that progress (a page applied twice is only duplicates). A shadow
+starts after that progress (a page applied twice is only duplicates). A shadow whose
+progress row is gone (its rebuild restarted, cancelled or cleaned up while a page
+was on its way) raises ``ShadowProgressLost`` and writes nothing: the shadow applier
+never makes its own row (``processors.applier.progress.lock``). A shadow
 stuck below H, behind a position that stays parked or quarantined, is reported with
 what holds it (``blocker``), and the rebuild waits in this phase for the operator's
 repair of the shadow consumer's entry (``gapless quarantine``/``gapless parked``).
@@ -31,6 +34,7 @@ import psycopg
 
 from db import cutover as sql
 from processors.applier.batch import Applier
+from processors.applier.exceptions import ShadowProgressLost
 from processors.applier.messages import RawMessage
 from processors.gaps import retained_topic
 from processors.resolver_client import ResolverClient
@@ -73,9 +77,7 @@ def fetch_and_apply(
         )
         progress = result.progress.get(stream)
     if progress is None:
-        with psycopg.connect(shadow.product_dsn) as conn:
-            progress = sql.progress_of(conn, shadow.consumer, stream)
-        assert progress is not None, "the load starts the shadow's progress row"
+        progress = _progress(shadow, stream)
     last = page.events[-1].position if page.events else after
     return len(page.events), last, page.committed_position, progress
 
@@ -94,10 +96,7 @@ def catch_up(
     """Rounds of steps 1-3 until the shadow is caught up, it is stuck, or the time
     budget is spent (the caller renews its claim and the lease in ``on_page`` and
     calls again)."""
-    with psycopg.connect(shadow.product_dsn) as conn:
-        start = sql.progress_of(conn, shadow.consumer, stream)
-    assert start is not None, "the load starts the shadow's progress row"
-    progress = cursor = start
+    progress = cursor = _progress(shadow, stream)
     fetched = 0
     deadline = time.monotonic() + budget_seconds
     while True:
@@ -118,6 +117,15 @@ def catch_up(
             return CatchUp(progress, target, fetched, _blocker(shadow, stream, progress))
         if time.monotonic() >= deadline:
             return CatchUp(progress, target, fetched)
+
+
+def _progress(shadow: Applier, stream: StreamId) -> int:
+    """The shadow's durable progress; its row, which the load made, must be there."""
+    with psycopg.connect(shadow.product_dsn) as conn:
+        position = sql.progress_of(conn, shadow.consumer, stream)
+    if position is None:
+        raise ShadowProgressLost(f"shadow {shadow.consumer} has no progress row of {stream}")
+    return position
 
 
 def _blocker(shadow: Applier, stream: StreamId, progress: int) -> str:

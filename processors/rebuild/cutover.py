@@ -2,19 +2,25 @@
 
 One transaction, on a connection of its own:
 
-1. lock the rebuild row; it must still be ``cutting_over`` with no swap recorded
-   (a cancel or another worker's step wins otherwise);
-2. lock the live consumer's progress row of the stream. The live applier (its
-   batches, the gap closer, an operator's retries) locks this row first in every
-   transaction touching the stream, so from here it waits: the pause begins;
+1. lock the rebuild row; it must still be ``cutting_over`` with no swap recorded,
+   in the step's attempt and under its worker's claim (a cancel, a restart or
+   another worker's step wins otherwise);
+2. lock the live consumer's progress rows of the stream's catalog, its older
+   epochs first, then the stream's own (``db.cutover.lock_live``: the applier's
+   lock order). The live applier (its batches, the gap closer, an operator's
+   retries) locks the stream's row first in every transaction touching the
+   stream, so from here it waits: the pause begins;
 3. read the live consumer's progress L and R, the highest position it holds any
    inbox row for (it has taken every event it has a row for, and may have applied
    those above L into the old generation);
 4. H is the shadow's progress, at least the target chosen while catching up (short
-   of it: roll back, catch up first); while H < R, catch the shadow up (its own connection,
-   each page a committed shadow batch) within ``pause_budget_seconds``; still
-   short, roll back: the pause ends with nothing changed and the caller catches up
-   further before it tries again;
+   of it: roll back, catch up first); while H < R, catch the shadow up (its own
+   connection, each page a committed shadow batch) within ``pause_budget_seconds``.
+   Each page is one call to the resolver, tried once within what is left of the
+   budget (``ResolverClient.once``): a resolver that does not answer in time, like
+   a shadow still short of R when the budget is spent, rolls back: the pause ends
+   with nothing changed, and the caller catches up further and tries again at its
+   next step (retried calls, at up to 25 s, would have held the live applier);
 5. the stream's epoch must still be current (control database), else the rebuild
    fails ``REBUILD_EPOCH_NOT_CURRENT`` (a restore fenced it; the new epoch needs its own);
 6. swap: the live row's generation becomes the shadow's and its position max(L, H);
@@ -43,6 +49,8 @@ next step only releases the lease and finishes the rebuild.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -52,11 +60,16 @@ import psycopg
 
 from db import cutover as sql
 from db import rebuilds
+from db.exceptions import RebuildClaimLost
 from db.rebuilds import RebuildRow
 from processors.applier.batch import Applier
+from processors.applier.exceptions import ShadowProgressLost
+from processors.exceptions import ResolverUnavailable
 from processors.rebuild.catchup import fetch_and_apply
 from processors.rebuild.exceptions import EpochNotCurrentForRebuild, WrongPhase
 from processors.resolver_client import ResolverClient
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,30 +95,41 @@ def cut_over(
     *,
     page_size: int = 2000,
     pause_budget_seconds: float = 2.0,
+    worker: str | None = None,
+    attempt: int | None = None,
 ) -> CutOver | None:
-    """Steps 1-8; None when the shadow could not reach R within the pause budget."""
+    """Steps 1-8; None when the shadow could not reach R within the pause budget, or
+    the resolver did not answer in time. ``worker`` and ``attempt``: the step's, which
+    step 1 requires still."""
+    done: CutOver | None = None
     with psycopg.connect(product_dsn) as conn:
         with conn.transaction():
             row = rebuilds.get(conn, rebuild_id, lock=True)
-            if row is None or row.phase != "cutting_over" or row.previous_generation is not None:
-                raise WrongPhase(f"rebuild {rebuild_id} is not waiting to cut over")
-            assert row.generation is not None and row.lease_id is not None
+            _check(row, rebuild_id, worker, attempt)
+            assert row is not None and row.generation is not None and row.lease_id is not None
             live = sql.lock_live(conn, row.consumer, row.stream)
             paused = time.monotonic()
             target = _shadow_progress(conn, shadow, row)
             if row.target_position is not None and target < row.target_position:
-                conn.rollback()  # not through the chosen H: more catching up first
-                return None
+                raise psycopg.Rollback()  # not through the chosen H: more catching up first
             while target < live.received_through:
-                if time.monotonic() - paused > pause_budget_seconds:
-                    conn.rollback()
-                    return None
-                n, _last, _committed, after = fetch_and_apply(
-                    client, shadow, str(row.lease_id), row.stream, target, page_size
-                )
+                left = pause_budget_seconds - (time.monotonic() - paused)
+                if left <= 0:
+                    raise psycopg.Rollback()
+                try:
+                    n, _last, _committed, after = fetch_and_apply(
+                        client.once(left), shadow, str(row.lease_id), row.stream, target, page_size
+                    )
+                except ResolverUnavailable as exc:
+                    log.warning(
+                        "rebuild %s: no answer from the resolver within the pause (%s);"
+                        " the cutover is rolled back and tried again later",
+                        rebuild_id,
+                        exc,
+                    )
+                    raise psycopg.Rollback() from exc
                 if n == 0:  # short of R with nothing more to fetch: blocked
-                    conn.rollback()
-                    return None
+                    raise psycopg.Rollback()
                 target = max(target, after)
             epoch = current_epoch()
             if epoch != row.stream.history_epoch:
@@ -122,7 +146,7 @@ def cut_over(
                 target,
                 f"rebuild {rebuild_id} cut over at position {target}",
             )
-            done = rebuilds.update(
+            swapped = rebuilds.update(
                 conn,
                 rebuild_id,
                 "cutting_over",
@@ -130,19 +154,35 @@ def cut_over(
                 target_position=target,
                 caught_up_position=target,
             )
+            done = CutOver(
+                target,
+                live.position,
+                live.received_through,
+                0.0,
+                settled.parked,
+                settled.quarantined,
+                swapped,
+            )
+        if done is None:
+            return None  # rolled back: the pause ended with nothing changed
         pause_ms = (time.monotonic() - paused) * 1000.0  # through the COMMIT
-    return CutOver(
-        target,
-        live.position,
-        live.received_through,
-        pause_ms,
-        settled.parked,
-        settled.quarantined,
-        done,
-    )
+    return dataclasses.replace(done, pause_ms=pause_ms)
+
+
+def _check(
+    row: RebuildRow | None, rebuild_id: uuid.UUID, worker: str | None, attempt: int | None
+) -> None:
+    """Step 1's checks of the locked rebuild row."""
+    if row is None or row.phase != "cutting_over" or row.previous_generation is not None:
+        raise WrongPhase(f"rebuild {rebuild_id} is not waiting to cut over")
+    if attempt is not None and row.attempt != attempt:
+        raise WrongPhase(f"rebuild {rebuild_id} started over meanwhile (attempt {row.attempt})")
+    if worker is not None and row.claimed_by != worker:
+        raise RebuildClaimLost(f"rebuild {rebuild_id} is claimed by {row.claimed_by}, not {worker}")
 
 
 def _shadow_progress(conn: psycopg.Connection, shadow: Applier, row: RebuildRow) -> int:
     position = sql.progress_of(conn, shadow.consumer, row.stream)
-    assert position is not None, "the load starts the shadow's progress row"
+    if position is None:
+        raise ShadowProgressLost(f"shadow {shadow.consumer} has no progress row of {row.stream}")
     return position

@@ -12,11 +12,12 @@ record is decoded in Python. One chunk per transaction:
    load;
 2. for each chunk after ``chunks_loaded``: fetch it, check its SHA-256 and that it
    holds the manifest's number of whole lines, of kinds the projections load;
-3. in one transaction: lock the rebuild row, require phase ``loading`` and that
-   no other worker loaded this chunk meanwhile, ``COPY`` the chunk into the staging
-   table, insert each kind into its projection in the generation (each must insert
-   as many rows as the manifest counts of it) and refresh the derived projections
-   for the items loaded, count the chunk; commit (which empties the staging table);
+3. in one transaction: lock the rebuild row, require phase ``loading`` in the
+   step's attempt under its worker's claim, and that no other worker loaded this
+   chunk meanwhile, ``COPY`` the chunk into the staging table, insert each kind into
+   its projection in the generation (each must insert as many rows as the manifest
+   counts of it) and refresh the derived projections for the items loaded, count
+   the chunk; commit (which empties the staging table);
 4. after the last chunk, in one transaction: ``ANALYZE`` the projection tables (a
    load writes faster than autovacuum notices: without it the catch-up and then the
    live applier would run on statistics that know nothing of the generation, and
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 import psycopg
 
 from db import rebuilds as sql
+from db.exceptions import RebuildClaimLost
 from processors.projections import registry
 from processors.projections.staging import COPY, CREATE, Staged
 from processors.rebuild.exceptions import ExportMismatch, RebuildNotFound, WrongPhase
@@ -115,9 +117,14 @@ def load(
     manifest: Manifest,
     fetch: Fetch,
     on_chunk: Callable[[int, int], None] = lambda _chunks, _rows: None,
+    *,
+    attempt: int | None = None,
+    worker: str | None = None,
 ) -> Loaded:
     """Steps 2-4 above for a rebuild in phase ``loading`` with its generation set (and
-    the manifest's own checks of step 1)."""
+    the manifest's own checks of step 1). ``attempt`` and ``worker``: the step's, which
+    each transaction of step 3 and 4 requires still (a restarted rebuild loads another
+    export into another generation; a rebuild another worker claims is its to load)."""
     with psycopg.connect(product_dsn) as conn:
         row = sql.get(conn, rebuild_id)
         conn.rollback()
@@ -131,7 +138,7 @@ def load(
                 continue
             data = _chunk(fetch(chunk.key), manifest, number)
             with conn.transaction():
-                row = _locked_in(conn, rebuild_id, "loading")
+                row = _locked_in(conn, rebuild_id, "loading", attempt, worker)
                 if row.chunks_loaded >= number:
                     continue  # another worker loaded it meanwhile
                 assert row.generation is not None
@@ -148,7 +155,7 @@ def load(
                 )
             on_chunk(row.chunks_loaded, row.rows_loaded)
         with conn.transaction():
-            row = _locked_in(conn, rebuild_id, "loading")
+            row = _locked_in(conn, rebuild_id, "loading", attempt, worker)
             assert row.generation is not None
             registry.analyze(conn)
             sql.start_shadow(
@@ -158,10 +165,21 @@ def load(
         return Loaded(row.chunks_loaded, row.rows_loaded)
 
 
-def _locked_in(conn: psycopg.Connection, rebuild_id: uuid.UUID, phase: str) -> sql.RebuildRow:
+def _locked_in(
+    conn: psycopg.Connection,
+    rebuild_id: uuid.UUID,
+    phase: str,
+    attempt: int | None,
+    worker: str | None,
+) -> sql.RebuildRow:
     row = sql.get(conn, rebuild_id, lock=True)
     if row is None:
         raise RebuildNotFound(f"no rebuild {rebuild_id}")
-    if row.phase != phase:
-        raise WrongPhase(f"rebuild {rebuild_id} is {row.phase}, not {phase}")
+    if row.phase != phase or (attempt is not None and row.attempt != attempt):
+        raise WrongPhase(
+            f"rebuild {rebuild_id} is {row.phase} in attempt {row.attempt}, not {phase}"
+            f" in attempt {attempt}"
+        )
+    if worker is not None and row.claimed_by != worker:
+        raise RebuildClaimLost(f"rebuild {rebuild_id} is claimed by {row.claimed_by}, not {worker}")
     return row

@@ -1,0 +1,86 @@
+"""A rebuild's shadow applies into its rebuild's generation only, and never makes its
+own progress row (issue 29, defect 4), on real services.
+
+Before the fix, a shadow whose progress row vanished (its rebuild restarted or
+cleaned up under it) recreated the row in generation 1, which may be the serving
+one, and applied its catch-up there. Now the row missing, or in another generation,
+raises ``SHADOW_PROGRESS_LOST`` with nothing written, and the rebuild starts over.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from db.settings import DatabaseSettings
+from processors.applier import progress
+from processors.applier.exceptions import ShadowProgressLost
+from tests.integration.processors.rebuild.two_workers import STREAM, TwoWorkers
+
+SHADOW = "product-applier~rebuild-test"
+
+
+def _rows(dsn: str, consumer: str) -> list[tuple[int, int]]:
+    with psycopg.connect(dsn) as conn:
+        return [
+            (int(e), int(g))
+            for e, g in conn.execute(
+                "SELECT history_epoch, generation FROM stream_progress WHERE consumer = %s",
+                (consumer,),
+            ).fetchall()
+        ]
+
+
+def test_a_bound_shadow_locks_only_its_own_row_in_its_generation(
+    clean_db: DatabaseSettings,
+) -> None:
+    dsn = clean_db.product_dsn
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(ShadowProgressLost):
+            progress.lock(conn, SHADOW, [STREAM], generation=2)
+        conn.rollback()
+        assert _rows(dsn, SHADOW) == []  # nothing created
+        conn.execute(
+            "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch,"
+            " position, generation) VALUES (%s, %s, %s, %s, 7, 2)",
+            (SHADOW, *STREAM),
+        )
+        conn.commit()
+        assert progress.lock(conn, SHADOW, [STREAM], generation=2)[STREAM].position == 7
+        conn.rollback()
+        with pytest.raises(ShadowProgressLost, match="generation 3"):
+            progress.lock(conn, SHADOW, [STREAM], generation=3)
+        conn.rollback()
+        # Unbound (the live consumer), a missing row is made as before.
+        assert progress.lock(conn, "live", [STREAM])[STREAM].generation == 1
+        conn.commit()
+    assert _rows(dsn, "live") == [(1, 1)]
+
+
+def test_a_shadow_whose_progress_row_vanished_starts_over_and_never_writes_elsewhere(
+    two: TwoWorkers,
+) -> None:
+    two.feed_live()
+    rebuild_id = two.request()
+    row = two.until(two.a, rebuild_id, "catching_up")
+    assert row.generation == 2
+    two.write(200)  # the catch-up has events to apply
+
+    def vanish() -> None:  # between fetching a page and applying it
+        with psycopg.connect(two.settings.product_dsn) as conn:
+            conn.execute("DELETE FROM stream_progress WHERE consumer = %s", (row.shadow_consumer,))
+
+    two.a_client.meanwhile = vanish
+    after = two.a.advance(rebuild_id)
+    # Nothing applied: no row made (in generation 1 or any), no outcome recorded.
+    assert _rows(two.settings.product_dsn, row.shadow_consumer) == []
+    assert two.shadow_rows(row.shadow_consumer) == (0, 0)
+    assert after is not None
+    assert (after.phase, after.attempt) == ("requested", 2)
+    assert after.error_code == "SHADOW_PROGRESS_LOST"
+    assert two.live_generation() == 1
+    done = two.until(two.a, rebuild_id, "done")
+    assert (done.phase, done.attempt, done.generation) == ("done", 2, 3)
+    assert two.live_generation() == 3
+    assert two.feed_live() == two.committed()
+    two.accepted_equals(3)
