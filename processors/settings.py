@@ -59,7 +59,8 @@ class AgentSettings(
         ge=2.0,
         le=3600.0,
         description="GAPLESS_REBUILD_CLAIM_SECONDS: how long a worker's claim on a rebuild"
-        " lasts without renewal; after it, another worker takes the rebuild over.",
+        " lasts without renewal; after it, another worker takes the rebuild over (at once"
+        " when the worker dies: its database session, which holds the rebuild's lock, ends).",
     )
     rebuild_stale_export_seconds: float = Field(
         default=120.0,
