@@ -166,9 +166,9 @@ def move(
 ) -> RebuildRow | None:
     """A step's move of the rebuild to phase ``to`` (with the named columns): only
     from the phase the step began in (``expect``), in the same attempt, and while
-    ``claimed_by`` still claims it. Never back to ``requested``, nor to ``failed``,
-    once the cutover's swap is recorded (``previous_generation``): the rebuild's
-    generation serves, so it can only finish.
+    ``claimed_by`` still claims it. Once the cutover's swap is recorded
+    (``previous_generation``) the rebuild's generation serves, so it can only finish:
+    never back to ``requested`` or ``catching_up``, never to ``failed``.
 
     None if the rebuild is no longer where the step found it (cancelled, failed,
     restarted or finished meanwhile) or the move is one of those refused; raises
@@ -179,7 +179,7 @@ def move(
         to,
         changes,
         " AND phase = %(expect)s AND attempt = %(in_attempt)s AND claimed_by = %(claimant)s"
-        " AND NOT (%(phase)s IN ('requested', 'failed') AND previous_generation IS NOT NULL)",
+        " AND (previous_generation IS NULL OR %(phase)s IN ('cutting_over', 'done'))",
         {"expect": expect, "in_attempt": in_attempt, "claimant": claimed_by},
     )
     if row is None:

@@ -325,8 +325,8 @@ class Orchestrator:
         had = name in self._claims.held()
         if not self._claims.take(name) and had:
             raise RebuildClaimLost(
-                f"rebuild {row.rebuild_id}: the session holding its lock ended and another"
-                " worker holds the lock now"
+                f"rebuild {row.rebuild_id}: the session holding its lock ended, and the lock"
+                " is another worker's now (or the database did not answer)"
             )
         with psycopg.connect(self.product_dsn) as conn:
             if not sql.renew(conn, row.rebuild_id, self.worker, self.claim_seconds):

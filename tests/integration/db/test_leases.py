@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from db.leases import Lease
+from db.leases import Lease, Leases
 from db.settings import DatabaseSettings
 
 
@@ -77,3 +77,28 @@ def test_an_unreachable_database_is_not_held(leases: list[Lease]) -> None:
     # Nothing listens on port 1: the check fails quickly and says no, it never raises.
     lease = _lease(leases, "postgresql://gapless@127.0.0.1:1/none", "t.down")
     assert not lease.held()
+
+
+def test_several_leases_on_one_session_end_together_with_it(clean_db: DatabaseSettings) -> None:
+    """``Leases``: names held on one session; another session's instance is refused
+    them, gets one given up at once, and all of them when the holder's session ends
+    (as a crash of its process ends it)."""
+    dsn = clean_db.product_dsn
+    holder, other = Leases(dsn, "leases:holder"), Leases(dsn, "leases:other")
+    try:
+        assert holder.take("r.1") and holder.take("r.2") and holder.take("r.1")
+        assert holder.held() == {"r.1", "r.2"}
+        assert not other.take("r.1") and not other.take("r.2")
+        holder.release("r.2")
+        assert other.take("r.2") and not holder.take("r.2")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'leases:holder'"
+            )
+        assert other.take("r.1")
+        assert not holder.take("r.1")  # asks again on a new session: taken meanwhile
+        assert holder.held() == frozenset()
+    finally:
+        holder.close()
+        other.close()
