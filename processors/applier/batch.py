@@ -116,8 +116,11 @@ class Applier:
 
     def for_consumer(self, consumer: str) -> Applier:
         """An applier of the same database, epochs and codec under another consumer
-        name (an operator's repair of a shadow rebuild's entry, say)."""
-        return Applier(self._dsn, self._epochs, self._codec, consumer)
+        name (an operator's repair of a shadow rebuild's entry, say), bound to the
+        generation a shadow applies into (``progress.bound_generation``)."""
+        with psycopg.connect(self._dsn, autocommit=True) as conn:
+            generation = progress.bound_generation(conn, consumer)
+        return Applier(self._dsn, self._epochs, self._codec, consumer, shadow_generation=generation)
 
     def current_epochs(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """The catalogs' current epochs, as the control database says now."""

@@ -167,7 +167,12 @@ def skip(
                 " (a released or set-aside event is in `gapless quarantine list`)"
             )
         parked = found[0]
-        progress.lock(conn, consumer, [parked.stream])
+        progress.lock(
+            conn,
+            consumer,
+            [parked.stream],
+            generation=progress.bound_generation(conn, consumer),
+        )
         waits = "; ".join(map(str, parked.waits_on)) or "nothing recorded"
         moved = set_aside(
             conn,

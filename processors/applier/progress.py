@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from db import rebuilds
 from processors.applier.exceptions import ShadowProgressLost
 
 Stream = tuple[str, str, int]
@@ -88,6 +89,23 @@ def lock(
             )
     assert len(result) == len(wanted)
     return result
+
+
+def bound_generation(conn: psycopg.Connection, consumer: str) -> int | None:
+    """The generation ``consumer`` must apply into: its rebuild's while it is a shadow
+    that applies (catching up, cutting over); None for a live consumer (its rows say).
+    For the repair paths (an operator's retry or skip of a shadow's entry), which
+    would otherwise create a missing shadow row in a generation that may serve: a
+    shadow whose rebuild does not apply now raises ``ShadowProgressLost`` (its open
+    entries become ``superseded`` when the rebuild is cleaned up)."""
+    generation = rebuilds.shadow_generation(conn, consumer)
+    if generation is None and rebuilds.is_shadow(conn, consumer):
+        raise ShadowProgressLost(
+            f"{consumer} is a rebuild's shadow that is not applying now (restarted, over"
+            " or not loaded yet): its entries are settled with the rebuild; see"
+            " `gapless rebuild status`"
+        )
+    return generation
 
 
 def _create_missing(conn: psycopg.Connection, params: Mapping[str, object]) -> None:

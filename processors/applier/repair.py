@@ -226,7 +226,12 @@ def skip_in(
     )
     if entry.stream is None or entry.position is None:
         return Skipped(None)
-    locked = progress.lock(conn, entry.consumer, [entry.stream])
+    locked = progress.lock(
+        conn,
+        entry.consumer,
+        [entry.stream],
+        generation=progress.bound_generation(conn, entry.consumer),
+    )
     event_id = entry.event_id or skips.position_event_id(entry.stream, entry.position)
     skips.mark_position(conn, entry.consumer, entry.stream, entry.position, event_id)
     moved: dict[uuid.UUID, int] = {}

@@ -64,7 +64,9 @@ def skip_position(
     In the caller's transaction: 1. lock the stream's progress row; 2. record the
     position ``skipped``; 3. advance progress. Nothing is visible before COMMIT.
     """
-    locked = progress.lock(conn, consumer, [stream])
+    locked = progress.lock(
+        conn, consumer, [stream], generation=progress.bound_generation(conn, consumer)
+    )
     mark_position(conn, consumer, stream, position, position_event_id(stream, position))
     now = progress.advance(
         conn, consumer, stream, locked[stream].position, progress.Counts(ignored=1)

@@ -9,12 +9,16 @@ raises ``SHADOW_PROGRESS_LOST`` with nothing written, and the rebuild starts ove
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
 
+from db import rebuilds
 from db.settings import DatabaseSettings
-from processors.applier import progress
+from processors.applier import progress, skips
 from processors.applier.exceptions import ShadowProgressLost
+from schemas.ids import StreamId
 from tests.integration.processors.rebuild.two_workers import STREAM, TwoWorkers
 
 SHADOW = "product-applier~rebuild-test"
@@ -84,3 +88,35 @@ def test_a_shadow_whose_progress_row_vanished_starts_over_and_never_writes_elsew
     assert two.live_generation() == 3
     assert two.feed_live() == two.committed()
     two.accepted_equals(3)
+
+
+def test_an_operators_repair_of_a_shadow_entry_never_makes_its_row_elsewhere(
+    clean_db: DatabaseSettings,
+) -> None:
+    """A skip or retry of a shadow's entry goes through ``progress.lock`` too: bound to
+    the rebuild's generation while the shadow applies, refused while it does not
+    (before, the repair made the missing row in generation 1)."""
+    dsn = clean_db.product_dsn
+    rebuild_id = uuid.uuid4()
+    with psycopg.connect(dsn) as conn:
+        rebuilds.insert(conn, rebuild_id, "live", StreamId(*STREAM), SHADOW, "test", "repair")
+        conn.commit()
+        # Requested (restarted, say): the shadow has no row, the repair is refused.
+        with pytest.raises(ShadowProgressLost, match="not applying"):
+            skips.skip_position(conn, SHADOW, STREAM, 5)
+        conn.rollback()
+        assert _rows(dsn, SHADOW) == []
+        # Catching up in generation 2: the repair moves the shadow's own row there.
+        rebuilds.update(conn, rebuild_id, "catching_up", generation=2)
+        conn.execute(
+            "INSERT INTO stream_progress (consumer, tenant_id, catalog_id, history_epoch,"
+            " position, generation) VALUES (%s, %s, %s, %s, 4, 2)",
+            (SHADOW, *STREAM),
+        )
+        conn.commit()
+        assert progress.bound_generation(conn, SHADOW) == 2
+        assert skips.skip_position(conn, SHADOW, STREAM, 5) == 5
+        conn.commit()
+        # A live consumer is bound to nothing: its rows say where it serves.
+        assert progress.bound_generation(conn, "live") is None
+    assert _rows(dsn, SHADOW) == [(STREAM[2], 2)]
