@@ -7,7 +7,7 @@ where transactions begin and end and which phase may follow which.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +46,16 @@ class RebuildRow:
     timings: dict[str, float]
     cleaned_at: datetime | None
     claimed_by: str | None = None
+    # The load's progress (``processors.rebuild.progress``): the export's records once
+    # its manifest is read, its count of each kind, and per kind the rows loaded so
+    # far with the seconds their chunks took ({"rows": n, "seconds": s}).
+    rows_total: int | None = None
+    rows_by_kind: dict[str, int] = field(default_factory=dict)
+    load_cost: dict[str, dict[str, float]] = field(default_factory=dict)
+    phase_started_at: datetime | None = None
+    live_position: int | None = None
+    """The live consumer's progress of the stream when the row was read: where the
+    catch-up will have to reach at least (not a column: read with the row)."""
 
 
 _COLUMNS = (
@@ -53,7 +63,11 @@ _COLUMNS = (
     " shadow_consumer, generation, lease_id, export_id, export_position, target_position,"
     " chunks_total, chunks_loaded, rows_loaded, requested_by, reason, error_code,"
     " error_message, created_at, updated_at, finished_at, caught_up_position,"
-    " previous_generation, cutover_pause_ms, timings, cleaned_at, claimed_by"
+    " previous_generation, cutover_pause_ms, timings, cleaned_at, claimed_by,"
+    " rows_total, rows_by_kind, load_cost, phase_started_at,"
+    " (SELECT p.position FROM stream_progress p WHERE p.consumer = rebuild.consumer"
+    " AND p.tenant_id = rebuild.tenant_id AND p.catalog_id = rebuild.catalog_id"
+    " AND p.history_epoch = rebuild.history_epoch)"
 )
 
 
@@ -133,6 +147,9 @@ _SETTABLE = frozenset(
         "chunks_total",
         "chunks_loaded",
         "rows_loaded",
+        "rows_total",
+        "rows_by_kind",
+        "load_cost",
         "attempt",
         "error_code",
         "error_message",
