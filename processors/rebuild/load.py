@@ -9,7 +9,8 @@ record is decoded in Python. One chunk per transaction:
 
 1. fetch the manifest and check it against the SHA-256 the export row holds; it
    must be of the rebuild's stream at its W, with kinds of record the projections
-   load;
+   load; before the attempt's first chunk, record what it holds (``rows_total``, its
+   count of each kind) for the rebuild's progress (``processors.rebuild.progress``);
 2. for each chunk after ``chunks_loaded``: fetch it, check its SHA-256 and that it
    holds the manifest's number of whole lines, of kinds the projections load;
 3. in one transaction: lock the rebuild row, require phase ``loading`` in the
@@ -17,7 +18,9 @@ record is decoded in Python. One chunk per transaction:
    chunk meanwhile, ``COPY`` the chunk into the staging table, insert each kind into
    its projection in the generation (each must insert as many rows as the manifest
    counts of it) and refresh the derived projections for the items loaded, count
-   the chunk; commit (which empties the staging table);
+   the chunk and what it cost (``load_cost``: the seconds since the previous chunk
+   was committed, its fetch included, shared among its kinds by record count);
+   commit (which empties the staging table);
 4. after the last chunk, in one transaction: ``ANALYZE`` the projection tables (a
    load writes faster than autovacuum notices: without it the catch-up and then the
    live applier would run on statistics that know nothing of the generation, and
@@ -25,8 +28,8 @@ record is decoded in Python. One chunk per transaction:
    progress row at W in the generation (``shadow_consumer``), and phase
    ``catching_up``.
 
-A crash inside 3 rolls the chunk back; after it the chunk and its count are
-committed together, so the next attempt resumes at the next chunk and no chunk is
+A crash inside 3 rolls the chunk back; after it the chunk, its count and its cost
+are committed together, so the next attempt resumes at the next chunk and no chunk is
 ever written twice (the bulk statements insert without a conflict clause: an
 aggregate exported twice fails as a mismatch). A bad checksum, a missing object, a
 foreign manifest or a chunk its manifest does not describe raises before anything of
@@ -37,11 +40,13 @@ never saw any of it.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from db import rebuilds as sql
 from db.exceptions import RebuildClaimLost
@@ -133,6 +138,9 @@ def load(
         _check_manifest(manifest, row)
         with conn.transaction():
             conn.execute(CREATE)
+            if row.chunks_loaded == 0 or row.rows_total is None:
+                _record_totals(conn, rebuild_id, manifest, attempt, worker)
+        mark = time.monotonic()
         for number, chunk in enumerate(manifest.chunks, start=1):
             if number <= row.chunks_loaded:
                 continue
@@ -152,7 +160,11 @@ def load(
                     "loading",
                     chunks_loaded=number,
                     rows_loaded=row.rows_loaded + chunk.records,
+                    load_cost=Jsonb(
+                        with_chunk(row.load_cost, chunk.kinds, time.monotonic() - mark)
+                    ),
                 )
+            mark = time.monotonic()
             on_chunk(row.chunks_loaded, row.rows_loaded)
         with conn.transaction():
             row = _locked_in(conn, rebuild_id, "loading", attempt, worker)
@@ -163,6 +175,42 @@ def load(
             )
             row = sql.update(conn, rebuild_id, "catching_up")
         return Loaded(row.chunks_loaded, row.rows_loaded)
+
+
+def _record_totals(
+    conn: psycopg.Connection,
+    rebuild_id: uuid.UUID,
+    manifest: Manifest,
+    attempt: int | None,
+    worker: str | None,
+) -> None:
+    """Step 1's record of what the export holds, in the caller's transaction; the
+    costs of an earlier attempt's chunks go (its export is another)."""
+    _locked_in(conn, rebuild_id, "loading", attempt, worker)
+    sql.update(
+        conn,
+        rebuild_id,
+        "loading",
+        rows_total=manifest.records,
+        rows_by_kind=Jsonb(dict(manifest.by_aggregate)),
+        load_cost=Jsonb({}),
+    )
+
+
+def with_chunk(
+    cost: Mapping[str, Mapping[str, float]], kinds: Mapping[str, int], seconds: float
+) -> dict[str, dict[str, float]]:
+    """``cost`` with one more chunk of ``kinds`` that took ``seconds``: each kind's
+    rows, and its share of the seconds by record count."""
+    out = {kind: dict(c) for kind, c in cost.items()}
+    records = sum(kinds.values())
+    for kind, n in kinds.items():
+        if n <= 0:
+            continue
+        mine = out.setdefault(kind, {"rows": 0, "seconds": 0.0})
+        mine["rows"] = int(mine.get("rows", 0)) + n
+        mine["seconds"] = float(mine.get("seconds", 0.0)) + seconds * n / records
+    return out
 
 
 def _locked_in(

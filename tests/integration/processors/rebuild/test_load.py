@@ -120,6 +120,10 @@ def test_an_export_loads_into_its_own_generation_equal_to_the_live_one(
         ).fetchone()
     assert row is not None and row.phase == "catching_up" and row.generation == 2
     assert shadow == (manifest.position, 2)
+    # what the export holds, and what each kind cost to load (the rebuild's progress)
+    assert (row.rows_total, row.rows_by_kind) == (manifest.records, manifest.by_aggregate)
+    assert {k: c["rows"] for k, c in row.load_cost.items()} == manifest.by_aggregate
+    assert all(c["seconds"] > 0 for c in row.load_cost.values())
     live, rebuilt = _rows(clean_db, 1), _rows(clean_db, 2)
     assert all(live.values())
     assert rebuilt == live
@@ -142,6 +146,9 @@ def test_a_load_resumes_at_the_next_chunk_and_a_corrupt_chunk_writes_nothing(
     with psycopg.connect(clean_db.product_dsn) as conn:
         row = sql.get(conn, rebuild_id)
     assert row is not None and (row.phase, row.chunks_loaded) == ("loading", 2)
+    assert row.rows_total == manifest.records
+    two = manifest.chunks[0].records + manifest.chunks[1].records
+    assert sum(c["rows"] for c in row.load_cost.values()) == two == row.rows_loaded
     before = _rows(clean_db, 2)
 
     fetched: list[str] = []
@@ -153,6 +160,10 @@ def test_a_load_resumes_at_the_next_chunk_and_a_corrupt_chunk_writes_nothing(
     loaded = load(clean_db.product_dsn, rebuild_id, manifest, counting)
     assert fetched == [c.key for c in manifest.chunks[2:]]  # the first two are not read again
     assert loaded.rows == manifest.records
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        row = sql.get(conn, rebuild_id)
+    assert row is not None  # the resumed load kept the first two chunks' costs
+    assert {k: c["rows"] for k, c in row.load_cost.items()} == manifest.by_aggregate
     assert sum(map(len, _rows(clean_db, 2).values())) >= sum(map(len, before.values()))
     assert _rows(clean_db, 1) == {t: [] for t in PROJECTED}  # serving untouched
 
