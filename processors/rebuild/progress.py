@@ -27,8 +27,10 @@ is taken as instant (its pause is milliseconds). All of it in estimated seconds:
 fraction and the ETA agree; it is the share of rows loaded when every kind costs
 the same. ``rate_rows_s`` is rows loaded per second of loading while loading, and
 events applied per second while catching up (``rate_of`` says which). The figures
-are those of the row's last update: a worker that died mid-chunk shows the ETA it
-had until another worker carries on.
+are those of the row's last update (a chunk loaded, a catch-up step recorded), when
+its counts were taken; the ETA then counts down from it, so a worker that died
+mid-chunk shows an ETA that reaches 0 and stays there until another worker carries
+on.
 """
 
 from __future__ import annotations
@@ -77,17 +79,28 @@ class _Load:
 
 
 def estimate(row: RebuildRow, now: datetime) -> Progress:
-    """The rebuild's progress at ``now`` from its row (see the module's steps)."""
+    """The rebuild's progress at ``now`` from its row (see the module's steps): the
+    figures as of the row's last update, when its counts were recorded, and the ETA
+    less the time since (at least 0)."""
+    at = min(now, row.updated_at)
+    found = _as_of(row, at)
+    if found.eta_s is None or found.eta_s == 0:
+        return found
+    since = max(0.0, (now - at).total_seconds())
+    return Progress(found.fraction, found.rate_rows_s, max(0.0, found.eta_s - since), found.rate_of)
+
+
+def _as_of(row: RebuildRow, at: datetime) -> Progress:
     if row.phase == "done":
         return Progress(1.0, None, 0.0)
     if row.phase in ("failed", "cancelled"):
         return Progress(_rows_fraction(row), None, None)
     if row.phase in _BEFORE_LOAD:
         return Progress(0.0, None, None)
-    in_phase = _in_phase(row, now)
+    in_phase = _in_phase(row, at)
     if row.phase == "loading":
         load = _load(row, in_phase)
-        catchup_left = _catchup_left(row, now, None, load.left_s or 0.0)
+        catchup_left = _catchup_left(row, at, None, load.left_s or 0.0)
         left = None if load.left_s is None else load.left_s + catchup_left
         return Progress(_fraction(load.done_s, left, row), load.rate, left)
     # catching_up, cutting_over: the load is over
@@ -95,7 +108,7 @@ def estimate(row: RebuildRow, now: datetime) -> Progress:
     rate = _catchup_rate(row, in_phase)
     done_positions = max(0, (row.caught_up_position or 0) - (row.export_position or 0))
     done = load_done + done_positions / (rate or ASSUMED_CATCHUP_EVENTS_PER_S)
-    left = _catchup_left(row, now, rate, 0.0)
+    left = _catchup_left(row, at, rate, 0.0)
     return Progress(_fraction(done, left, row), rate, left, "events")
 
 

@@ -204,3 +204,20 @@ def test_finished_rebuilds() -> None:
     assert estimate(_row("done"), NOW) == Progress(1.0, None, 0.0)
     failed = estimate(_row("failed", rows_total=100, rows_loaded=40), NOW)
     assert (failed.fraction, failed.eta_s) == (0.4, None)
+
+
+def test_the_figures_are_the_rows_last_update_and_the_eta_counts_down_from_it() -> None:
+    """The catch-up recorded 4,000 positions in the 2 s to its last update; read 1.5 s
+    later, the rate is still 2,000/s (not 4,000 over 3.5 s) and 1.5 s of the 2 s are
+    gone; read long after, the ETA stays at 0."""
+    row = _row(
+        "catching_up",
+        caught_up_position=5000,
+        target_position=9000,
+        phase_started_at=NOW - timedelta(seconds=2),
+        updated_at=NOW,
+    )
+    later = estimate(row, NOW + timedelta(seconds=1.5))
+    assert later.rate_rows_s == pytest.approx(2000)
+    assert later.eta_s == pytest.approx(0.5)
+    assert estimate(row, NOW + timedelta(seconds=60)).eta_s == 0.0
