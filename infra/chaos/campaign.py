@@ -2,19 +2,24 @@
 
 1. start the campaign's own PostgreSQL, broker and S3 server
    (``infra.chaos.services``), migrate them and create the topics;
-2. start the processes (``infra.chaos.fleet``): one relay, agents worker, capture
-   worker and resolver API, or with ``scale`` two relays, three agents workers and
-   two capture workers;
+2. start the processes (``infra.chaos.fleet``): one relay, two agents workers, one
+   capture worker and resolver API, or with ``scale`` two relays, three agents
+   workers and two capture workers; every agents incarnation armed with the rebuild
+   lane's crash points, once each in the campaign (``infra.chaos.lane``);
 3. set up the workload (``infra.chaos.load``: items for the API deciders, the
    collectors' credentials, the poison) and start it, and the progress sampler;
 4. run the plan (``infra.chaos.schedule``, from the seed) for ``seconds``: kills in
    one lane, service faults in another; ask for a shadow rebuild at 35 % of the
    time and fence the fence stream's epoch (``infra.fence``) at 55 %; processes that
    died at their armed crash point are started again, any other exit is recorded;
+   then, until the rebuild and the fence are finished, the lane's kills go on, and
+   the points nobody reached are closed;
 5. stop the workload and wait for convergence (every process up, every stream
    published and applied to its cursor, every capture job settled, the rebuild and
    the fence done), up to a generous deadline;
-6. read the stores and judge (``infra.chaos.check``); count each instance's work;
+6. read the stores and judge (``infra.chaos.check``), with the lane's figures (each
+   rebuild point reached, two workers killed in one rebuild); count each instance's
+   work;
 7. stop the processes and remove the services, whatever failed.
 """
 
@@ -35,8 +40,9 @@ from typing import Any
 
 import psycopg
 
-from infra.chaos import check, faults, schedule
+from infra.chaos import check, faults, lane, schedule
 from infra.chaos.assignment import held_partitions, waiting_events
+from infra.chaos.crashpoints import REBUILD_POINTS, Ledger
 from infra.chaos.fleet import Fleet
 from infra.chaos.load import Load
 from infra.chaos.sampler import Sampler
@@ -74,6 +80,9 @@ REPORTS_WAIT_S = 15.0
 SATURATED = 50
 """An instance that did at least this much work while another of its kind did none
 shows the work was not shared."""
+EXPORT_CHUNK_RECORDS = 200
+"""The resolver API's chunk size in the campaign: its rebuilds' exports come in
+several chunks, so a load has a "between two chunks" for the lane to kill in."""
 GAP_FILL = re.compile(
     r"stream \('([^']*)', '([^']*)', (\d+)\): filled from retained events after (\d+)"
 )
@@ -117,6 +126,7 @@ class Report:
     duplicated_work: list[str] = field(default_factory=list)
     workload: dict[str, Any] = field(default_factory=dict)
     samples: int = 0
+    rebuild_lane: lane.Figures = field(default_factory=lane.Figures)
 
     @property
     def ok(self) -> bool:
@@ -156,6 +166,10 @@ class Report:
             "streams_reported_by_several": self.reported_by_several,
             "duplicated_work": self.duplicated_work,
             "workload": self.workload,
+            "rebuild_kills_by_point": self.rebuild_lane.by_point,
+            "rebuild_kills_by_rebuild": self.rebuild_lane.by_rebuild,
+            "rebuild_points_unreached": self.rebuild_lane.unreached,
+            "rebuild_workers_killed_most": self.rebuild_lane.most_workers,
             "violations": v.violations,
         }
 
@@ -168,6 +182,9 @@ class Report:
             f" in narrow windows), faults {by_kind}; {v.events_committed} events:"
             f" lost {v.lost}, doubled {v.doubled}, mismatched rows {v.mismatched_rows},"
             f" progress regressions {v.progress_regressions}, stuck jobs {v.stuck_jobs};"
+            f" rebuild points {len(self.rebuild_lane.by_point)} of"
+            f" {len(self.rebuild_lane.by_point) + len(self.rebuild_lane.unreached)} killed in"
+            f" (at most {self.rebuild_lane.most_workers} workers in one rebuild);"
             f" converged in {converged}"
         )
 
@@ -200,9 +217,12 @@ def _use(services: Private) -> None:
     os.environ["GAPLESS_LOG_LEVEL"] = "INFO"
 
 
-def _fleet(settings: Settings, services: Private, logs: Path, run_id: str, echo: Echo) -> Fleet:
-    fleet = Fleet(echo)
-    counts = {"resolver-api": 1, "relay": 1, "agents": 1, "resolver-worker": 1, "sweep-jobs": 1}
+def _fleet(
+    settings: Settings, services: Private, logs: Path, run_id: str, book: Ledger, echo: Echo
+) -> Fleet:
+    fleet = Fleet(echo, book)
+    # Two agents workers at least: a rebuild whose worker dies goes on on another.
+    counts = {"resolver-api": 1, "relay": 1, "agents": 2, "resolver-worker": 1, "sweep-jobs": 1}
     if settings.scale:
         counts.update(relay=2, agents=3, **{"resolver-worker": 2})
     api_port = services.process_port(0)
@@ -213,6 +233,7 @@ def _fleet(settings: Settings, services: Private, logs: Path, run_id: str, echo:
         "GAPLESS_RESOLVER_API_PORT": str(api_port),
         # A job the API could not enqueue (broker away) is the sweeper's after this.
         "GAPLESS_JOB_SWEEP_AFTER_SECONDS": "5",
+        "GAPLESS_EXPORT_CHUNK_RECORDS": str(EXPORT_CHUNK_RECORDS),
     }
     index = 1
     for kind, n in counts.items():
@@ -223,6 +244,8 @@ def _fleet(settings: Settings, services: Private, logs: Path, run_id: str, echo:
                 index += 1
             # Everything the processes reach goes through the fault proxy.
             env = services.proxies.environment({**base, **_process_env(kind, name, port)})
+            if kind == "agents":
+                env.update(lane.environment(book))
             fleet.add(name, [kind], env, logs / f"{run_id}-{name}.log", port)
     return fleet
 
@@ -267,7 +290,8 @@ def _campaign(
     databases = load_settings(DatabaseSettings)
     kafka = load_settings(KafkaSettings)
     echo(f"process logs: {logs}/{run_id}-*.log")
-    fleet = _fleet(settings, services, logs, run_id, echo)
+    book = lane.ledger(logs / f"{run_id}-crash-ledger")
+    fleet = _fleet(settings, services, logs, run_id, book, echo)
     options = Options(
         seconds=settings.seconds,
         kills=settings.kills,
@@ -301,7 +325,9 @@ def _campaign(
         sampler.start()
         load.start()
         fence = _Fence(databases, kafka, load.fence_stream, echo)
+        began = time.time()
         _run_plan(plan, settings, fleet, services, rebuild, fence, load, report, seen, echo)
+        _settle_lane(book, fleet, rebuild, fence, report, seen, echo)
         if settings.scale:
 
             def waiting_for(name: str) -> int:
@@ -323,6 +349,7 @@ def _campaign(
         report.converged_s = round(time.monotonic() - stopped, 1) if seen.converged else None
         seen.rebuild_phase = _rebuild_phase(rebuild)
         seen.fence_done = fence.done
+        _lane_figures(databases.product_dsn, book, fleet, began, report, seen, echo)
         _count_work(fleet, report, logs, run_id)
         report.start_s = _start_times(fleet)
     finally:
@@ -530,6 +557,64 @@ def _run_plan(
     if not asked_fence:
         fence.start()
     seen.workload_errors += lane_errors
+
+
+def _settle_lane(
+    book: Ledger,
+    fleet: Fleet,
+    rebuild: Any,
+    fence: _Fence,
+    report: Report,
+    seen: check.Seen,
+    echo: Echo,
+) -> None:
+    """The lane's kills go on past the plan until the rebuild and the fence are
+    finished (every point reached ends it sooner), the dead workers restarted; then
+    the points nobody reached are closed (``infra.chaos.lane``)."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    last = 0.0
+    while time.monotonic() < deadline:
+        _watch(fleet, report, seen, echo)
+        reached = [p for p, r in book.entries().items() if not r.closed]
+        phase = _rebuild_phase(rebuild)
+        if len(reached) >= len(REBUILD_POINTS) or (
+            phase in ("done", "failed", "cancelled") and fence.done
+        ):
+            break
+        if seen.exited_on_their_own:
+            break  # a process is down for good: convergence fails anyway
+        if time.monotonic() - last >= ECHO_EVERY_S:
+            last = time.monotonic()
+            echo(
+                f"  rebuild lane: {len(reached)} of {len(REBUILD_POINTS)} points killed in;"
+                f" rebuild {phase}, fence {'done' if fence.done else 'not done'}"
+            )
+        time.sleep(0.5)
+    closed = lane.close(book)
+    if closed:
+        echo(f"  rebuild lane closed; never reached: {', '.join(closed)}")
+
+
+def _lane_figures(
+    product_dsn: str,
+    book: Ledger,
+    fleet: Fleet,
+    began: float,
+    report: Report,
+    seen: check.Seen,
+    echo: Echo,
+) -> None:
+    """The lane's figures from the ledger and the rebuild rows, and what the judge
+    needs of them."""
+    try:
+        known = lane.rebuilds(product_dsn)
+    except psycopg.Error as exc:
+        echo(f"  rebuild rows unreadable ({exc}); the lane's kills are not attributed")
+        known = {}
+    report.rebuild_lane = lane.summarize(book.entries(), fleet.pids, known, began)
+    seen.lane_workers = len(fleet.names("agents"))
+    seen.lane_unreached = list(report.rebuild_lane.unreached)
+    seen.lane_most_workers = report.rebuild_lane.most_workers
 
 
 def _service_faults(report: Report) -> int:
@@ -886,6 +971,11 @@ def render(report: Report, as_json: bool) -> str:
                 f"{kind} median {t['median']:.1f}s (max {t['max']:.1f}s, {t['restarts']:.0f})"
                 for kind, t in report.start_s.items()
             )
+        )
+    for point, kill in report.rebuild_lane.by_point.items():
+        lines.append(
+            f"  {point}: {kill['process']} died there at {kill['at_s']:.1f}s"
+            f" (rebuild {kill['rebuild']})"
         )
     lines += [f"VIOLATION {v}" for v in report.verdict.violations]
     lines += [f"VIOLATION {d}" for d in report.duplicated_work]

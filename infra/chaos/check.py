@@ -71,6 +71,12 @@ class Seen:
     rebuild_phase: str | None = None
     fence_done: bool = False
     converged: bool = False
+    lane_workers: int = 0
+    """Agents workers the rebuild lane ran with (0: no lane, nothing to check)."""
+    lane_unreached: list[str] = field(default_factory=list)
+    """Rebuild crash points no worker died at (``infra.chaos.lane``)."""
+    lane_most_workers: int = 0
+    """The most distinct workers killed at the lane's points in one rebuild."""
 
 
 @dataclass
@@ -139,6 +145,15 @@ def judge(observed: Observations, seen: Seen) -> Verdict:
         v.violations.append("fence: the epoch fence did not complete")
     if not seen.converged:
         v.violations.append("convergence: not reached before the deadline")
+    v.violations += [
+        f"rebuild lane: no worker died at {p} (the rebuilds never got there while armed)"
+        for p in seen.lane_unreached
+    ]
+    if seen.lane_workers >= 2 and seen.lane_most_workers < 2:
+        v.violations.append(
+            f"rebuild lane: no rebuild lost two distinct agents workers at its crash points"
+            f" (at most {seen.lane_most_workers})"
+        )
     return v
 
 

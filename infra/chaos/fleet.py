@@ -4,8 +4,9 @@ worker(s) and resolver API, each a ``gapless`` command of its own.
 Each runs through ``infra.chaos.crashpoints`` (so an incarnation can be armed to die
 in a narrow window) with the private services' environment. The fleet keeps, per
 process, how it ended each time: killed by the campaign, died at its armed crash
-point, or exited on its own (a violation: nothing should end a process but the
-campaign). The campaign restarts only what it killed or armed.
+point or at a point of the shared ledger (``crashpoints.Ledger``: the ledger names the
+point by the incarnation's pid), or exited on its own (a violation: nothing should
+end a process but the campaign). The campaign restarts only what it killed or armed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.chaos.crashpoints import CRASH_EXIT, PASSES_VARIABLE, POINT_VARIABLE
+from infra.chaos.crashpoints import CRASH_EXIT, PASSES_VARIABLE, POINT_VARIABLE, Ledger
 from infra.chaos.schedule import Armed, kind_of
 from infra.processes import Deployed
 
@@ -78,8 +79,12 @@ class Member:
 
 
 class Fleet:
-    def __init__(self, echo: Echo) -> None:
+    def __init__(self, echo: Echo, ledger: Ledger | None = None) -> None:
         self._echo = echo
+        self.ledger = ledger
+        """Where processes armed once (``crashpoints.ONCE_VARIABLE``) record their deaths."""
+        self.pids: dict[int, str] = {}
+        """Every incarnation's pid, and the process it was."""
         self.members: dict[str, Member] = {}
         self.exits: list[Exit] = []
         self.start_times: dict[str, list[float]] = {}
@@ -105,6 +110,7 @@ class Fleet:
     def _start(self, member: Member, armed: Armed | None) -> None:
         member.process.armed = armed
         member.process.start()
+        self.pids[member.process.pid] = member.process.name
         member.incarnations += 1
         member.started = time.monotonic()
         member.ready_since = None
@@ -166,7 +172,9 @@ class Fleet:
 
     def watch(self) -> list[Exit]:
         """Exits the campaign did not cause, since the last call: an armed process that
-        died at its point is restarted (unarmed); any other stays down, recorded."""
+        died at its point is restarted (unarmed; an agents worker stays armed with the
+        rebuild lane's points, which its environment carries); any other stays down,
+        recorded."""
         found = []
         with self._lock:
             for name, member in self.members.items():
@@ -176,8 +184,9 @@ class Fleet:
                 code = p.popen.returncode
                 if member.reported is p.popen:
                     continue
-                if code == CRASH_EXIT and p.armed is not None:
-                    exit_ = Exit(name, code, f"crash_point:{p.armed.point}", time.monotonic())
+                point = self._crash_point(p) if code == CRASH_EXIT else None
+                if point is not None:
+                    exit_ = Exit(name, code, f"crash_point:{point}", time.monotonic())
                     self.exits.append(exit_)
                     found.append(exit_)
                     self._bank(member)
@@ -188,6 +197,15 @@ class Fleet:
                 found.append(exit_)
                 member.reported = p.popen
         return found
+
+    def _crash_point(self, process: ChaosProcess) -> str | None:
+        """Where the incarnation that exited with ``CRASH_EXIT`` died: the ledger's
+        point naming its pid, else the point it was armed with."""
+        if self.ledger is not None and process.popen is not None:
+            point = self.ledger.point_of(process.popen.pid)
+            if point is not None:
+                return point
+        return process.armed.point if process.armed is not None else None
 
     def scrape(
         self,

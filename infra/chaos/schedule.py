@@ -10,12 +10,18 @@ lanes run side by side:
   *armed* with a crash point (``infra.chaos.crashpoints``): that incarnation dies on
   its own in a narrow window (between produce and the published-position update,
   after the applier's commit before its acknowledgement, between the evidence put
-  and the intake commit, around a checkpoint move, during a rebuild's load or
-  cutover) the n-th time it passes there;
+  and the intake commit, around a checkpoint move, inside a rebuild's load
+  transaction) the n-th time it passes there;
 - services: PostgreSQL restarts (fast and immediate shutdown), broker SIGKILLs, the
   object store down for a while, and proxy faults when a proxy is available, one at
   a time, each held ``hold`` seconds before it is healed, in slots spread over the
   campaign so they never overlap.
+
+Not in the plan: the rebuild's phase boundaries and the cutover's steps
+(``crashpoints.REBUILD_POINTS``). A rebuild passes each once, at an instant no plan
+can know, in whichever agents worker carries it then; so every agents incarnation is
+armed with all of them at once, each to kill once in the whole campaign
+(``crashpoints.Ledger``), and the campaign checks that each one did.
 
 What the instants mean at run time (starting a process, waiting for a service) is
 the campaign's business; the plan only orders them.
@@ -38,13 +44,14 @@ SERVICE_TARGETS = ("postgres", "kafka", "s3")
 
 CRASH_POINTS: Mapping[str, tuple[str, ...]] = {
     "relay": ("relay.produced",),
-    "agents": ("applier.committed", "rebuild.load", "rebuild.cutover"),
+    "agents": ("applier.committed", "rebuild.load"),
     "resolver-worker": ("worker.checkpoint",),
     "resolver-api": ("intake.evidence_put",),
     "sweep-jobs": (),
 }
 """The narrow windows each kind of process can be armed to die in (see
-``infra.chaos.crashpoints``)."""
+``infra.chaos.crashpoints``); the agents' rebuild points other than ``rebuild.load``
+are the rebuild lane's (``crashpoints.REBUILD_POINTS``, every incarnation, once each)."""
 ARMED_SHARE = 1 / 3
 MAX_PASSES = 4
 """An armed incarnation dies on pass 1 … MAX_PASSES through its point."""

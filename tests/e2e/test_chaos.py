@@ -2,9 +2,12 @@
 least 200 kills delivered (narrow windows included), PostgreSQL restarted fast and immediate,
 the broker SIGKILLed, the object store stopped and connections dropped and stalled
 through toxiproxy, while decisions, captures, a shadow rebuild and an epoch fence go
-on; then nothing lost, nothing doubled, every projection row equal to the accepted
-state, progress never backwards, no capture job stuck, nothing quarantined but the
-poison, and the work shared with neither the gap closer nor the progress reporter
+on, and the agents worker carrying a rebuild killed once at each of its phase
+boundaries and between the cutover's steps (the rebuild lane: every point reached,
+two distinct workers killed in one rebuild); then nothing lost, nothing doubled,
+every projection row equal to the accepted state, progress never backwards, no
+capture job stuck, nothing quarantined but the poison, the rebuild and the fence
+done, and the work shared with neither the gap closer nor the progress reporter
 doubled across the three agents workers.
 
 The campaign runs on services of its own (``infra.chaos.services``) and judges from
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.chaos.crashpoints import REBUILD_POINTS
 from infra.local.layout import current_layout
 
 pytestmark = pytest.mark.slow
@@ -99,6 +103,14 @@ def test_the_scaled_out_pipeline_keeps_every_guarantee_under_faults() -> None:
     assert faults.get("proxy_drop", 0) >= 1 and faults.get("proxy_stall", 0) >= 1
     windows = report["window_crashes"]
     assert isinstance(windows, dict) and len(windows) >= 3, windows
+
+    # The rebuild lane: a worker died at every phase boundary and cutover step of the
+    # rebuilds, and two distinct workers in one rebuild.
+    assert report["rebuild_points_unreached"] == [], where
+    by_point = report["rebuild_kills_by_point"]
+    assert isinstance(by_point, dict) and set(by_point) == set(REBUILD_POINTS), by_point
+    assert isinstance(report["rebuild_workers_killed_most"], int)
+    assert report["rebuild_workers_killed_most"] >= 2, report["rebuild_kills_by_rebuild"]
 
     # The workload meant something.
     workload = report["workload"]

@@ -38,11 +38,13 @@ READ_ELSEWHERE = {
     "GAPLESS_LOCAL_REGISTRY_JAVA",
     # infra/cli/output.py: who an operator command acts as, for the audit trail.
     "GAPLESS_OPERATOR",
-    # infra/chaos: the campaign's block of ports, and the crash point a process of
-    # the campaign is armed with.
+    # infra/chaos: the campaign's block of ports, and the crash points a process of
+    # the campaign is armed with (one, or several once each through a shared ledger).
     "GAPLESS_CHAOS_PORT_BASE",
     "GAPLESS_CHAOS_CRASH_POINT",
     "GAPLESS_CHAOS_CRASH_PASSES",
+    "GAPLESS_CHAOS_CRASH_ONCE",
+    "GAPLESS_CHAOS_CRASH_LEDGER",
 }
 
 

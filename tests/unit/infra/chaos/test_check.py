@@ -110,6 +110,11 @@ def test_only_poison_may_be_quarantined() -> None:
         (_seen(rebuild_phase="failed"), "rebuild:"),
         (_seen(fence_done=False), "fence:"),
         (_seen(converged=False), "convergence:"),
+        (
+            _seen(lane_workers=3, lane_most_workers=3, lane_unreached=["rebuild.cutover.swapped"]),
+            "rebuild lane: no worker died at rebuild.cutover.swapped",
+        ),
+        (_seen(lane_workers=3, lane_most_workers=1), "rebuild lane: no rebuild lost two"),
     ],
 )
 def test_what_the_campaign_saw_is_judged_too(seen: Seen, starts: str) -> None:
@@ -117,3 +122,9 @@ def test_what_the_campaign_saw_is_judged_too(seen: Seen, starts: str) -> None:
     assert [v for v in verdict.violations if v.startswith(starts)], verdict.violations
     if starts == "regression:":
         assert verdict.progress_regressions == 1
+
+
+def test_a_rebuild_lane_that_reached_every_point_with_two_workers_is_clean() -> None:
+    assert judge(_observed(), _seen(lane_workers=2, lane_most_workers=2)).ok
+    # Without a lane (no agents workers armed) there is nothing to require.
+    assert judge(_observed(), _seen(lane_workers=0, lane_most_workers=0)).ok
