@@ -26,60 +26,6 @@ def _publish(command: Any) -> None:
         fail(exc)
 
 
-def _record(row: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "rebuild_id": str(row.rebuild_id),
-        "stream": str(row.stream),
-        "consumer": row.consumer,
-        "phase": row.phase,
-        "attempt": row.attempt,
-        "generation": row.generation,
-        "export_position": row.export_position,
-        "chunks_loaded": row.chunks_loaded,
-        "chunks_total": row.chunks_total,
-        "rows_loaded": row.rows_loaded,
-        "target_position": row.target_position,
-        "caught_up_position": row.caught_up_position,
-        "previous_generation": row.previous_generation,
-        "cutover_pause_ms": row.cutover_pause_ms,
-        "timings": row.timings,
-        "requested_by": row.requested_by,
-        "reason": row.reason,
-        "error_code": row.error_code,
-        "error_message": row.error_message,
-        "created_at": row.created_at.isoformat(),
-        "updated_at": row.updated_at.isoformat(),
-        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
-        **(extra or {}),
-    }
-
-
-def _caught_up(row: Any) -> str:
-    if row.export_position is None or row.caught_up_position is None:
-        return ""
-    target = row.target_position if row.target_position is not None else "?"
-    done = row.caught_up_position - row.export_position
-    return f"  caught up {done} (to {row.caught_up_position} of H={target})"
-
-
-def _line(row: Any, extra: dict[str, Any] | None = None) -> str:
-    extra = extra or {}
-    error = f"  {row.error_code}: {row.error_message}" if row.error_code else ""
-    exported = f"  exported {extra['rows_exported']} rows" if "rows_exported" in extra else ""
-    lease = f"  lease until {extra['lease_expires_at']}" if extra.get("lease_expires_at") else ""
-    pause = (
-        f"  paused the live applier {row.cutover_pause_ms:.1f} ms"
-        if row.cutover_pause_ms is not None
-        else ""
-    )
-    return (
-        f"{row.rebuild_id}  {row.stream!s:<28} {row.phase:<12} attempt {row.attempt}"
-        f"  W={row.export_position if row.export_position is not None else '-'}{exported}"
-        f"  loaded {row.chunks_loaded}/{row.chunks_total} chunks ({row.rows_loaded} rows)"
-        f"{_caught_up(row)}{pause}{lease}{error}"
-    )
-
-
 def _resolver_side(row: Any) -> dict[str, Any]:
     """What the resolver knows of the rebuild: rows its export wrote, when its lease
     expires (best effort: the resolver database may be elsewhere)."""
@@ -223,10 +169,12 @@ def follow_rebuild(
 
     from db import rebuilds as sql
     from db.settings import DatabaseSettings
+    from infra import rebuild_text as text
 
     settings = guarded(lambda: load(DatabaseSettings))
     deadline = time.monotonic() + timeout
-    last: str | None = None
+    last: tuple[Any, ...] | None = None
+    shown = 0.0
     tty = sys.stderr.isatty() and not as_json
     try:
         with psycopg.connect(settings.product_dsn, autocommit=True) as conn:
@@ -239,13 +187,19 @@ def follow_rebuild(
                         return 3
                 else:
                     extra = _resolver_side(row)
-                    line = _line(row, extra)
-                    if line != last:
+                    # A line each time the row changes; on a terminal, the ETA
+                    # counting down in place every few seconds between changes.
+                    changed = (row.updated_at, row.phase, tuple(sorted(extra.items())))
+                    if changed != last or (tty and time.monotonic() - shown >= 5):
+                        now = datetime.now(UTC)
                         if as_json:
-                            emit(True, _record(row, extra), "")
+                            emit(True, text.record(row, now, extra), "")
                         else:
-                            click.echo(("\r\033[K" if tty else "") + line, err=True, nl=not tty)
-                        last = line
+                            shown_line = text.line(row, now, extra)
+                            click.echo(
+                                ("\r\033[K" if tty else "") + shown_line, err=True, nl=not tty
+                            )
+                        last, shown = changed, time.monotonic()
                     if row.phase in ("done", "failed", "cancelled"):
                         if tty:
                             click.echo("", err=True)
@@ -262,11 +216,13 @@ def follow_rebuild(
 @click.argument("rebuild_id", required=False, type=click.UUID)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per rebuild.")
 def rebuild_status(rebuild_id: uuid.UUID | None, as_json: bool) -> None:
-    """One rebuild's phase and progress, or the 50 most recent."""
+    """One rebuild's phase and progress (rows loaded of the export's, the share of the
+    work done, its rate and ETA), or the 50 most recent."""
     import psycopg
 
     from db import rebuilds as sql
     from db.settings import DatabaseSettings
+    from infra import rebuild_text as text
 
     settings = guarded(lambda: load(DatabaseSettings))
     with psycopg.connect(settings.product_dsn) as conn:
@@ -282,8 +238,9 @@ def rebuild_status(rebuild_id: uuid.UUID | None, as_json: bool) -> None:
                     )
                 )
             rows = [one]
+    now = datetime.now(UTC)
     for row in rows:
-        emit(as_json, _record(row), _line(row))
+        emit(as_json, text.record(row, now), text.line(row, now))
     if not rows and not as_json:
         echo("no rebuilds")
 

@@ -2,12 +2,14 @@
 scrape: parked events (``gapless_applier_parked_events``), open quarantine entries
 (``gapless_applier_quarantine_open``; a message that never decoded has empty stream
 labels) and the progress of every unfinished rebuild (``gapless_rebuild_*``, labelled
-with its phase)."""
+with its phase; its share of the work done, rate and ETA labelled with its consumer
+and catalog only)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -15,12 +17,16 @@ from prometheus_client.registry import Collector
 
 from db import rebuilds
 from db.applier_backlog import BacklogKey, open_quarantine_counts, parked_counts
+from processors.rebuild.progress import estimate
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 2
 _BACKLOG = ["consumer", "tenant", "catalog", "epoch"]
 _REBUILD = ["consumer", "tenant", "catalog", "epoch", "rebuild_id", "phase"]
+# One unfinished rebuild per consumer and catalog: a series that keeps its identity
+# through the phases.
+_PROGRESS = ["consumer", "tenant", "catalog"]
 
 
 def _labels(key: BacklogKey) -> list[str]:
@@ -88,3 +94,36 @@ class ProductCollector(Collector):
         yield chunks_total
         yield chunks_loaded
         yield rows_loaded
+        yield from _progress(unfinished, datetime.now(UTC))
+
+
+def _progress(unfinished: list[rebuilds.RebuildRow], now: datetime) -> Iterable[Metric]:
+    """Each unfinished rebuild's share of the work done, rate and ETA
+    (``processors.rebuild.progress``); a series goes when its rebuild ends, a rate or
+    an ETA not known yet is left out."""
+    ratio = GaugeMetricFamily(
+        "gapless_rebuild_progress_ratio",
+        "Share of the rebuild's work done (rows loaded by their cost, then the catch-up)",
+        labels=_PROGRESS,
+    )
+    rate = GaugeMetricFamily(
+        "gapless_rebuild_rate_rows_per_second",
+        "Rows loaded per second while loading, events applied per second while catching up",
+        labels=_PROGRESS,
+    )
+    eta = GaugeMetricFamily(
+        "gapless_rebuild_eta_seconds",
+        "Seconds the rebuild's load and catch-up should still take",
+        labels=_PROGRESS,
+    )
+    for r in unfinished:
+        labels = [r.consumer, r.stream.tenant_id, r.stream.catalog_id]
+        found = estimate(r, now)
+        ratio.add_metric(labels, found.fraction)
+        if found.rate_rows_s is not None:
+            rate.add_metric(labels, found.rate_rows_s)
+        if found.eta_s is not None:
+            eta.add_metric(labels, found.eta_s)
+    yield ratio
+    yield rate
+    yield eta

@@ -1,20 +1,25 @@
 """The agents' product metrics (``processors/agents/metrics.py``): parked events and
 open quarantine entries per consumer and stream, read from a real product database;
-and ``gapless_product_report_up`` 0 when the database does not answer."""
+a rebuild's progress, rate and ETA while it runs; and ``gapless_product_report_up`` 0
+when the database does not answer."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from psycopg.types.json import Jsonb
 
+from db import rebuilds as sql
 from db.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.agents.metrics import ProductCollector
 from processors.applier.batch import Applier
 from schemas.codec import CODEC
+from schemas.ids import StreamId
 from tests.integration.processors.test_applier_faults import TENANT, Partition, on, upsert
 
 
@@ -63,3 +68,41 @@ def test_an_unreachable_database_reports_down() -> None:
     text = _scrape("postgresql://nobody@127.0.0.1:1/product")
     assert "gapless_product_report_up 0.0" in text
     assert "gapless_applier_parked_events" not in text
+
+
+def test_a_rebuilds_progress_rate_and_eta_while_it_runs_and_gone_once_it_ends(
+    clean_db: DatabaseSettings,
+) -> None:
+    rebuild_id = uuid.uuid4()
+    stream = StreamId(TENANT, "c1", 1)
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        sql.insert(conn, rebuild_id, "product-applier", stream, "shadow", "test", "")
+        sql.update(conn, rebuild_id, "exporting")
+    labels = f'catalog="c1",consumer="product-applier",tenant="{TENANT}"'
+    text = _scrape(clean_db.product_dsn)
+    assert f"gapless_rebuild_progress_ratio{{{labels}}} 0.0" in text
+    assert f"gapless_rebuild_eta_seconds{{{labels}}}" not in text  # not known yet
+
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        sql.update(
+            conn,
+            rebuild_id,
+            "loading",
+            export_position=0,
+            rows_total=400,
+            rows_loaded=100,
+            rows_by_kind=Jsonb({"catalog_item": 400}),
+            load_cost=Jsonb({"catalog_item": {"rows": 100, "seconds": 2.0}}),
+        )
+    text = _scrape(clean_db.product_dsn)
+    assert f"gapless_rebuild_progress_ratio{{{labels}}} 0.25" in text
+    assert f"gapless_rebuild_rate_rows_per_second{{{labels}}} 50.0" in text
+    eta = [line for line in text.splitlines() if line.startswith("gapless_rebuild_eta_seconds{")]
+    assert len(eta) == 1 and 5.0 < float(eta[0].split()[-1]) <= 6.0  # 300 rows at 50/s
+
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        sql.update(conn, rebuild_id, "cancelled")
+    text = _scrape(clean_db.product_dsn)
+    assert "# TYPE gapless_rebuild_progress_ratio gauge" in text
+    for family in ("progress_ratio", "rate_rows_per_second", "eta_seconds"):
+        assert f"gapless_rebuild_{family}{{" not in text

@@ -3,65 +3,26 @@ its row alone (no database)."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from db.rebuilds import RebuildRow
 from processors.rebuild.progress import (
     ASSUMED_CATCHUP_EVENTS_PER_S,
     PRIOR_COST,
     Progress,
     estimate,
 )
-from schemas.ids import StreamId
-
-NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
-
-
-def _row(phase: str, **changes: object) -> RebuildRow:
-    row = RebuildRow(
-        rebuild_id=uuid.uuid4(),
-        consumer="projection",
-        stream=StreamId("t1", "c1", 1),
-        phase=phase,
-        attempt=1,
-        shadow_consumer="projection~rebuild",
-        generation=2,
-        lease_id=uuid.uuid4(),
-        export_id=uuid.uuid4(),
-        export_position=1000,
-        target_position=None,
-        chunks_total=10,
-        chunks_loaded=0,
-        rows_loaded=0,
-        requested_by="test",
-        reason="",
-        error_code=None,
-        error_message=None,
-        created_at=NOW - timedelta(seconds=60),
-        updated_at=NOW,
-        finished_at=None,
-        caught_up_position=None,
-        previous_generation=None,
-        cutover_pause_ms=None,
-        timings={"exporting": 10.0},
-        cleaned_at=None,
-        phase_started_at=NOW - timedelta(seconds=20),
-        live_position=1000,
-    )
-    return replace(row, **changes)  # type: ignore[arg-type]
+from tests.unit.processors.rebuild.rows import NOW, rebuild_row
 
 
 @pytest.mark.parametrize("phase", ["requested", "leased", "exporting"])
 def test_before_the_load_nothing_is_known(phase: str) -> None:
-    assert estimate(_row(phase), NOW) == Progress(0.0, None, None)
+    assert estimate(rebuild_row(phase), NOW) == Progress(0.0, None, None)
 
 
 def test_loading_one_kind_at_its_measured_rate() -> None:
-    row = _row(
+    row = rebuild_row(
         "loading",
         rows_total=400_000,
         rows_loaded=100_000,
@@ -77,7 +38,7 @@ def test_loading_one_kind_at_its_measured_rate() -> None:
 
 def test_kinds_weigh_by_their_measured_cost() -> None:
     """Items cost 2x what mappings do here: the items left weigh twice as much."""
-    row = _row(
+    row = rebuild_row(
         "loading",
         rows_total=300_000,
         rows_loaded=150_000,
@@ -95,7 +56,7 @@ def test_kinds_weigh_by_their_measured_cost() -> None:
 
 
 def test_a_kind_not_reached_costs_the_measured_mean_times_its_prior() -> None:
-    row = _row(
+    row = rebuild_row(
         "loading",
         rows_total=300_000,
         rows_loaded=100_000,
@@ -110,7 +71,7 @@ def test_loading_counts_the_catch_up_the_live_stream_makes() -> None:
     """W at 1,000, the live consumer at 8,000: 7,000 positions already to catch up, plus
     what the stream adds at its rate (7,000 in the 10 s exporting and 20 s loading)
     during the 30 s left of loading."""
-    row = _row(
+    row = rebuild_row(
         "loading",
         rows_total=400_000,
         rows_loaded=100_000,
@@ -125,13 +86,13 @@ def test_loading_counts_the_catch_up_the_live_stream_makes() -> None:
 
 
 def test_no_chunk_measured_yet_no_eta() -> None:
-    row = _row("loading", rows_total=400_000, rows_by_kind={"catalog_item": 400_000})
+    row = rebuild_row("loading", rows_total=400_000, rows_by_kind={"catalog_item": 400_000})
     p = estimate(row, NOW)
     assert (p.fraction, p.rate_rows_s, p.eta_s) == (0.0, None, None)
 
 
 def test_a_row_without_costs_uses_the_phase_mean_rate() -> None:
-    row = _row("loading", rows_total=400_000, rows_loaded=100_000)
+    row = rebuild_row("loading", rows_total=400_000, rows_loaded=100_000)
     p = estimate(row, NOW)
     assert p.rate_rows_s == pytest.approx(100_000 / 20)
     assert p.eta_s == pytest.approx(60.0)
@@ -139,7 +100,7 @@ def test_a_row_without_costs_uses_the_phase_mean_rate() -> None:
 
 
 def test_catching_up_at_its_measured_rate_to_the_target() -> None:
-    row = _row(
+    row = rebuild_row(
         "catching_up",
         rows_total=100_000,
         rows_loaded=100_000,
@@ -158,7 +119,7 @@ def test_catching_up_at_its_measured_rate_to_the_target() -> None:
 
 
 def test_catching_up_before_any_page_assumes_the_rate() -> None:
-    row = _row(
+    row = rebuild_row(
         "catching_up",
         load_cost={"catalog_item": {"rows": 100, "seconds": 1.0}},
         live_position=1000 + int(ASSUMED_CATCHUP_EVENTS_PER_S),
@@ -181,7 +142,7 @@ def test_the_fraction_moves_from_0_to_1_through_the_phases() -> None:
         ("done", 100, 1200),
     ]:
         cost = {"catalog_item": {"rows": loaded, "seconds": loaded / 10}}
-        row = _row(
+        row = rebuild_row(
             phase,
             rows_total=100,
             rows_loaded=loaded,
@@ -201,8 +162,8 @@ def test_the_fraction_moves_from_0_to_1_through_the_phases() -> None:
 
 
 def test_finished_rebuilds() -> None:
-    assert estimate(_row("done"), NOW) == Progress(1.0, None, 0.0)
-    failed = estimate(_row("failed", rows_total=100, rows_loaded=40), NOW)
+    assert estimate(rebuild_row("done"), NOW) == Progress(1.0, None, 0.0)
+    failed = estimate(rebuild_row("failed", rows_total=100, rows_loaded=40), NOW)
     assert (failed.fraction, failed.eta_s) == (0.4, None)
 
 
@@ -210,7 +171,7 @@ def test_the_figures_are_the_rows_last_update_and_the_eta_counts_down_from_it() 
     """The catch-up recorded 4,000 positions in the 2 s to its last update; read 1.5 s
     later, the rate is still 2,000/s (not 4,000 over 3.5 s) and 1.5 s of the 2 s are
     gone; read long after, the ETA stays at 0."""
-    row = _row(
+    row = rebuild_row(
         "catching_up",
         caught_up_position=5000,
         target_position=9000,
