@@ -28,9 +28,10 @@ fraction and the ETA agree; it is the share of rows loaded when every kind costs
 the same. ``rate_rows_s`` is rows loaded per second of loading while loading, and
 events applied per second while catching up (``rate_of`` says which). The figures
 are those of the row's last update (a chunk loaded, a catch-up step recorded), when
-its counts were taken; the ETA then counts down from it, so a worker that died
-mid-chunk shows an ETA that reaches 0 and stays there until another worker carries
-on.
+its counts were taken; the ETA then counts down from it, while loading by no more than
+the mean chunk's seconds (only the chunk in flight can have been loaded since), so a
+worker that died mid-load shows an ETA that stops moving until another worker
+carries on.
 """
 
 from __future__ import annotations
@@ -87,7 +88,12 @@ def estimate(row: RebuildRow, now: datetime) -> Progress:
     if found.eta_s is None or found.eta_s == 0:
         return found
     since = max(0.0, (now - at).total_seconds())
-    return Progress(found.fraction, found.rate_rows_s, max(0.0, found.eta_s - since), found.rate_of)
+    floor = 0.0
+    if row.phase == "loading" and row.chunks_loaded > 0:
+        # at most the chunk in flight was loaded since
+        floor = found.eta_s - _load(row, 0.0).done_s / row.chunks_loaded
+    eta = max(0.0, floor, found.eta_s - since)
+    return Progress(found.fraction, found.rate_rows_s, eta, found.rate_of)
 
 
 def _as_of(row: RebuildRow, at: datetime) -> Progress:

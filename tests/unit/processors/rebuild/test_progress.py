@@ -182,3 +182,18 @@ def test_the_figures_are_the_rows_last_update_and_the_eta_counts_down_from_it() 
     assert later.rate_rows_s == pytest.approx(2000)
     assert later.eta_s == pytest.approx(0.5)
     assert estimate(row, NOW + timedelta(seconds=60)).eta_s == 0.0
+
+
+def test_while_loading_the_eta_counts_down_by_one_chunk_at_most() -> None:
+    """4 chunks of 25,000 rows took 10 s: 30 s left as of the update; 1 s later 29 s,
+    a minute later 27.5 s (the chunk in flight, 2.5 s, is all that can have loaded)."""
+    row = rebuild_row(
+        "loading",
+        rows_total=400_000,
+        rows_loaded=100_000,
+        chunks_loaded=4,
+        rows_by_kind={"catalog_item": 400_000},
+        load_cost={"catalog_item": {"rows": 100_000, "seconds": 10.0}},
+    )
+    assert estimate(row, NOW + timedelta(seconds=1)).eta_s == pytest.approx(29.0)
+    assert estimate(row, NOW + timedelta(seconds=60)).eta_s == pytest.approx(27.5)
