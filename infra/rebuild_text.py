@@ -63,8 +63,9 @@ def record(row: RebuildRow, now: datetime, extra: dict[str, Any] | None = None) 
         "chunks_loaded": row.chunks_loaded,
         "chunks_total": row.chunks_total,
         "rows_loaded": row.rows_loaded,
-        "rows_total": row.rows_total,
-        "rows_by_kind": row.rows_by_kind,
+        # an earlier attempt's until this one's load reads its export
+        "rows_total": None if row.phase in _BEFORE_LOAD else row.rows_total,
+        "rows_by_kind": {} if row.phase in _BEFORE_LOAD else row.rows_by_kind,
         **progress_fields(estimate(row, now)),
         "target_position": row.target_position,
         "caught_up_position": row.caught_up_position,

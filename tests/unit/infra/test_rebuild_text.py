@@ -53,3 +53,9 @@ def test_durations() -> None:
         "4 min 10 s",
         "2 h 5 min",
     ]
+
+
+def test_a_restarted_rebuild_shows_no_total_until_its_new_export_loads() -> None:
+    restarted = rebuild_row("exporting", attempt=2, rows_total=478_000, rows_loaded=0)
+    assert record(restarted, NOW)["rows_total"] is None
+    assert progress_text(restarted, estimate(restarted, NOW)) == "exporting"
