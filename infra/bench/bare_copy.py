@@ -1,92 +1,136 @@
 """The load's baseline: a bare ``COPY`` of the same rows into empty tables.
 
-The load writes two rows per item: its ``product_item`` row and its search document
-(``product_search_document``, with the generated ``tsvector`` and its GIN entry). The
-baseline copies the same rows with the seeded items' values into ``bench_bare_item``
-and ``bench_bare_search_document``, each of its table's shape (``LIKE … INCLUDING
-ALL``: columns, defaults, generated columns, primary key, indexes) in the same
-product database, so the same durability; in transactions of one chunk's worth of
-items each, as the load commits one chunk per transaction. Only the ``COPY``s and
-the ``COMMIT`` are on the clock, not building the text in Python: it is the most
-PostgreSQL takes in, with no parsing, revision checks or derived text. The items'
-COPY alone is timed too (the baseline before the documents were counted).
+The load writes every kind of row of a generation: items, listing mappings, attribute
+definitions and values, shipping policy versions, splits, and each item's search
+document (with the generated ``tsvector`` and its GIN entry). The baseline copies the
+rows of the seeded serving generation (``infra.bench.rebuild_seed``: the same rows
+the export then holds, but for the live writer's few) into tables of each
+projection table's shape (``LIKE … INCLUDING ALL``: columns, defaults, generated
+columns, primary key, indexes) in the same product database, so the same
+durability; table by table, in transactions of ``chunk_rows`` rows each, as the load
+commits one export chunk per transaction.
+
+The rows are read with ``COPY (SELECT …) TO STDOUT`` on a second connection, a chunk
+at a time, and only each chunk's ``COPY … FROM STDIN`` and its ``COMMIT`` are on the
+clock: it is the most PostgreSQL takes in, with no parsing, revision checks or
+derived text. The item rows' COPYs are timed apart too (the baseline before the
+other kinds were counted). The tables are dropped afterwards, whatever happened.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import psycopg
+from sqlalchemy import Table
 
-from infra.bench.rebuild_seed import document_copy_line, item_copy_line
+from db.tables.product import (
+    product_attribute_definition,
+    product_attribute_value,
+    product_item,
+    product_item_split,
+    product_listing_mapping,
+    product_search_document,
+    product_shipping_policy_version,
+)
 
-COLUMNS = (
-    "generation, tenant_id, catalog_id, item_id, class_id, status, title, parent_item_id,"
-    " attributes, revision, position"
+TABLES = (
+    product_item,
+    product_attribute_definition,
+    product_attribute_value,
+    product_listing_mapping,
+    product_shipping_policy_version,
+    product_item_split,
+    product_search_document,
 )
-DOCUMENT_COLUMNS = (
-    "generation, tenant_id, catalog_id, item_id, title, status, attribute_text,"
-    " item_revision, position"
-)
+"""Every table a rebuild's load writes, in the order the export's kinds come."""
+
+
+def written_columns(table: Table) -> list[str]:
+    """The columns a writer gives: not the generated ones, not ``updated_at``."""
+    return [c.name for c in table.columns if c.computed is None and c.name != "updated_at"]
 
 
 @dataclass(frozen=True, slots=True)
 class BareCopy:
-    items_s: float
-    """The item rows' COPYs."""
-    documents_s: float
-    """The search documents' COPYs (and each chunk's COMMIT)."""
+    rows: dict[str, int] = field(default_factory=dict)
+    """Rows copied, per projection table."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Each table's COPYs and COMMITs."""
 
     @property
-    def seconds(self) -> float:
-        return self.items_s + self.documents_s
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def items_s(self) -> float:
+        return self.seconds.get(product_item.name, 0.0)
+
+    @property
+    def item_rows(self) -> int:
+        return self.rows.get(product_item.name, 0)
+
+
+def _chunks(
+    conn: psycopg.Connection, query: str, params: tuple[object, ...], rows: int
+) -> Iterator[tuple[bytes, int]]:
+    """``query``'s rows as COPY text, ``rows`` lines at a time (one line a block)."""
+    lines: list[bytes] = []
+    with conn.cursor().copy(f"COPY ({query}) TO STDOUT", params) as copy:
+        for block in copy:
+            lines.append(bytes(block))
+            if len(lines) == rows:
+                yield b"".join(lines), len(lines)
+                lines = []
+    if lines:
+        yield b"".join(lines), len(lines)
 
 
 def bare_copy(
     product_dsn: str,
     tenant: str,
     catalog: str,
-    items: int,
-    position: int,
+    generation: int,
     chunk_rows: int,
     echo: Callable[[str], None],
 ) -> BareCopy:
-    """COPY ``items`` item rows and as many documents, in transactions of
-    ``chunk_rows`` items; the seconds they took. The tables are dropped afterwards."""
-    items_s = documents_s = 0.0
-    with psycopg.connect(product_dsn) as conn:
-        conn.execute("CREATE TABLE bench_bare_item (LIKE product_item INCLUDING ALL)")
-        conn.execute(
-            "CREATE TABLE bench_bare_search_document (LIKE product_search_document INCLUDING ALL)"
-        )
+    """COPY every row of ``generation`` of the catalog into empty tables of the same
+    shapes, ``chunk_rows`` a transaction; the rows and seconds per table."""
+    copied = BareCopy()
+    with psycopg.connect(product_dsn) as source, psycopg.connect(product_dsn) as conn:
+        bare = {t.name: f"bench_bare_{t.name}" for t in TABLES}
+        for t in TABLES:
+            conn.execute(f"CREATE TABLE {bare[t.name]} (LIKE {t.name} INCLUDING ALL)")
         conn.commit()
         try:
-            for first in range(1, items + 1, chunk_rows):
-                numbers = range(first, min(items, first + chunk_rows - 1) + 1)
-                rows = "".join(item_copy_line(1, tenant, catalog, g, position) for g in numbers)
-                documents = "".join(
-                    document_copy_line(1, tenant, catalog, g, position) for g in numbers
+            for t in TABLES:
+                columns = ", ".join(written_columns(t))
+                query = (
+                    f"SELECT {columns} FROM {t.name} WHERE generation = %s"
+                    " AND tenant_id = %s AND catalog_id = %s"
                 )
-                start = time.perf_counter()
-                with conn.cursor().copy(f"COPY bench_bare_item ({COLUMNS}) FROM STDIN") as copy:
-                    copy.write(rows.encode())
-                between = time.perf_counter()
-                with conn.cursor().copy(
-                    f"COPY bench_bare_search_document ({DOCUMENT_COLUMNS}) FROM STDIN"
-                ) as copy:
-                    copy.write(documents.encode())
-                conn.commit()
-                end = time.perf_counter()
-                items_s += between - start
-                documents_s += end - between
+                rows, seconds = 0, 0.0
+                for data, n in _chunks(source, query, (generation, tenant, catalog), chunk_rows):
+                    start = time.perf_counter()
+                    with conn.cursor().copy(f"COPY {bare[t.name]} ({columns}) FROM STDIN") as copy:
+                        copy.write(data)
+                    conn.commit()
+                    seconds += time.perf_counter() - start
+                    rows += n
+                source.rollback()
+                copied.rows[t.name], copied.seconds[t.name] = rows, seconds
             echo(
-                f"rebuild: bare COPY of {items:,} items and their documents took"
-                f" {items_s + documents_s:.2f} s (the items alone {items_s:.2f} s)"
+                f"rebuild: bare COPY of {copied.total_rows:,} rows took {copied.total_s:.2f} s"
+                f" (the {copied.item_rows:,} item rows alone {copied.items_s:.2f} s)"
             )
         finally:
             conn.rollback()
-            conn.execute("DROP TABLE bench_bare_item, bench_bare_search_document")
+            conn.execute("DROP TABLE IF EXISTS " + ", ".join(bare.values()))
             conn.commit()
-    return BareCopy(items_s, documents_s)
+    return copied

@@ -1,9 +1,12 @@
-"""A modest live write load during the rebuild, through the real writer.
+"""A live write load during the rebuild, through the real writer.
 
-One thread records a rule decision every ``1 / rate`` seconds with
-``record_decision``: one new item and a new revision of a random seeded item
-(three events with the decision's own), so the rebuild's catch-up and cutover
-have real work: new aggregates and revisions above the exported ones.
+One thread records a rule decision every ``EVENTS_PER_DECISION / events_per_s``
+seconds with ``record_decision``: one new item (``<prefix>-<n>``) and a new revision
+of a random seeded item that was not split (a split item takes no new revision),
+three events with the decision's own, so the rebuild's catch-up and cutover have
+real work: new aggregates and revisions above the exported ones. A decision that
+falls behind its schedule is written at once (the rate is kept on average, never
+skipped). A crash leaves committed decisions, each whole, and nothing else.
 """
 
 from __future__ import annotations
@@ -17,23 +20,34 @@ from psycopg_pool import ConnectionPool
 from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
-from infra.bench.rebuild_seed import COLOURS, item_class, item_id
+from infra.bench.rebuild_seed import COLOURS, item_class, item_id, was_split
 from infra.bench.writer import EVIDENCE, change
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
 from schemas.codec import CODEC
 
+EVENTS_PER_DECISION = 3
+
 
 class LiveWriter:
     def __init__(
-        self, databases: DatabaseSettings, tenant: str, catalog: str, items: int, rate: float
+        self,
+        databases: DatabaseSettings,
+        tenant: str,
+        catalog: str,
+        items: int,
+        events_per_s: float,
+        prefix: str = "live",
+        seed: int = 7,
     ) -> None:
         self._pool = ConnectionPool(databases.resolver_dsn, min_size=1, max_size=1, open=True)
         self._epochs = EpochSource(databases.control_dsn)
         self._tenant = tenant
         self._catalog = catalog
         self._items = items
-        self._interval = 1.0 / rate
+        self._interval = EVENTS_PER_DECISION / events_per_s
+        self._prefix = prefix
+        self._seed = seed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-writer", daemon=True)
         self._lock = threading.Lock()
@@ -72,6 +86,8 @@ class LiveWriter:
 
     def _decision(self, n: int, rng: random.Random) -> Decision:
         g = rng.randint(1, self._items)
+        if was_split(g):
+            g = g - 1 if g > 1 else g + 1
         update = ItemChange(
             self._tenant,
             self._catalog,
@@ -87,12 +103,12 @@ class LiveWriter:
             "rule:bench-live",
             "a new item and a changed one",
             EVIDENCE,
-            facts=(change(self._tenant, f"live-{n}"), update),
+            facts=(change(self._tenant, f"{self._prefix}-{n}"), update),
             actor_kind="rule",
         )
 
     def _run(self) -> None:
-        rng = random.Random(7)
+        rng = random.Random(self._seed)
         due = time.monotonic()
         n = 0
         try:

@@ -1,8 +1,12 @@
 """The rebuilt generation against the accepted state, row by row, in bounded memory.
 
-The same checks as ``infra.demo.projection_check`` (its ``CHECKS``: the same columns
-read from both databases, a difference being a key present on one side only or
-with other values), but both sides are streamed from server-side cursors in key
+The same checks as ``infra.demo.projection_check`` (its ``CHECKS``: items, listing
+mappings, shipping policy versions, splits, attribute definitions and values; the
+same columns read from both databases, a difference being a key present on one side
+only or with other values) and one more, ``SEARCH_DOCUMENTS``: each item's search
+document against the text derived from its accepted item row and attribute values
+(so every projection a rebuild loads is compared, the derived one included). Both
+sides are streamed from server-side cursors in key
 order instead of read into memory, so a million-item catalog is compared without
 holding it. Both databases are on one cluster with one default collation, so both
 streams come in the same order; a row whose key the other side has not reached
@@ -17,13 +21,32 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from infra.demo.projection_check import CHECKS, Check, Difference
+from infra.demo.projection_check import CHECKS as PROJECTION_CHECKS
+from infra.demo.projection_check import Check, Difference
 
 ITERSIZE = 5000
 KEPT = 100
 """Differences kept for the report; all are counted."""
 
 Row = tuple[object, ...]
+
+SEARCH_DOCUMENTS = Check(
+    "search_document",
+    3,
+    # What ``processors.projections.search_documents`` derives: the title, and the
+    # item's own attribute values then its attribute values' values, each in key order.
+    "SELECT i.tenant_id, i.catalog_id, i.item_id, i.title, i.status,"
+    " concat_ws(' ', (SELECT string_agg(a.value, ' ' ORDER BY a.key)"
+    "  FROM jsonb_each_text(i.attributes) a),"
+    " (SELECT string_agg(v.value, ' ' ORDER BY v.attribute_key) FROM attribute_value v"
+    "  WHERE v.tenant_id = i.tenant_id AND v.catalog_id = i.catalog_id"
+    "  AND v.item_id = i.item_id)),"
+    " i.revision FROM catalog_item i WHERE i.tenant_id LIKE %s",
+    "SELECT tenant_id, catalog_id, item_id, title, status, attribute_text, item_revision"
+    " FROM product_search_document WHERE generation = %s AND tenant_id LIKE %s",
+)
+CHECKS = (*PROJECTION_CHECKS, SEARCH_DOCUMENTS)
+"""Every projection of a generation: each aggregate's and the search documents."""
 
 
 @dataclass

@@ -47,15 +47,52 @@ def bench(
 @click.option(
     "--items", default=100_000, show_default=True, help="Accepted items in the rebuilt catalog."
 )
+@click.option(
+    "--live-eps",
+    default=200.0,
+    show_default=True,
+    type=click.FloatRange(min=3.0),
+    help="Live writes, events/s, during the baseline and the rebuilds.",
+)
+@click.option(
+    "--baseline-seconds",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="Live writes with no rebuild running, measured before the rebuild.",
+)
+@click.option(
+    "--kill-phase",
+    "kill_phases",
+    multiple=True,
+    type=click.Choice(["leased", "exporting", "loading", "catching_up", "cutting_over"]),
+    help="Kill -9 the worker carrying a second rebuild in this phase (repeatable;"
+    " default: exporting, loading and catching_up).",
+)
+@click.option(
+    "--no-takeover", is_flag=True, help="No second rebuild, no kills (rebuild_takeover_s null)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_rebuild(items: int, as_json: bool) -> None:
-    """Rebuild a seeded catalog through the control topic under a live write load, with
-    the deployed resolver API, relay and agents: each phase's seconds, the RTO, the load
-    against a bare COPY, the cutover pause, peak RSS; fails if the rebuilt generation is
-    not the accepted state."""
+def bench_rebuild(
+    items: int,
+    live_eps: float,
+    baseline_seconds: float,
+    kill_phases: tuple[str, ...],
+    no_takeover: bool,
+    as_json: bool,
+) -> None:
+    """Rebuild a seeded catalog (items with listing mappings, attribute values, splits and
+    shipping policies) through the control topic under a live write load, with the
+    deployed resolver API, relay and two agents workers: each phase's seconds, the RTO,
+    the load against a bare COPY of the same rows, the cutover pause, peak RSS, the live
+    writes' p99 against a baseline with no rebuild, the ETA's error at halfway; then a
+    second rebuild whose worker is killed in each phase asked for, timed until another
+    worker carries on. Fails if a rebuilt generation is not the accepted state."""
     from infra.bench.rebuild import run_rebuild_bench
+    from infra.bench.rebuild_takeover import DEFAULT_KILLS
 
-    guarded(lambda: run_rebuild_bench(items, as_json, echo))
+    phases = () if no_takeover else (kill_phases or DEFAULT_KILLS)
+    guarded(lambda: run_rebuild_bench(items, as_json, echo, live_eps, baseline_seconds, phases))
 
 
 @bench.command("peers")

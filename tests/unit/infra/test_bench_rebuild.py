@@ -1,17 +1,36 @@
 """The rebuild bench's pure parts: its figures (JSON and table), the streamed row
-comparison, and the seed's COPY lines."""
+comparison, the seed's batches and mix, the live latencies' p99 and ratio, the
+ETA's error and the takeover's worst."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import uuid
+from datetime import UTC, datetime, timedelta
 
-from infra.bench.rebuild_check import StreamedComparison, compare_rows
+import pytest
+
+from db.rebuilds import RebuildRow
+from infra.bench import rebuild_eta
+from infra.bench.rebuild_check import CHECKS, StreamedComparison, compare_rows
+from infra.bench.rebuild_eta import EtaSample, eta_error_pct
+from infra.bench.rebuild_live import LiveLatency, p99_ratio, summarize
 from infra.bench.rebuild_report import Memory, RebuildFigures, render_rebuild_table
-from infra.bench.rebuild_seed import batches, item_copy_line
+from infra.bench.rebuild_seed import MIX, batches, item_id, was_split
+from infra.bench.rebuild_takeover import Takeover, worker_of, worst
 from infra.demo.projection_check import Check
+from processors.rebuild.progress import Progress
+from schemas.ids import StreamId
 
 REQUIRED = (
     "rebuild_items",
+    "rebuild_rows",
+    "rebuild_live_p99_ms",
+    "baseline_live_p99_ms",
+    "rebuild_live_p99_ratio",
+    "rebuild_takeover_s",
+    "rebuild_eta_error_pct",
     "rebuild_export_s",
     "rebuild_load_s",
     "rebuild_catchup_s",
@@ -24,8 +43,8 @@ REQUIRED = (
 )
 
 
-def figures(items: int = 1_000_000, pause_ms: float = 12.5) -> RebuildFigures:
-    return RebuildFigures(
+def figures(items: int = 1_000_000, pause_ms: float = 12.5, **changes: object) -> RebuildFigures:
+    made = RebuildFigures(
         items=items,
         rows_loaded=1_000_400,
         chunks=51,
@@ -52,6 +71,7 @@ def figures(items: int = 1_000_000, pause_ms: float = 12.5) -> RebuildFigures:
         environment={"cores": 2, "loadavg_start": [1.0, 1.1, 1.2]},
         bare_copy_items_s=2.5,
     )
+    return dataclasses.replace(made, **changes)  # type: ignore[arg-type]
 
 
 def test_the_json_object_has_every_field_the_issue_names_with_derived_rates() -> None:
@@ -139,20 +159,121 @@ def test_batches_cover_every_item_once() -> None:
     assert list(batches(250_001)) == [(1, 100_000), (100_001, 200_000), (200_001, 250_001)]
 
 
-def test_a_copy_line_has_product_items_columns() -> None:
-    line = item_copy_line(1, "t", "c", 7, 42)
-    assert line.endswith("\n")
-    fields = line[:-1].split("\t")
-    assert fields == [
-        "1",
-        "t",
-        "c",
-        "seed-0000007",
-        "lamp",
-        "active",
-        "Seeded item 7",
-        "\\N",
-        '{"colour": "green", "size": "43"}',
-        "1",
-        "42",
+def test_the_seed_marks_every_50th_item_split_and_states_its_mix() -> None:
+    assert [g for g in range(1, 201) if was_split(g)] == [50, 100, 150, 200]
+    assert item_id(50) == "seed-0000050"
+    assert MIX == {
+        "items": 1.04,
+        "listing_mappings": 2,
+        "attribute_values": 4,
+        "splits": 0.02,
+        "shipping_policy_versions": 0.2,
+    }
+
+
+def test_the_check_covers_every_projection_the_seed_writes() -> None:
+    assert [c.name for c in CHECKS] == [
+        "catalog_item",
+        "listing_mapping",
+        "shipping_policy_version",
+        "item_split",
+        "attribute_definition",
+        "attribute_value",
+        "search_document",
     ]
+
+
+def test_p99_is_the_nearest_rank_and_the_ratio_is_rebuild_over_baseline() -> None:
+    baseline = summarize([float(ms) for ms in range(1, 201)], seconds=2.0)
+    assert (baseline.events, baseline.eps) == (200, 100.0)
+    assert baseline.p50_ms == 100.0 and baseline.p99_ms == 198.0 and baseline.max_ms == 200.0
+    during = summarize([10.0] * 98 + [396.0, 1000.0], seconds=0.5)
+    assert during.p99_ms == 396.0 and during.eps == 200.0
+    assert p99_ratio(during, baseline) == 2.0
+    # Nothing measured on either side is no ratio, not a division by zero.
+    assert summarize([], 5.0) == LiveLatency(0, 0.0, 0.0, 0.0, 0.0)
+    assert p99_ratio(during, summarize([], 5.0)) == 0.0
+    assert p99_ratio(summarize([], 5.0), baseline) == 0.0
+
+
+def test_the_eta_error_is_the_distance_to_the_real_end_over_the_whole_rebuild() -> None:
+    requested = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    end = requested + timedelta(seconds=40)
+    assert eta_error_pct(requested, end, end) == 0.0
+    assert eta_error_pct(requested, end - timedelta(seconds=4), end) == pytest.approx(10.0)
+    assert eta_error_pct(requested, end + timedelta(seconds=10), end) == pytest.approx(25.0)
+    assert eta_error_pct(requested, requested, requested) == 0.0
+
+
+def test_the_takeover_is_the_worst_measured_and_a_claim_names_its_worker() -> None:
+    takeovers = [
+        Takeover("exporting", "h-1", 1.25, "h-2"),
+        Takeover("loading", "h-2", 3.5, "h-1"),
+        Takeover("catching_up", "", None),
+    ]
+    assert worst(takeovers) == 3.5
+    assert worst([Takeover("loading", "", None)]) is None
+    d = figures(takeovers=tuple(takeovers)).as_dict()
+    assert d["rebuild_takeover_s"] == 3.5
+    assert d["rebuild_takeover_by_phase_s"] == {
+        "exporting": 1.25,
+        "loading": 3.5,
+        "catching_up": None,
+    }
+    assert worker_of(None, []) is None and worker_of("no-such-pid", []) is None
+
+
+def test_the_table_judges_the_live_cost_the_takeover_and_shows_the_eta() -> None:
+    table = render_rebuild_table(
+        figures(
+            live=LiveLatency(1000, 200.0, 20.0, 80.0, 150.0),
+            baseline=LiveLatency(4000, 200.0, 15.0, 40.0, 60.0),
+            baseline_s=20.0,
+            live_eps_offered=200.0,
+            takeovers=(Takeover("exporting", "h-1", 1.25, "h-2"), Takeover("loading", "", None)),
+            eta_error_pct=12.34,
+        )
+    )
+    assert "80.0 ms during the rebuild" in table and "40.0 ms with none running" in table
+    assert "ratio 2.00 (target <= 2: met)" in table
+    assert "exporting 1.25 s, loading missed; worst 1.25 s (target <= 10 s: met)" in table
+    assert "12.3 % of the rebuild's time off" in table
+    assert "(target <= 1024 MB: met)" in table
+    bare = render_rebuild_table(figures())
+    assert "takeover: not measured" in bare and "ETA at halfway: not estimated" in bare
+    # Nothing measured is not a ratio that meets its target.
+    assert "(target <= 2: MISSED)" in bare
+
+
+T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+def row_in(phase: str) -> RebuildRow:
+    return RebuildRow(
+        uuid.uuid4(), "product-applier", StreamId("t", "c", 1), phase, 1, "shadow", 2,
+        None, None, 100, None, 3, 2, 1000, "bench", "test", None, None, T0, T0, None,
+        None, None, None, {}, None,
+    )  # fmt: skip
+
+
+def test_the_eta_sample_is_the_first_estimate_at_halfway_while_under_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    estimates = iter(
+        [Progress(0.3, 100.0, 10.0), Progress(0.6, 100.0, 8.0), Progress(0.9, 100.0, 1.0)]
+    )
+    monkeypatch.setattr(rebuild_eta, "estimate", lambda _row, _now: next(estimates))
+    sample = EtaSample(T0)
+    assert sample.error_pct(T0 + timedelta(seconds=20)) is None  # nothing sampled yet
+    for second in (2, 4, 6):
+        sample.observe(row_in("loading"), T0 + timedelta(seconds=second))
+    assert sample.predicted_end == T0 + timedelta(seconds=12) and sample.fraction == 0.6
+    # Ended at 15 s: 3 s off a 15 s rebuild.
+    assert sample.error_pct(T0 + timedelta(seconds=15)) == pytest.approx(20.0)
+
+
+def test_a_finished_rebuild_is_no_sample_of_its_eta() -> None:
+    sample = EtaSample(T0)
+    for phase in ("done", "failed", "cancelled"):
+        sample.observe(row_in(phase), T0 + timedelta(seconds=5))
+    assert sample.predicted_end is None

@@ -1,0 +1,161 @@
+"""What a rebuild costs live traffic: the commit → apply latency of the live writes.
+
+The same measure as ``infra.bench.deployed_latency``: an event's latency is its inbox
+row's ``decided_at`` (the live consumer's applying transaction) minus its outbox
+row's ``committed_at`` (the writing transaction), both on the one PostgreSQL
+server's clock. A window is two readings of that clock (``server_now``); the events
+of a window are the stream's outbox rows committed in it. Read them once the live
+consumer has applied every committed position (the bench waits for it). The events
+of (L, H] at a cutover (the live consumer's progress L when the swap paused it, the
+swap's H) are the exception: the shadow applied them, and the live consumer serves
+them from the swap's COMMIT on without an inbox row of its own, so their apply time
+is the swap's (the rebuild row's ``updated_at`` as the swap wrote it, just before its
+COMMIT). Any other event with no inbox row is an error, not a fast one. Nothing is
+written.
+
+Two windows are compared: the rebuild's (from its request to ``done``) and a
+baseline at the same rate just before it, with no rebuild running. Their p99s'
+ratio is ``rebuild_live_p99_ratio`` (target ≤ 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from infra.bench.latency import percentile
+
+P99_RATIO_TARGET = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class LiveLatency:
+    events: int
+    eps: float
+    """Events committed per second of the window."""
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    by_cutover: int = 0
+    """Events the live consumer served from the cutover on (applied by the shadow)."""
+    p99_by_quarter_ms: tuple[float, ...] = ()
+    """The p99 of the events committed in each quarter of the window (where a spike is)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """A cutover as the live consumer saw it: H, and when the swap committed."""
+
+    target: int
+    at: datetime
+
+
+def server_now(dsn: str) -> datetime:
+    """The PostgreSQL server's clock (the clock ``committed_at`` and ``decided_at`` use)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def summarize(
+    latencies_ms: list[float],
+    seconds: float,
+    by_cutover: int = 0,
+    quarters: Sequence[list[float]] = (),
+) -> LiveLatency:
+    """Percentiles (nearest rank, as every bench reports them) of one window's events
+    (``quarters``: the same latencies by the quarter of the window they were committed in)."""
+    if not latencies_ms:
+        return LiveLatency(0, 0.0, 0.0, 0.0, 0.0)
+    return LiveLatency(
+        len(latencies_ms),
+        len(latencies_ms) / seconds if seconds > 0 else 0.0,
+        percentile(latencies_ms, 50),
+        percentile(latencies_ms, 99),
+        max(latencies_ms),
+        by_cutover,
+        tuple(percentile(q, 99) if q else 0.0 for q in quarters),
+    )
+
+
+def p99_ratio(during: LiveLatency, baseline: LiveLatency) -> float:
+    """The rebuild window's p99 over the baseline's; 0 when either measured nothing."""
+    if during.events == 0 or baseline.events == 0 or baseline.p99_ms <= 0:
+        return 0.0
+    return during.p99_ms / baseline.p99_ms
+
+
+def latencies_ms(
+    resolver_dsn: str,
+    product_dsn: str,
+    tenant: str,
+    consumer: str,
+    window: Window,
+    swap: Swap | None = None,
+) -> tuple[list[tuple[datetime, float]], int]:
+    """(commit time, commit → apply ms) of every event of ``tenant`` committed in
+    ``window``, and how many of them the live consumer got from ``swap`` (see the
+    module docstring)."""
+    with psycopg.connect(resolver_dsn, autocommit=True) as conn:
+        committed: dict[str, tuple[int, datetime]] = {
+            str(e): (int(position), at)
+            for e, position, at in conn.execute(
+                "SELECT event_id, position, committed_at FROM outbox WHERE tenant_id = %s"
+                " AND committed_at >= %s AND committed_at < %s",
+                (tenant, window.start, window.end),
+            ).fetchall()
+        }
+    if not committed:
+        return [], 0
+    with psycopg.connect(product_dsn, autocommit=True) as conn:
+        applied: dict[str, datetime] = {
+            str(e): at
+            for e, at in conn.execute(
+                "SELECT event_id, decided_at FROM inbox WHERE consumer = %s"
+                " AND event_id = ANY(%s::uuid[])",
+                (consumer, list(committed)),
+            ).fetchall()
+        }
+    by_cutover = 0
+    for e, (position, _at) in committed.items():
+        if e not in applied and swap is not None and position <= swap.target:
+            applied[e] = swap.at
+            by_cutover += 1
+    missing = committed.keys() - applied.keys()
+    if missing:
+        raise RuntimeError(
+            f"{len(missing)} of the {len(committed)} live events committed in the window"
+            f" have no inbox row of {consumer}"
+        )
+    timed = [(at, (applied[e] - at).total_seconds() * 1000) for e, (_p, at) in committed.items()]
+    return timed, by_cutover
+
+
+def measure(
+    resolver_dsn: str,
+    product_dsn: str,
+    tenant: str,
+    consumer: str,
+    window: Window,
+    swap: Swap | None = None,
+) -> LiveLatency:
+    found, by_cutover = latencies_ms(resolver_dsn, product_dsn, tenant, consumer, window, swap)
+    quarters: list[list[float]] = [[], [], [], []]
+    for at, ms in found:
+        share = (at - window.start).total_seconds() / window.seconds if window.seconds else 0.0
+        quarters[min(3, max(0, int(share * 4)))].append(ms)
+    return summarize([ms for _at, ms in found], window.seconds, by_cutover, quarters)
