@@ -306,6 +306,17 @@ class _Documents:
         self.count = manifest.by_aggregate.get("catalog_item", 0)
 
 
+class _PhaseClock:
+    """When the bench first saw the rebuild in each phase (its poll's resolution)."""
+
+    def __init__(self) -> None:
+        self.entered: list[tuple[str, datetime]] = []
+
+    def observe(self, row: RebuildRow) -> None:
+        if not self.entered or self.entered[-1][0] != row.phase:
+            self.entered.append((row.phase, datetime.now(UTC)))
+
+
 class _SwapSeen:
     """The swap as the rebuild row recorded it: H, and its ``updated_at`` in the swap's
     transaction (read before the rebuild moves on; once ``done`` is all there is, its
@@ -421,6 +432,7 @@ def measure_rebuild(
         eta = EtaSample(datetime.now(UTC))
         documents = _Documents(box)
         swapped = _SwapSeen()
+        clock = _PhaseClock()
         events_before = run.writer.events
         window_start = server_now(dbs.resolver_dsn)
         start = time.monotonic()
@@ -436,6 +448,7 @@ def measure_rebuild(
                 lambda r: eta.observe(r, datetime.now(UTC)),
                 documents.observe,
                 swapped.observe,
+                clock.observe,
             ],
         )
         rto = time.monotonic() - start
@@ -447,7 +460,13 @@ def measure_rebuild(
         api_memory, agents_memory = peaks.memory()
         rows = _generation_rows(dbs.product_dsn, tenant, row.generation or 0)
         live = measure(
-            dbs.resolver_dsn, dbs.product_dsn, tenant, LIVE_CONSUMER, window, swapped.swap
+            dbs.resolver_dsn,
+            dbs.product_dsn,
+            tenant,
+            LIVE_CONSUMER,
+            window,
+            swapped.swap,
+            clock.entered,
         )
         base = measure(dbs.resolver_dsn, dbs.product_dsn, tenant, LIVE_CONSUMER, baseline)
         takeovers = _takeover(run, kill_phases, live_eps) if kill_phases else []

@@ -20,8 +20,8 @@ ratio is ``rebuild_live_p99_ratio`` (target ≤ 2).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
@@ -53,6 +53,8 @@ class LiveLatency:
     """Events the live consumer served from the cutover on (applied by the shadow)."""
     p99_by_quarter_ms: tuple[float, ...] = ()
     """The p99 of the events committed in each quarter of the window (where a spike is)."""
+    p99_by_phase_ms: dict[str, float] = field(default_factory=dict)
+    """The p99 of the events committed in each phase of the rebuild (``phases``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +78,11 @@ def summarize(
     seconds: float,
     by_cutover: int = 0,
     quarters: Sequence[list[float]] = (),
+    by_phase: Mapping[str, list[float]] | None = None,
 ) -> LiveLatency:
     """Percentiles (nearest rank, as every bench reports them) of one window's events
-    (``quarters``: the same latencies by the quarter of the window they were committed in)."""
+    (``quarters``, ``by_phase``: the same latencies by the quarter of the window, and
+    the rebuild phase, they were committed in)."""
     if not latencies_ms:
         return LiveLatency(0, 0.0, 0.0, 0.0, 0.0)
     return LiveLatency(
@@ -89,6 +93,7 @@ def summarize(
         max(latencies_ms),
         by_cutover,
         tuple(percentile(q, 99) if q else 0.0 for q in quarters),
+        {phase: percentile(ms, 99) for phase, ms in (by_phase or {}).items() if ms},
     )
 
 
@@ -152,10 +157,27 @@ def measure(
     consumer: str,
     window: Window,
     swap: Swap | None = None,
+    phases: Sequence[tuple[str, datetime]] = (),
 ) -> LiveLatency:
+    """The window's figures; ``phases``: when the rebuild entered each phase, in order."""
     found, by_cutover = latencies_ms(resolver_dsn, product_dsn, tenant, consumer, window, swap)
+    quarters, by_phase = slices(found, window, phases)
+    return summarize([ms for _at, ms in found], window.seconds, by_cutover, quarters, by_phase)
+
+
+def slices(
+    found: Sequence[tuple[datetime, float]],
+    window: Window,
+    phases: Sequence[tuple[str, datetime]] = (),
+) -> tuple[list[list[float]], dict[str, list[float]]]:
+    """The latencies by the quarter of ``window`` and by the phase (the last entered at
+    or before) their events were committed in; events before the first phase in none."""
     quarters: list[list[float]] = [[], [], [], []]
+    by_phase: dict[str, list[float]] = {name: [] for name, _ in phases}
     for at, ms in found:
         share = (at - window.start).total_seconds() / window.seconds if window.seconds else 0.0
         quarters[min(3, max(0, int(share * 4)))].append(ms)
-    return summarize([ms for _at, ms in found], window.seconds, by_cutover, quarters)
+        entered = [name for name, since in phases if since <= at]
+        if entered:
+            by_phase[entered[-1]].append(ms)
+    return quarters, by_phase

@@ -166,6 +166,9 @@ class RebuildFigures:
             "baseline_live_p50_ms": round(self.baseline.p50_ms, 1),
             "baseline_live_max_ms": round(self.baseline.max_ms, 1),
             "rebuild_live_p99_by_quarter_ms": [round(x, 1) for x in self.live.p99_by_quarter_ms],
+            "rebuild_live_p99_by_phase_ms": {
+                k: round(v, 1) for k, v in self.live.p99_by_phase_ms.items()
+            },
             "baseline_live_p99_by_quarter_ms": [
                 round(x, 1) for x in self.baseline.p99_by_quarter_ms
             ],
@@ -269,6 +272,14 @@ def render_rebuild_table(figures: RebuildFigures) -> str:
         f" {figures.live.eps:,.0f}/s) vs {figures.baseline.p99_ms:,.1f} ms with none running"
         f" ({figures.baseline.events:,} events in {figures.baseline_s:.0f} s): ratio"
         f" {ratio:.2f} (target <= {P99_RATIO_TARGET:g}: {_verdict(0 < ratio <= P99_RATIO_TARGET)})",
+        *(
+            [
+                "    p99 by the phase the events were committed in: "
+                + ", ".join(f"{k} {v:,.1f} ms" for k, v in figures.live.p99_by_phase_ms.items())
+            ]
+            if figures.live.p99_by_phase_ms
+            else []
+        ),
         *_takeover_lines(figures),
         "  ETA at halfway: "
         + ("not estimated" if eta is None else f"{eta:.1f} % of the rebuild's time off"),

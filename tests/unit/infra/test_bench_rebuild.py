@@ -15,7 +15,7 @@ from db.rebuilds import RebuildRow
 from infra.bench import rebuild_eta
 from infra.bench.rebuild_check import CHECKS, StreamedComparison, compare_rows
 from infra.bench.rebuild_eta import EtaSample, eta_error_pct
-from infra.bench.rebuild_live import LiveLatency, p99_ratio, summarize
+from infra.bench.rebuild_live import LiveLatency, Window, p99_ratio, slices, summarize
 from infra.bench.rebuild_report import Memory, RebuildFigures, render_rebuild_table
 from infra.bench.rebuild_seed import MIX, batches, item_id, was_split
 from infra.bench.rebuild_takeover import Takeover, worker_of, worst
@@ -277,3 +277,15 @@ def test_a_finished_rebuild_is_no_sample_of_its_eta() -> None:
     for phase in ("done", "failed", "cancelled"):
         sample.observe(row_in(phase), T0 + timedelta(seconds=5))
     assert sample.predicted_end is None
+
+
+def test_live_latencies_fall_in_the_quarter_and_the_phase_they_were_committed_in() -> None:
+    window = Window(T0, T0 + timedelta(seconds=40))
+    found = [(T0 + timedelta(seconds=s), float(s)) for s in (0, 5, 12, 25, 39, 40)]
+    phases = [("exporting", T0 + timedelta(seconds=4)), ("loading", T0 + timedelta(seconds=20))]
+    quarters, by_phase = slices(found, window, phases)
+    assert quarters == [[0.0, 5.0], [12.0], [25.0], [39.0, 40.0]]
+    assert by_phase == {"exporting": [5.0, 12.0], "loading": [25.0, 39.0, 40.0]}
+    d = summarize([ms for _at, ms in found], 40.0, 0, quarters, by_phase)
+    assert d.p99_by_quarter_ms == (5.0, 12.0, 25.0, 40.0)
+    assert d.p99_by_phase_ms == {"exporting": 12.0, "loading": 40.0}
