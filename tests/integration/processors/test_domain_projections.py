@@ -283,11 +283,17 @@ def test_policy_versions_are_all_projected_whatever_the_order(
     assert progress(clean_db.product_dsn) == 3
 
     # Once 1..2 are stored, version 1 again at a new position is stale; a copy under
-    # another event id at a position progress has passed is a duplicate.
+    # another event id at a position progress has passed is not a duplicate: the
+    # stream's history went back (an unfenced restore), so it is quarantined
+    # STREAM_REWOUND and nothing of it applied.
     again = policy(4, "std", 1)
     assert applier.apply([message(again)]).ignored == 1
     behind = applier.apply([message(policy(1, "std", 1))])
-    assert (behind.duplicates, behind.ignored, behind.applied) == (1, 0, 0)
+    assert (behind.duplicates, behind.ignored, behind.applied) == (0, 0, 0)
+    assert behind.quarantined == 1
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        codes = conn.execute("SELECT error_code FROM quarantine").fetchall()
+    assert codes == [("STREAM_REWOUND",)]
     assert len(policies(clean_db.product_dsn)) == 3
 
 
