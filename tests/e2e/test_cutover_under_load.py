@@ -204,6 +204,11 @@ def test_readers_and_writers_never_notice_the_cutover(
         final = followed[-1]
         assert phases[-1] == "done", phases
         assert {"exporting", "loading", "catching_up", "cutting_over"} <= set(final["timings"])
+        # each line carries the rebuild's progress; the rows loaded are the export's
+        progress = {"rows_total", "progress_fraction", "rate_rows_per_s", "eta_s"}
+        assert all(progress <= r.keys() for r in followed[1:])
+        assert final["progress_fraction"] == 1.0
+        assert final["rows_total"] == final["rows_loaded"] > 0
         generation = int(final["generation"])
         # Reads go on a while after the cutover too.
         count = sum(len(r.reads) for r in readers)
