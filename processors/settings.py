@@ -77,6 +77,15 @@ class AgentSettings(
         " one tick of the rebuild timer while each completes at once (1: one phase per"
         " tick, so each phase lasts at least an interval).",
     )
+    rebuild_catchup_max_events_per_second: float = Field(
+        default=0.0,
+        ge=0,
+        le=1_000_000,
+        description="GAPLESS_REBUILD_CATCHUP_MAX_EVENTS_PER_SECOND: events a second a"
+        " rebuild's catch-up phase applies at most, so it leaves the live consumers of its"
+        " process CPU (0: unthrottled); keep it well above the stream's live write rate,"
+        " or the catch-up never ends (it gains on the live head only the difference).",
+    )
     rebuild_keep_generations: int = Field(
         default=0,
         ge=0,

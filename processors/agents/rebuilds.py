@@ -130,6 +130,7 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         claim_seconds=settings.rebuild_claim_seconds,
         max_attempts=settings.rebuild_max_attempts,
         stale_export_seconds=settings.rebuild_stale_export_seconds,
+        catchup_max_events_per_second=settings.rebuild_catchup_max_events_per_second,
         # Its own source: the orchestrator runs in another thread than the agent.
         epochs=EpochSource(settings.control_dsn),
         codec=codec_for(settings),

@@ -74,7 +74,7 @@ from db.tables.rebuilds import FINAL_PHASES
 from processors.applier.batch import Applier
 from processors.applier.exceptions import ShadowProgressLost
 from processors.exceptions import ResolverForgot, ResolverUnavailable, RetainedEventsGone
-from processors.rebuild.catchup import catch_up
+from processors.rebuild.catchup import Throttle, catch_up
 from processors.rebuild.cleanup import clear_shadow
 from processors.rebuild.cutover import cut_over
 from processors.rebuild.exceptions import RebuildNotFound, WrongPhase
@@ -107,6 +107,7 @@ class Orchestrator:
     codec: EventCodec = CODEC
     page_size: int = 2000
     catchup_budget_seconds: float = 10.0
+    catchup_max_events_per_second: float = 0.0
     pause_budget_seconds: float = 2.0
     on_change: Callable[[RebuildRow], None] = lambda _row: None
     _shadows: dict[str, Applier] = field(default_factory=dict)
@@ -346,6 +347,7 @@ class Orchestrator:
             page_size=self.page_size,
             budget_seconds=self.catchup_budget_seconds,
             on_page=lambda _p: self._keep_alive(row),
+            throttle=Throttle(self.catchup_max_events_per_second),
         )
         if result.caught_up:
             return self._move(
