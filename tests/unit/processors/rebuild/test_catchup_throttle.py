@@ -13,19 +13,19 @@ def test_unthrottled_keeps_the_page_and_never_waits() -> None:
 
 
 def test_a_throttled_page_holds_one_slice_of_the_rate() -> None:
-    assert Throttle(500).page(2000) == round(500 * SLICE_SECONDS) == 50
+    assert Throttle(500).page(2000) == round(500 * SLICE_SECONDS) == 250
     assert Throttle(1_000_000).page(2000) == 2000  # never above the configured page
-    assert Throttle(3).page(2000) == 1  # at least one event a page
+    assert Throttle(1).page(2000) == 1  # at least one event a page
     assert Throttle(0.5).page(2000) == 1
 
 
 def test_the_wait_keeps_the_round_at_the_rate() -> None:
     throttle = Throttle(500)
-    assert throttle.wait(50, 0.02) == pytest.approx(0.08)  # 50 events are 0.1 s of 500/s
+    assert throttle.wait(250, 0.02) == pytest.approx(0.48)  # 250 events: 0.5 s of 500/s
     assert throttle.wait(1000, 1.5) == pytest.approx(0.5)
     assert throttle.wait(1000, 2.0) == 0.0  # on time
     assert throttle.wait(1000, 5.0) == 0.0  # behind: no wait, and no burst either, as
-    assert throttle.page(2000) == 50  # pages stay one slice long
+    assert throttle.page(2000) == 250  # pages stay one slice long
 
 
 def test_paced_pages_apply_at_the_rate() -> None:
