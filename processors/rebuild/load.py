@@ -2,10 +2,13 @@
 
 The generation is isolated from serving: readers and the live applier use the
 generation of the live consumer's progress row, never this one, until cutover. The
-records go through the projections' own bulk path (``projections.registry.
+records go through the projections' own bulk statements (``Projection.
 load_staged``): each chunk is copied as it is into a staging table, and each
 projection inserts its kind of record from there in one set-based statement, so no
-record is decoded in Python. One chunk per transaction:
+record is decoded in Python. The derived search documents are built once, at the end
+(``search_documents.build_loaded``), not refreshed per chunk: the export puts items
+before their values, so a refresh per chunk would write every document twice. One
+chunk per transaction:
 
 1. fetch the manifest and check it against the SHA-256 the export row holds; it
    must be of the rebuild's stream at its W, with kinds of record the projections
@@ -17,21 +20,25 @@ record is decoded in Python. One chunk per transaction:
    step's attempt under its worker's claim, and that no other worker loaded this
    chunk meanwhile, ``COPY`` the chunk into the staging table, insert each kind into
    its projection in the generation (each must insert as many rows as the manifest
-   counts of it) and refresh the derived projections for the items loaded, count
-   the chunk and what it cost (``load_cost``: the seconds since the previous chunk
-   was committed, its fetch included, shared among its kinds by record count);
-   commit (which empties the staging table);
-4. after the last chunk, in one transaction: ``ANALYZE`` the projection tables (a
-   load writes faster than autovacuum notices: without it the catch-up and then the
-   live applier would run on statistics that know nothing of the generation, and
-   their statements on it would be planned for an empty one), the shadow's own
-   progress row at W in the generation (``shadow_consumer``), and phase
-   ``catching_up``.
+   counts of it), count the chunk and what it cost (``load_cost``: the seconds
+   since the previous chunk was committed, its fetch included, shared among its
+   kinds by record count); commit (which empties the staging table);
+4. after the last chunk, in one transaction: build every search document of the
+   catalog in the generation from its item row and values, ``ANALYZE`` the
+   projection tables (a load writes faster than autovacuum notices: without it the
+   catch-up and then the live applier would run on statistics that know nothing of
+   the generation, and their statements on it would be planned for an empty one),
+   the shadow's own progress row at W in the generation (``shadow_consumer``), and
+   phase ``catching_up``.
 
 A crash inside 3 rolls the chunk back; after it the chunk, its count and its cost
 are committed together, so the next attempt resumes at the next chunk and no chunk is
 ever written twice (the bulk statements insert without a conflict clause: an
-aggregate exported twice fails as a mismatch). A bad checksum, a missing object, a
+aggregate exported twice fails as a mismatch). Between chunks the generation holds
+source rows without search documents; nothing reads it until 4 is committed. A crash
+inside 4 rolls the documents back with the phase, so the next attempt skips every
+chunk and runs 4 again (the build writes only documents not already stored as they
+are, so running it again is harmless either way). A bad checksum, a missing object, a
 foreign manifest or a chunk its manifest does not describe raises before anything of
 that chunk is written; a record PostgreSQL cannot read, or a count that does not add
 up, rolls the chunk back. The caller fails the rebuild with the reason, and serving
@@ -50,7 +57,7 @@ from psycopg.types.json import Jsonb
 
 from db import rebuilds as sql
 from db.exceptions import RebuildClaimLost
-from processors.projections import registry
+from processors.projections import registry, search_documents
 from processors.projections.staging import COPY, CREATE, Staged
 from processors.rebuild.exceptions import ExportMismatch, RebuildNotFound, WrongPhase
 from schemas.exports import ExportCorrupt, Manifest, check_chunk
@@ -107,7 +114,11 @@ def _write_chunk(
     try:
         with conn.cursor().copy(COPY) as copy:
             copy.write(data)
-        inserted = registry.load_staged(conn, staged, kinds)
+        inserted = {
+            p.aggregate: p.load_staged(conn, staged)
+            for p in registry.PROJECTIONS
+            if p.aggregate in kinds
+        }
     except psycopg.errors.UniqueViolation as exc:
         raise ExportMismatch(f"an aggregate is in the export twice: {exc}") from exc
     except psycopg.DataError as exc:
@@ -169,6 +180,12 @@ def load(
         with conn.transaction():
             row = _locked_in(conn, rebuild_id, "loading", attempt, worker)
             assert row.generation is not None
+            search_documents.build_loaded(
+                conn,
+                Staged(
+                    row.generation, row.stream.tenant_id, row.stream.catalog_id, manifest.position
+                ),
+            )
             registry.analyze(conn)
             sql.start_shadow(
                 conn, row.shadow_consumer, manifest.stream, manifest.position, row.generation
