@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
 from db import evidence as evidence_sql
-from db import pauses, report_refusals
+from db import pauses, rebuilds, report_refusals
 from db.epochs import rewound_now
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
+from infra.rebuild_text import progress_fields, progress_text
+from processors.rebuild.progress import estimate
 from producers.retention.report import StreamRetention, as_json, stream_report
 
 Stream = tuple[str, str, int]
@@ -43,6 +46,12 @@ class RebuildState:
     caught_up_position: int | None
     target_position: int | None
     cutover_pause_ms: float | None
+    # ``infra.rebuild_text``: "loading, rows a / b (p %), r rows/s, ETA t", and the
+    # same figures for --json (``progress_fraction``, ``rate_rows_per_s``, ``eta_s``).
+    progress: str = ""
+    progress_fraction: float = 0.0
+    rate_rows_per_s: float | None = None
+    eta_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -66,7 +75,18 @@ def _rebuilds(conn: psycopg.Connection) -> dict[Stream, list[RebuildState]]:
     ).fetchall():
         t, c, e, *rest = row
         rebuild_id, *more = rest
-        found[(t, c, int(e))].append(RebuildState(str(rebuild_id), *more))
+        measured: dict[str, Any] = {}
+        full = rebuilds.get(conn, rebuild_id)
+        if full is not None:
+            progress = estimate(full, datetime.now(UTC))
+            fields = progress_fields(progress)
+            measured = {
+                "progress": progress_text(full, progress),
+                "progress_fraction": fields["progress_fraction"],
+                "rate_rows_per_s": fields["rate_rows_per_s"],
+                "eta_s": fields["eta_s"],
+            }
+        found[(t, c, int(e))].append(RebuildState(str(rebuild_id), *more, **measured))
     return found
 
 
@@ -200,7 +220,8 @@ def lines(status: StreamStatus) -> list[str]:
         )
         pause = f"  cutover paused {b.cutover_pause_ms:.1f} ms" if b.cutover_pause_ms else ""
         out.append(
-            f"    rebuild {b.rebuild_id} of {b.consumer}: {b.phase}  attempt {b.attempt}"
+            f"    rebuild {b.rebuild_id} of {b.consumer}: {b.progress or b.phase}"
+            f"  attempt {b.attempt}"
             f"  loaded {b.chunks_loaded}/{b.chunks_total} chunks ({b.rows_loaded} rows)"
             f"{caught}{pause}{error}"
         )

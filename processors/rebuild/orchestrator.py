@@ -64,6 +64,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from db import rebuilds as sql
 from db.epochs import EpochSource
@@ -461,6 +462,11 @@ class Orchestrator:
             chunks_total=0,
             chunks_loaded=0,
             rows_loaded=0,
+            # The last attempt's export sizes and costs go too: the next load records
+            # its own before its first chunk, and until then nothing stale is shown.
+            rows_total=None,
+            rows_by_kind=Jsonb({}),
+            load_cost=Jsonb({}),
             error_code=code,
             error_message=message[:2000],
         )

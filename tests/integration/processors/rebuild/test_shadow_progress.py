@@ -82,6 +82,9 @@ def test_a_shadow_whose_progress_row_vanished_starts_over_and_never_writes_elsew
     assert after is not None
     assert (after.phase, after.attempt) == ("requested", 2)
     assert after.error_code == "SHADOW_PROGRESS_LOST"
+    # The first attempt's load figures went with it (the next load records its own).
+    assert row.rows_total is not None and row.rows_total > 0
+    assert (after.rows_total, after.rows_by_kind, after.load_cost) == (None, {}, {})
     assert two.live_generation() == 1
     done = two.until(two.a, rebuild_id, "done")
     assert (done.phase, done.attempt, done.generation) == ("done", 2, 3)

@@ -7,6 +7,7 @@ import uuid
 
 import psycopg
 from click.testing import CliRunner
+from psycopg.types.json import Jsonb
 
 from db import rebuilds as sql
 from db.settings import DatabaseSettings
@@ -52,7 +53,17 @@ def test_status_shows_a_rebuild_in_progress_and_a_failed_one(clean_db: DatabaseS
     running, failed = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(clean_db.product_dsn) as conn:
         sql.insert(conn, running, "product-applier", stream, "shadow-a", "op", "drill")
-        sql.update(conn, running, "loading", chunks_total=4, chunks_loaded=1, rows_loaded=100)
+        sql.update(
+            conn,
+            running,
+            "loading",
+            chunks_total=4,
+            chunks_loaded=1,
+            rows_loaded=100,
+            rows_total=400,
+            rows_by_kind=Jsonb({"catalog_item": 400}),
+            load_cost=Jsonb({"catalog_item": {"rows": 100, "seconds": 2.0}}),
+        )
         sql.insert(conn, failed, "analytics", stream, "shadow-b", "op", "")
         sql.update(conn, failed, "failed", error_code="EXPORT_CORRUPT", error_message="bad")
     body = json.loads(CliRunner().invoke(main, ["status", "--json"]).output)
@@ -61,6 +72,15 @@ def test_status_shows_a_rebuild_in_progress_and_a_failed_one(clean_db: DatabaseS
         (str(running), "loading", None),
         (str(failed), "failed", "EXPORT_CORRUPT"),
     ]
+    # Its progress as `gapless rebuild status` shows it: 100 of 400 rows at 50 rows/s.
+    [shown, _] = mine["rebuilds"]
+    assert shown["progress_fraction"] == 0.25
+    assert shown["rate_rows_per_s"] == 50.0
+    assert shown["eta_s"] is not None and 0 <= shown["eta_s"] <= 6.0
     table = CliRunner().invoke(main, ["status"]).output
-    assert f"rebuild {running} of product-applier: loading  attempt 1  loaded 1/4" in table
+    assert (
+        f"rebuild {running} of product-applier: loading, rows 100 / 400 (25 %), 50 rows/s, ETA"
+        in table
+    )
+    assert "attempt 1  loaded 1/4" in table
     assert f"rebuild {failed} of analytics: failed" in table and "EXPORT_CORRUPT" in table
