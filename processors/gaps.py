@@ -188,19 +188,7 @@ class GapCloser:
             if not page:
                 return total
             result = self.applier.apply(page)
-            for name in (
-                "received",
-                "applied",
-                "duplicates",
-                "parked",
-                "released",
-                "ignored",
-                "quarantined",
-                "deferred",
-                "held",
-            ):
-                setattr(total, name, getattr(total, name) + getattr(result, name))
-            total.progress.update(result.progress)
+            total.add(result)
             log.info(
                 "handed back %d deferred deliveries: applied %d, ignored %d, duplicates %d,"
                 " kept aside again %d",

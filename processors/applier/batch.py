@@ -7,7 +7,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import psycopg
 
@@ -59,6 +59,15 @@ class BatchResult:
     deferred: int = 0  # of paused catalogs: kept, handed back after the resume
     held: int = 0  # of an epoch not released yet: kept, handed back after its cutover
     progress: dict[progress.Stream, int] = field(default_factory=dict)
+
+    def add(self, other: BatchResult) -> None:
+        """Count ``other`` in: every counter summed, its progress taken over."""
+        for name in _COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.progress.update(other.progress)
+
+
+_COUNTERS = tuple(f.name for f in fields(BatchResult) if f.name != "progress")
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,21 +356,9 @@ class Applier:
         return current, suspects
 
     def _apply_singly(self, messages: Sequence[RawMessage]) -> BatchResult:
-        total = BatchResult(received=len(messages))
+        total = BatchResult()
         for message in messages:
-            one = self.apply([message])
-            for name in (
-                "applied",
-                "duplicates",
-                "parked",
-                "released",
-                "ignored",
-                "quarantined",
-                "deferred",
-                "held",
-            ):
-                setattr(total, name, getattr(total, name) + getattr(one, name))
-            total.progress.update(one.progress)
+            total.add(self.apply([message]))  # each counts itself received
         return total
 
     def release_parked(self, event_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
