@@ -1,10 +1,11 @@
 """Snapshot export SQL: the export rows, and the accepted state read for an export.
 
 The state is read inside the caller's ``REPEATABLE READ READ ONLY`` transaction
-(``db.retained_events.begin_snapshot``): one ``COPY (SELECT json_build_object(…) …)
-TO STDOUT`` per kind of record, each in key order, so PostgreSQL builds the records
-(``schemas.exports`` documents them) and streams them; the caller cuts the lines
-into chunks as they come, and an export's memory does not grow with the catalog.
+(``db.retained_events.begin_snapshot``): one ``COPY (SELECT <fields> …) TO STDOUT``
+per kind of record, each in key order, so PostgreSQL spells the records in its own
+text format (``schemas.exports`` documents them) and streams them; the caller cuts
+the lines into chunks as they come, and an export's memory does not grow with the
+catalog.
 """
 
 from __future__ import annotations
@@ -162,55 +163,45 @@ Block = bytes | bytearray | memoryview
 _ONE_CATALOG = "tenant_id = %s AND catalog_id = %s"
 
 ITEMS = (
-    "SELECT json_build_object('kind', 'catalog_item', 'id', item_id, 'revision', revision,"
-    " 'class_id', class_id, 'status', status, 'title', title, 'parent_item_id', parent_item_id,"
-    " 'attributes', attributes)"
+    "SELECT item_id, revision, class_id, status, title, parent_item_id, attributes"
     f" FROM catalog_item WHERE {_ONE_CATALOG} ORDER BY item_id"
 )
 DEFINITIONS = (
-    "SELECT json_build_object('kind', 'attribute_definition', 'attribute_key', d.attribute_key,"
-    " 'version', d.version, 'revision', d.revision, 'label', d.label,"
-    " 'value_type', d.value_type, 'allowed_values', d.allowed_values,"
-    " 'applies_to', coalesce((SELECT array_agg(a.class_id ORDER BY a.class_id)"
+    "SELECT d.attribute_key, d.version, d.revision, d.label, d.value_type,"
+    " to_jsonb(d.allowed_values),"
+    " to_jsonb(coalesce((SELECT array_agg(a.class_id ORDER BY a.class_id)"
     "  FROM attribute_applicability a WHERE a.tenant_id = d.tenant_id"
     "  AND a.catalog_id = d.catalog_id AND a.attribute_key = d.attribute_key"
-    "  AND a.version = d.version), '{}'),"
-    " 'status', d.status, 'decision_id', d.decision_id)"
+    "  AND a.version = d.version), '{}')),"
+    " d.status, d.decision_id"
     " FROM attribute_definition d WHERE d.tenant_id = %s AND d.catalog_id = %s"
     " ORDER BY d.attribute_key, d.version"
 )
 VALUES = (
-    "SELECT json_build_object('kind', 'attribute_value', 'item_id', v.item_id,"
-    " 'attribute_key', v.attribute_key, 'revision', v.revision,"
-    " 'definition_version', v.definition_version, 'value_type', d.value_type,"
-    " 'value', v.value, 'item_revision', v.item_revision, 'decision_id', v.decision_id)"
+    "SELECT v.item_id, v.attribute_key, v.revision, v.definition_version, d.value_type,"
+    " v.value, v.item_revision, v.decision_id"
     " FROM attribute_value v JOIN attribute_definition d ON d.tenant_id = v.tenant_id"
     " AND d.catalog_id = v.catalog_id AND d.attribute_key = v.attribute_key"
     " AND d.version = v.definition_version"
     " WHERE v.tenant_id = %s AND v.catalog_id = %s ORDER BY v.item_id, v.attribute_key"
 )
 MAPPINGS = (
-    "SELECT json_build_object('kind', 'listing_mapping', 'id', listing_id,"
-    " 'revision', revision, 'item_id', item_id, 'item_revision', item_revision,"
-    " 'decision_id', decision_id)"
+    "SELECT listing_id, revision, item_id, item_revision, decision_id"
     f" FROM listing_mapping WHERE {_ONE_CATALOG} ORDER BY listing_id"
 )
 POLICIES = (
-    "SELECT json_build_object('kind', 'shipping_policy', 'id', policy_id, 'version', version,"
-    " 'scope', scope, 'effective_from', effective_from, 'effective_to', effective_to,"
-    " 'terms', terms, 'decision_id', decision_id)"
+    "SELECT policy_id, version, scope, effective_from, effective_to, terms, decision_id"
     f" FROM shipping_policy_version WHERE {_ONE_CATALOG} ORDER BY policy_id, version"
 )
 SPLITS = (
-    "SELECT json_build_object('kind', 'item_split', 'id', s.split_id, 'revision', 1,"
-    " 'source_item_id', s.source_item_id, 'source_revision', s.source_revision,"
-    " 'successor_item_ids', ARRAY(SELECT x.item_id FROM item_split_successor x"
+    "SELECT s.split_id, 1, s.source_item_id, s.source_revision,"
+    " ARRAY(SELECT x.item_id FROM item_split_successor x"
     "  WHERE x.tenant_id = s.tenant_id AND x.catalog_id = s.catalog_id"
     '  AND x.split_id = s.split_id ORDER BY x.item_id COLLATE "C"),'
-    " 'remaps', coalesce((SELECT jsonb_object_agg(r.listing_id, r.to_item_id)"
+    " coalesce((SELECT jsonb_object_agg(r.listing_id, r.to_item_id)"
     "  FROM item_split_remap r WHERE r.tenant_id = s.tenant_id"
     "  AND r.catalog_id = s.catalog_id AND r.split_id = s.split_id), '{}'::jsonb),"
-    " 'decision_id', s.decision_id)"
+    " s.decision_id"
     " FROM item_split s WHERE s.tenant_id = %s AND s.catalog_id = %s ORDER BY s.split_id"
 )
 
@@ -223,7 +214,11 @@ STATE = (
     ("item_split", SPLITS),
 )
 """Each kind of export record (``schemas.exports.KINDS``, in its order) and the query
-that builds its records from the accepted state, one JSON document a row."""
+that selects its records from the accepted state, its fields in their order."""
+
+SPELLING = ("SET LOCAL TimeZone = 'UTC'", "SET LOCAL DateStyle = 'ISO, YMD'")
+"""What the snapshot sets before the ``STATE`` queries, so every timestamp is spelled
+as the format says whatever the server's defaults are."""
 
 
 def copy_state(
@@ -232,5 +227,7 @@ def copy_state(
     """The rows of one ``STATE`` query, as ``COPY … TO STDOUT`` sends them: text format,
     one row (one line) a block, never decoded here. Call inside the snapshot
     transaction, and read to the end."""
+    for statement in SPELLING:
+        conn.execute(statement)
     with conn.cursor().copy(f"COPY ({query}) TO STDOUT", (tenant_id, catalog_id)) as copy:
         yield from copy

@@ -11,10 +11,11 @@ in a module of its own; only the shipping-policy versions keep explicit SQL (the
 module says why). A new projection is listed here and gets a builder in the contract
 suite (``tests/integration/processors/projections``), which fails without one.
 
-A rebuild's load takes the bulk path (``load_staged``): each projection inserts its
-kind of export record from a staging table in one statement (``TableProjection``
-builds it from the description, the shipping-policy versions keep theirs), and the
-derived projections refresh set-based after them. ``tests/integration/processors/
+A rebuild's load takes the bulk path (``load_chunk``): each projection copies an
+export chunk of its kind straight into its table with one ``COPY``
+(``TableProjection`` builds it from the description, the shipping-policy versions
+keep theirs), and the derived search documents are built set-based once the last
+chunk is in (``search_documents.build_loaded``). ``tests/integration/processors/
 rebuild/test_bulk_contract.py`` holds that it leaves every table as the live path
 does.
 
@@ -42,7 +43,7 @@ from processors.projections import (
     search_documents,
     shipping_policies,
 )
-from processors.projections.staging import Staged
+from processors.projections.bulk import LoadTarget
 from schemas.events import Envelope
 from schemas.ids import AggregateKey
 
@@ -65,9 +66,9 @@ class Projection(Protocol):
         self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
     ) -> None: ...
 
-    def load_staged(self, conn: psycopg.Connection, staged: Staged) -> int:
-        """Insert the staged export records of its aggregate type (a rebuild's bulk
-        path); the rows inserted."""
+    def load_chunk(self, conn: psycopg.Connection, target: LoadTarget, chunk: bytes) -> int:
+        """Copy an export chunk of its aggregate type into the target's generation (a
+        rebuild's bulk path); the rows inserted."""
         ...
 
 
@@ -86,13 +87,6 @@ class DerivedProjection(Protocol):
     def refresh(
         self, conn: psycopg.Connection, generation: int, events: Iterable[Envelope]
     ) -> None: ...
-
-    def refresh_staged(
-        self, conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]
-    ) -> None:
-        """Refresh its rows for whatever the staged export records of ``kinds`` touched
-        (after the source projections loaded them)."""
-        ...
 
 
 PROJECTIONS: tuple[Projection, ...] = (
@@ -146,22 +140,6 @@ def apply(conn: psycopg.Connection, generation: int, events: Iterable[Envelope])
         sourced = [e for t in sorted(derived.sources) for e in by_type.get(t, ())]
         if sourced:
             derived.refresh(conn, generation, sourced)
-
-
-def load_staged(conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]) -> dict[str, int]:
-    """Load the staged export records of ``kinds`` (each one a projection keeps) into
-    their projections, one statement each, then refresh the derived projections they
-    source; the rows each kind inserted. The bulk path of ``apply``: the same
-    projections and the same order, for a new generation."""
-    wanted = set(kinds)
-    inserted: dict[str, int] = {}
-    for projection in PROJECTIONS:
-        if projection.aggregate in wanted:
-            inserted[projection.aggregate] = projection.load_staged(conn, staged)
-    for derived in DERIVED:
-        if derived.sources & wanted:
-            derived.refresh_staged(conn, staged, derived.sources & wanted)
-    return inserted
 
 
 _KEY_COLUMNS = (

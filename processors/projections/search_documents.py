@@ -28,11 +28,7 @@ A rebuild's load builds every document once, after its last chunk
 catalog, each with its values, in the transaction that ends the load. Refreshed per
 chunk instead, each item's document would be written twice (the export puts items
 before values: once from the item's chunk, then again, an update and its index
-entries, from its values' chunk), which cost about two fifths of a load. The bulk
-path a chunk at a time (``refresh_staged``: an item's document from its staged
-record and the values the generation holds, and the items staged values name from
-their rows) stays for ``registry.load_staged``; whichever of an item and its values
-comes last leaves the document right.
+entries, from its values' chunk), which cost about two fifths of a load.
 
 A refresh writes only documents whose content changed, so a redelivery leaves a
 document untouched (not even ``updated_at``). An attribute value whose item row is
@@ -48,7 +44,7 @@ from dataclasses import dataclass
 import psycopg
 
 from processors.projections import attribute_values, catalog_items
-from processors.projections.staging import STAGING, Staged, of_kind
+from processors.projections.bulk import LoadTarget
 from schemas.events import AttributeValueSet, Envelope
 
 SOURCES = frozenset({catalog_items.AGGREGATE, attribute_values.AGGREGATE})
@@ -96,51 +92,6 @@ _REFRESH = _DOCUMENTS.format(
     "  AND p.tenant_id = k.tenant_id AND p.catalog_id = k.catalog_id"
     "  AND p.item_id = k.item_id LIMIT 1) i"
 )
-
-# A rebuild's load, for the staged item records: each document straight from its
-# record, which is the row the item projection has just inserted from it (so no
-# lookup of the row), with the item's attribute values as the generation holds them.
-# Inserted without a conflict clause: every other statement writes a document only
-# for an item row that exists, and this row was inserted just now, in the same
-# transaction (an item staged twice has failed on its own row already).
-_REFRESH_STAGED_ITEMS = _NEW_DOCUMENTS.format(
-    keys="(SELECT %(generation)s::int4 AS generation, %(tenant_id)s::text AS tenant_id,"
-    "  %(catalog_id)s::text AS catalog_id, r.id AS item_id, r.title, r.status, r.attributes,"
-    "  r.revision, %(position)s::int8 AS position"
-    + of_kind("id text, title text, status text, attributes jsonb, revision int8")
-    + ") AS i"
-)
-
-# The same while the generation holds no attribute value of the catalog yet (the
-# export puts items before values, so a load's item chunks meet none): the lookup of
-# each item's values, which could only find nothing, is left out.
-_REFRESH_STAGED_ITEMS_ALONE = (
-    "INSERT INTO product_search_document (generation, tenant_id, catalog_id, item_id,"
-    " title, status, attribute_text, item_revision, position)"
-    " SELECT %(generation)s::int4, %(tenant_id)s::text, %(catalog_id)s::text, r.id, r.title,"
-    "  r.status,"
-    "  coalesce((SELECT string_agg(a.value, ' ' ORDER BY a.key)"
-    "   FROM jsonb_each_text(r.attributes) a), ''),"
-    "  r.revision, %(position)s::int8"
-    + of_kind("id text, title text, status text, attributes jsonb, revision int8")
-)
-_HAS_VALUES = (
-    "SELECT EXISTS (SELECT 1 FROM product_attribute_value WHERE generation = %(generation)s"
-    " AND tenant_id = %(tenant_id)s AND catalog_id = %(catalog_id)s)"
-)
-
-# A rebuild's load, for the staged attribute-value records: the documents of the items
-# they name, from the item rows. Each item is looked up by its key (LATERAL … LIMIT 1):
-# the staging table has no statistics, and a hash of the whole generation per chunk
-# would cost more than the chunk.
-_REFRESH_STAGED_VALUES = _DOCUMENTS.format(
-    keys=f"(SELECT DISTINCT s.doc ->> 'item_id' FROM {STAGING} s"
-    " WHERE s.doc ->> 'kind' = %(kind)s) AS k(item_id)"
-    " CROSS JOIN LATERAL (SELECT * FROM product_item p WHERE p.generation = %(generation)s"
-    "  AND p.tenant_id = %(tenant_id)s AND p.catalog_id = %(catalog_id)s"
-    "  AND p.item_id = k.item_id LIMIT 1) i"
-)
-
 
 # A rebuild's load, once after its last chunk: the document of every item of the
 # catalog in the generation, its values aggregated per item in one pass over their
@@ -201,24 +152,9 @@ class SearchDocuments:
             ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], generation),
         )
 
-    def refresh_staged(
-        self, conn: psycopg.Connection, staged: Staged, kinds: Iterable[str]
-    ) -> None:
-        """Rebuild the documents of the items the staged export records of ``kinds``
-        touched, one statement for the item records and one for the attribute values
-        (call it after the source projections loaded the same records)."""
-        wanted = set(kinds)
-        if catalog_items.AGGREGATE in wanted:
-            params = staged.params(catalog_items.AGGREGATE)
-            found = conn.execute(_HAS_VALUES, params).fetchone()
-            alone = found is not None and not found[0]
-            conn.execute(_REFRESH_STAGED_ITEMS_ALONE if alone else _REFRESH_STAGED_ITEMS, params)
-        if attribute_values.AGGREGATE in wanted:
-            conn.execute(_REFRESH_STAGED_VALUES, staged.params(attribute_values.AGGREGATE))
 
-
-def build_loaded(conn: psycopg.Connection, staged: Staged) -> int:
-    """Build the document of every item of ``staged``'s catalog in its generation,
+def build_loaded(conn: psycopg.Connection, target: LoadTarget) -> int:
+    """Build the document of every item of ``target``'s catalog in its generation,
     from the rows a rebuild's load wrote (call it once, after the last chunk, in the
     transaction that ends the load); the documents written. Idempotent: a document
     already stored as it is is not written again. Nested loops are off for this
@@ -226,7 +162,7 @@ def build_loaded(conn: psycopg.Connection, staged: Staged) -> int:
     found = conn.execute(_NESTED_LOOPS_NOW).fetchone()
     before = str(found[0]) if found is not None else "on"
     conn.execute(_NESTED_LOOPS, ("off",))
-    written = conn.execute(_BUILD_LOADED, staged.params()).rowcount
+    written = conn.execute(_BUILD_LOADED, target.params()).rowcount
     conn.execute(_NESTED_LOOPS, (before,))
     return written
 

@@ -12,7 +12,8 @@ own SQL: a row per version rather than per aggregate, no ``revision`` column to 
 on (a version is immutable, so a stored one is left as it is, not upserted), and a
 probe that answers the run 1..n rather than one row's revision. None of that is the
 shared shape, and teaching the shared statements all three would only blur them; so
-its bulk statement for a rebuild's load (``BULK``) is its own too.
+the ``COPY`` a rebuild's load copies an export chunk of policy versions with
+(``COPY``) is its own too.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
-from processors.projections.staging import Staged, of_kind
+from processors.projections.bulk import LoadTarget, copy_chunk, copy_statement
 from schemas.events import Envelope, ShippingPolicyVersioned, aggregate_key
+from schemas.exports import KINDS
 from schemas.ids import AggregateKey
 
 AGGREGATE = "shipping_policy"
@@ -74,17 +76,12 @@ def fold(events: Iterable[Envelope]) -> dict[tuple[AggregateKey, int], PolicyVer
     return rows
 
 
-# Every staged export record of a policy version into a new generation (a rebuild's
-# load): the columns ``write`` inserts, from the record's fields (``schemas.exports``).
-BULK = (
-    "INSERT INTO product_shipping_policy_version (generation, tenant_id, catalog_id,"
-    " policy_id, version, scope, effective_from, effective_to, terms, decision_id, position)"
-    " SELECT %(generation)s, %(tenant_id)s, %(catalog_id)s, r.id, r.version, r.scope,"
-    " r.effective_from, r.effective_to, r.terms, r.decision_id, %(position)s"
-    + of_kind(
-        "id text, version int8, scope text, effective_from timestamptz,"
-        " effective_to timestamptz, terms jsonb, decision_id uuid"
-    )
+# An export chunk of policy versions into a new generation (a rebuild's load): the
+# record's fields (``schemas.exports``) into the columns ``write`` inserts, the
+# record's ``id`` into ``policy_id``.
+COPY = copy_statement(
+    "product_shipping_policy_version",
+    ("policy_id" if f.name == "id" else f.name for f in KINDS[AGGREGATE]),
 )
 
 
@@ -159,10 +156,10 @@ class PolicyVersions:
         """Fold the applied events of a batch and write them: what the applier calls."""
         self.write(conn, generation, fold(events).values())
 
-    def load_staged(self, conn: psycopg.Connection, staged: Staged) -> int:
-        """Insert the staged export records of policy versions into the (new, empty)
-        generation in one statement (``BULK``); the rows inserted."""
-        return conn.execute(BULK, staged.params(AGGREGATE)).rowcount
+    def load_chunk(self, conn: psycopg.Connection, target: LoadTarget, chunk: bytes) -> int:
+        """Copy an export chunk of policy versions into the (new, empty) generation in
+        one statement (``COPY``); the rows inserted."""
+        return copy_chunk(conn, COPY, target, chunk)
 
 
 PROJECTION = PolicyVersions()

@@ -9,10 +9,12 @@ description adds the table, the id, the other columns with their PostgreSQL type
 and the fold (events -> rows); a row is a dataclass whose fields are named after the
 columns. So a new projection is a new description, not a copy of the SQL.
 
-The description also gives the bulk statement a rebuild's load uses (``bulk``: every
-staged export record of the aggregate type, ``processors.projections.staging``, into
-a new generation in one ``INSERT … SELECT``), so the bulk path writes the same
-columns from the same description as the live one.
+The description also gives the statement a rebuild's load copies an export chunk
+of the aggregate type with (``copy``: each of the record's fields, ``schemas.
+exports.KINDS``, into the column of its name, the id's fields into the id's
+columns; ``processors.projections.bulk``), so the bulk path writes the same columns
+from the same description as the live one; a description whose columns the record's
+fields do not cover fails at import.
 
 What the statements keep, for every description:
 
@@ -38,8 +40,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from processors.projections.staging import Staged, of_kind
+from processors.projections.bulk import LoadTarget, copy_chunk, copy_statement
 from schemas.events import Envelope
+from schemas.exports import KINDS
 from schemas.ids import AggregateKey
 
 Parts = tuple[Any, ...]
@@ -140,7 +143,7 @@ class TableProjection:
     # Built from the above by __post_init__.
     probe: str = field(init=False, repr=False, compare=False)
     upsert: str = field(init=False, repr=False, compare=False)
-    bulk: str = field(init=False, repr=False, compare=False)
+    copy: str | None = field(init=False, repr=False, compare=False)
     update: str | None = field(init=False, repr=False, compare=False)
     _whole: tuple[Column, ...] = field(init=False, repr=False, compare=False)
     _changed: tuple[Column, ...] = field(init=False, repr=False, compare=False)
@@ -153,7 +156,7 @@ class TableProjection:
         set_(self, "_whole", whole)
         set_(self, "probe", _probe_sql(self.table, key))
         set_(self, "upsert", _upsert_sql(self.table, key, whole))
-        set_(self, "bulk", _bulk_sql(self.table, self.id, self.columns))
+        set_(self, "copy", _copy_sql(self.table, self.aggregate, self.id, whole))
         set_(self, "update", None)
         set_(self, "_changed", ())
         if self.partial is not None:
@@ -201,10 +204,12 @@ class TableProjection:
         """Fold the applied events of a batch and write them: what the applier calls."""
         self.write(conn, generation, self.fold(events).values())
 
-    def load_staged(self, conn: psycopg.Connection, staged: Staged) -> int:
-        """Insert the staged export records of this aggregate type into the (new, empty)
-        generation in one statement; the rows inserted. What a rebuild's load calls."""
-        return conn.execute(self.bulk, staged.params(self.aggregate)).rowcount
+    def load_chunk(self, conn: psycopg.Connection, target: LoadTarget, chunk: bytes) -> int:
+        """Copy an export chunk of this aggregate type into the (new, empty) generation
+        in one statement; the rows inserted. What a rebuild's load calls."""
+        if self.copy is None:
+            raise ValueError(f"{self.table}: no export kind is {self.aggregate!r}")
+        return copy_chunk(conn, self.copy, target, chunk)
 
 
 def _check_fields(row: type, columns: tuple[Column, ...]) -> None:
@@ -278,16 +283,17 @@ def _update_sql(table: str, key: tuple[Column, ...], changed: tuple[Column, ...]
     )
 
 
-def _bulk_sql(table: str, id: AggregateId, columns: tuple[Column, ...]) -> str:
-    # The record's fields are typed as the columns are (the same types the upsert's
-    # arrays have), so a column's ``select`` applies to the field as to the array.
-    fields = [(c, f) for c, f in zip(id.columns, id.fields, strict=True)]
-    fields += [(c, c.name) for c in columns]
-    record = ", ".join(f"{f} {c.type}" for c, f in fields)
-    names = ", ".join(c.name for c, _ in fields)
-    values = ", ".join(_selected(c, f) for c, f in fields)
-    return (
-        f"INSERT INTO {table} (generation, tenant_id, catalog_id, {names}, revision, position)"
-        f" SELECT %(generation)s, %(tenant_id)s, %(catalog_id)s, {values}, r.revision,"
-        f" %(position)s{of_kind(f'{record}, revision int8')}"
-    )
+def _copy_sql(table: str, aggregate: str, id: AggregateId, whole: tuple[Column, ...]) -> str | None:
+    """The ``COPY`` of an export chunk of ``aggregate``: each record field's column
+    (None: the export has no such kind)."""
+    if aggregate not in KINDS:
+        return None
+    by_field = dict(zip(id.fields, (c.name for c in id.columns), strict=True))
+    names = {c.name for c in whole}
+    columns = [by_field.get(f.name, f.name) for f in KINDS[aggregate]]
+    if not set(columns) <= names or len(set(columns)) != len(columns):
+        raise ValueError(f"{table}: the export's {aggregate} fields {columns} are not its columns")
+    missing = names - set(columns) - {"tenant_id", "catalog_id", "position"}
+    if missing:
+        raise ValueError(f"{table}: the export's {aggregate} records give no {sorted(missing)}")
+    return copy_statement(table, columns)

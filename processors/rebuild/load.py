@@ -1,11 +1,12 @@
 """Load phase: a ready export into the rebuild's new projection generation.
 
 The generation is isolated from serving: readers and the live applier use the
-generation of the live consumer's progress row, never this one, until cutover. The
-records go through the projections' own bulk statements (``Projection.
-load_staged``): each chunk is copied as it is into a staging table, and each
-projection inserts its kind of record from there in one set-based statement, so no
-record is decoded in Python. The derived search documents are built once, at the end
+generation of the live consumer's progress row, never this one, until cutover. Each
+chunk holds one kind of record in ``COPY`` text format (``schemas.exports``) and goes
+straight into its kind's projection table with that projection's own ``COPY``
+(``Projection.load_chunk``, ``processors.projections.bulk``): no record is decoded
+in Python and none is staged, so PostgreSQL parses each field once, as a bare
+``COPY`` of the rows would. The derived search documents are built once, at the end
 (``search_documents.build_loaded``), not refreshed per chunk: the export puts items
 before their values, so a refresh per chunk would write every document twice. One
 chunk per transaction:
@@ -15,14 +16,13 @@ chunk per transaction:
    load; before the attempt's first chunk, record what it holds (``rows_total``, its
    count of each kind) for the rebuild's progress (``processors.rebuild.progress``);
 2. for each chunk after ``chunks_loaded``: fetch it, check its SHA-256 and that it
-   holds the manifest's number of whole lines, of kinds the projections load;
+   holds the manifest's number of whole lines, of one kind the projections load;
 3. in one transaction: lock the rebuild row, require phase ``loading`` in the
    step's attempt under its worker's claim, and that no other worker loaded this
-   chunk meanwhile, ``COPY`` the chunk into the staging table, insert each kind into
-   its projection in the generation (each must insert as many rows as the manifest
-   counts of it), count the chunk and what it cost (``load_cost``: the seconds
-   since the previous chunk was committed, its fetch included, shared among its
-   kinds by record count); commit (which empties the staging table);
+   chunk meanwhile, ``COPY`` the chunk into its kind's projection in the generation
+   (it must insert as many rows as the manifest counts), count the chunk and what it
+   cost (``load_cost``: the seconds since the previous chunk was committed, its
+   fetch included); commit;
 4. after the last chunk, in one transaction: build every search document of the
    catalog in the generation from its item row and values, ``ANALYZE`` the
    projection tables (a load writes faster than autovacuum notices: without it the
@@ -33,8 +33,8 @@ chunk per transaction:
 
 A crash inside 3 rolls the chunk back; after it the chunk, its count and its cost
 are committed together, so the next attempt resumes at the next chunk and no chunk is
-ever written twice (the bulk statements insert without a conflict clause: an
-aggregate exported twice fails as a mismatch). Between chunks the generation holds
+ever written twice (the copy has no conflict clause: an aggregate exported twice
+fails as a mismatch). Between chunks the generation holds
 source rows without search documents; nothing reads it until 4 is committed. A crash
 inside 4 rolls the documents back with the phase, so the next attempt skips every
 chunk and runs 4 again (the build writes only documents not already stored as they
@@ -47,6 +47,7 @@ never saw any of it.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -58,11 +59,13 @@ from psycopg.types.json import Jsonb
 from db import rebuilds as sql
 from db.exceptions import RebuildClaimLost
 from processors.projections import registry, search_documents
-from processors.projections.staging import COPY, CREATE, Staged
+from processors.projections.bulk import LoadTarget
 from processors.rebuild.exceptions import ExportMismatch, RebuildNotFound, WrongPhase
 from schemas.exports import ExportCorrupt, Manifest, check_chunk
 
 Fetch = Callable[[str], bytes]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ def _chunk(data: bytes, manifest: Manifest, number: int) -> bytes:
     chunk = manifest.chunks[number - 1]
     checked = check_chunk(data, chunk.sha256, chunk.records)
     _require_loadable(manifest, f"chunk {number}", chunk.kinds)
+    _ = chunk.kind  # refuses a chunk of other than one kind
     if sum(chunk.kinds.values()) != chunk.records:
         raise ExportMismatch(
             f"export {manifest.export_id}: chunk {number} counts {chunk.kinds} of its"
@@ -107,24 +111,21 @@ def _chunk(data: bytes, manifest: Manifest, number: int) -> bytes:
     return checked
 
 
+_BY_KIND = {p.aggregate: p for p in registry.PROJECTIONS}
+
+
 def _write_chunk(
-    conn: psycopg.Connection, staged: Staged, data: bytes, kinds: Mapping[str, int]
+    conn: psycopg.Connection, target: LoadTarget, data: bytes, kind: str, records: int
 ) -> None:
     """Steps 3's writes, in the caller's transaction."""
     try:
-        with conn.cursor().copy(COPY) as copy:
-            copy.write(data)
-        inserted = {
-            p.aggregate: p.load_staged(conn, staged)
-            for p in registry.PROJECTIONS
-            if p.aggregate in kinds
-        }
+        inserted = _BY_KIND[kind].load_chunk(conn, target, data)
     except psycopg.errors.UniqueViolation as exc:
         raise ExportMismatch(f"an aggregate is in the export twice: {exc}") from exc
-    except psycopg.DataError as exc:
-        raise ExportCorrupt(f"a record PostgreSQL cannot read: {exc}") from exc
-    if inserted != dict(kinds):
-        raise ExportMismatch(f"the chunk inserted {inserted}, its manifest counts {dict(kinds)}")
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        raise ExportCorrupt(f"a {kind} record PostgreSQL cannot read: {exc}") from exc
+    if inserted != records:
+        raise ExportMismatch(f"the chunk inserted {inserted} rows, its manifest counts {records}")
 
 
 def load(
@@ -148,7 +149,6 @@ def load(
             raise RebuildNotFound(f"no rebuild {rebuild_id}")
         _check_manifest(manifest, row)
         with conn.transaction():
-            conn.execute(CREATE)
             if row.chunks_loaded == 0 or row.rows_total is None:
                 _record_totals(conn, rebuild_id, manifest, attempt, worker)
         mark = time.monotonic()
@@ -161,10 +161,10 @@ def load(
                 if row.chunks_loaded >= number:
                     continue  # another worker loaded it meanwhile
                 assert row.generation is not None
-                staged = Staged(
+                target = LoadTarget(
                     row.generation, row.stream.tenant_id, row.stream.catalog_id, manifest.position
                 )
-                _write_chunk(conn, staged, data, chunk.kinds)
+                _write_chunk(conn, target, data, chunk.kind, chunk.records)
                 row = sql.update(
                     conn,
                     rebuild_id,
@@ -180,13 +180,22 @@ def load(
         with conn.transaction():
             row = _locked_in(conn, rebuild_id, "loading", attempt, worker)
             assert row.generation is not None
-            search_documents.build_loaded(
+            finish = time.monotonic()
+            documents = search_documents.build_loaded(
                 conn,
-                Staged(
+                LoadTarget(
                     row.generation, row.stream.tenant_id, row.stream.catalog_id, manifest.position
                 ),
             )
+            built = time.monotonic()
             registry.analyze(conn)
+            log.info(
+                "rebuild %s: %d search documents built in %.2f s, tables analyzed in %.2f s",
+                rebuild_id,
+                documents,
+                built - finish,
+                time.monotonic() - built,
+            )
             sql.start_shadow(
                 conn, row.shadow_consumer, manifest.stream, manifest.position, row.generation
             )

@@ -2,10 +2,11 @@
 can close before any of them goes to the object store.
 
 The writer (``producers.exports.export``) streams ``COPY`` blocks into the spool
-inside the snapshot; the spool cuts them into chunks of whole lines as they come,
-keeping only each chunk's place in the file, line count, kinds and SHA-256 in
-memory. Once the snapshot is closed, ``read`` hands each chunk back (checked against
-the SHA-256 taken on the way in) to be put in the bucket. The file lives in
+inside the snapshot; the spool cuts them into chunks of whole lines of one kind of
+record as they come (at ``limit`` lines, and where the kind changes), keeping only
+each chunk's place in the file, line count, kind and SHA-256 in memory. Once the
+snapshot is closed, ``read`` hands each chunk back (checked against the SHA-256
+taken on the way in) to be put in the bucket. The file lives in
 ``GAPLESS_EXPORT_SPOOL_DIR``, named after its export, and needs room for the largest
 export.
 
@@ -92,8 +93,12 @@ class ExportSpool:
         return sum(c.lines for c in self.chunks) + self._lines
 
     def add(self, kind: str, block: Block) -> bool:
-        """Spool one ``COPY`` block (one row, one line); True when it closed a chunk."""
+        """Spool one ``COPY`` block (one row, one line) of ``kind``; True when it closed
+        a chunk."""
         data = block.tobytes() if isinstance(block, memoryview) else block
+        closed = bool(self._lines) and kind not in self._kinds
+        if closed:
+            self.cut()  # a chunk holds one kind of record
         try:
             self.file.write(data)
         except OSError as exc:
@@ -105,7 +110,7 @@ class ExportSpool:
         self._kinds[kind] += 1
         self._lines += 1
         if self._lines < self.limit:
-            return False
+            return closed
         self.cut()
         return True
 

@@ -3,21 +3,25 @@ the bytes is refused with ``EXPORT_CORRUPT``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from schemas.exports import (
     KINDS,
+    TYPES,
     ChunkEntry,
     ExportCorrupt,
     Manifest,
     check_chunk,
     chunk_key,
     manifest_key,
+    read_record,
     sha256,
 )
 from schemas.ids import StreamId
 
-CHUNK = b'{"kind" : "catalog_item", "id" : "a\\\\b"}\n{"kind" : "listing_mapping"}\n'
+CHUNK = b"m1\t1\ti1\t2\t\\N\nm\\\\2\t1\ti2\t2\t00000000-0000-4000-8000-000000000001\n"
 
 
 def test_a_chunk_reads_back_with_its_checksum_and_count() -> None:
@@ -44,7 +48,36 @@ def test_damaged_chunks_are_refused(damage, records, message) -> None:  # type: 
 
 def test_the_kinds_are_the_projections_aggregate_types_in_load_order() -> None:
     assert list(KINDS)[:3] == ["catalog_item", "attribute_definition", "attribute_value"]
-    assert all("kind" not in fields for fields in KINDS.values())
+    assert all("kind" not in [f.name for f in fields] for fields in KINDS.values())
+    assert {f.type for fields in KINDS.values() for f in fields} <= TYPES
+
+
+def test_a_record_reads_back_as_postgresql_spelled_it() -> None:
+    item = read_record(
+        "catalog_item",
+        b'a\\\\b\t3\tlamp\tactive\tTab\\there\\nand there\t\\N\t{"size": "10\\\\\\\\"}\n',
+    )
+    assert item == {
+        "id": "a\\b", "revision": 3, "class_id": "lamp", "status": "active",
+        "title": "Tab\there\nand there", "parent_item_id": None, "attributes": {"size": "10\\"},
+    }  # fmt: skip
+    split = read_record(
+        "item_split",
+        b'00000000-0000-4000-8000-000000000002\t1\ts\t4\t{a,"b c","d\\\\"e",""}\t{}\t'
+        b"00000000-0000-4000-8000-000000000001",
+    )
+    assert split["successor_item_ids"] == ["a", "b c", 'd"e', ""]
+    policy = read_record(
+        "shipping_policy",
+        b"p1\t2\tEU\t2026-12-01 00:00:00+00\t\\N\t{}\t00000000-0000-4000-8000-000000000001",
+    )
+    assert policy["effective_from"] == datetime(2026, 12, 1, tzinfo=UTC)
+    assert policy["effective_to"] is None
+    with pytest.raises(ExportCorrupt, match="has 2 fields, not 5"):
+        read_record("listing_mapping", b"m1\t1\n")
+    with pytest.raises(ExportCorrupt, match="would not read"):
+        read_record("listing_mapping", b"m1\tone\ti1\t2\t\\N\n")
+    assert read_record("listing_mapping", CHUNK.split(b"\n")[1])["id"] == "m\\2"
 
 
 def test_the_manifest_round_trips_and_its_checksum_is_checked() -> None:
@@ -67,10 +100,25 @@ def test_the_manifest_round_trips_and_its_checksum_is_checked() -> None:
     data = manifest.to_bytes()
     assert Manifest.from_bytes(data, sha256(data)) == manifest
     assert manifest_key(stream, export_id) == "exports/t%2F1/c%201/3/0f0e/manifest.json"
-    assert manifest.chunks[0].key == "exports/t%2F1/c%201/3/0f0e/chunk-000001.jsonl"
+    assert manifest.chunks[0].key == "exports/t%2F1/c%201/3/0f0e/chunk-000001.tsv"
     with pytest.raises(ExportCorrupt, match="checksum"):
         Manifest.from_bytes(data, sha256(b"other"))
-    for other in (b"gapless.export.v9", b"gapless.export.v1"):  # v1 (Avro) no longer loads
-        odd = data.replace(b"gapless.export.v2", other)
+    # v1 (Avro) and v2 (JSON lines) no longer load
+    for other in (b"gapless.export.v9", b"gapless.export.v1", b"gapless.export.v2"):
+        odd = data.replace(b"gapless.export.v3", other)
         with pytest.raises(ExportCorrupt, match="unknown export format"):
             Manifest.from_bytes(odd, sha256(odd))
+
+
+def test_a_manifest_whose_chunk_holds_two_kinds_or_an_unknown_one_is_refused() -> None:
+    stream = StreamId("t", "c", 1)
+    for kinds in ({"catalog_item": 5, "listing_mapping": 5}, {"catalog_class": 10}, {}):
+        manifest = Manifest(
+            export_id="e", tenant_id="t", catalog_id="c", history_epoch=1, position=1,
+            lease_id="l", created_at="2026-12-01T00:00:00+00:00",
+            chunks=(ChunkEntry(chunk_key(stream, "e", 1), "ab" * 32, 10, 100, kinds),),
+            records=10, by_aggregate={"catalog_item": 10},
+        )  # fmt: skip
+        data = manifest.to_bytes()
+        with pytest.raises(ExportCorrupt, match="kind"):
+            Manifest.from_bytes(data, sha256(data))

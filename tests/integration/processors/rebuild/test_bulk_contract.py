@@ -3,8 +3,8 @@ resolver's own export.
 
 A random workload writes a catalog; while more writers keep committing, the resolver
 exports its state at W. The export is loaded through the bulk path
-(``processors.rebuild.load``: COPY into staging, one ``INSERT … SELECT`` per
-projection, the derived search documents refreshed set-based) into one generation,
+(``processors.rebuild.load``: each chunk copied straight into its kind's table, the
+derived search documents built set-based at the end) into one generation,
 and a replay of events 1..W goes through the live ``Applier`` into another. Every
 column of every projection table, derived ones included, must be equal row by row
 (but ``position`` and ``updated_at``: a loaded row stores W, a live one its event's

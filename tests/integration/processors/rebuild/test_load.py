@@ -24,7 +24,7 @@ from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
 from producers.retention import leases
 from schemas.codec import CODEC
-from schemas.exports import ExportCorrupt, Manifest
+from schemas.exports import KINDS, ExportCorrupt, Manifest, sha256
 from schemas.ids import StreamId
 
 TENANT, CATALOG = "x", "catalog1"
@@ -185,14 +185,36 @@ def test_a_foreign_manifest_or_a_chunk_it_does_not_describe_writes_nothing(
             dataclasses.replace(manifest, chunks=(unknown,)),
             store.get,
         )
-    # one record counted as another kind: the sum adds up, the inserts do not
+    # a chunk of two kinds, and a chunk labelled as another kind than its records
     some = next(iter(first.kinds))
     other = next(k for k in ("listing_mapping", "catalog_item") if k != some)
-    moved = {**first.kinds, some: first.kinds[some] - 1}
-    moved[other] = moved.get(other, 0) + 1
-    miscounted = dataclasses.replace(manifest, chunks=(dataclasses.replace(first, kinds=moved),))
-    with pytest.raises(ExportMismatch, match="inserted"):
-        load(clean_db.product_dsn, rebuild_id, miscounted, store.get)
+    two_kinds = {some: first.records - 1, other: 1}
+    mixed = dataclasses.replace(manifest, chunks=(dataclasses.replace(first, kinds=two_kinds),))
+    with pytest.raises(ExportCorrupt, match="not one kind"):
+        load(clean_db.product_dsn, rebuild_id, mixed, store.get)
+    relabelled = dataclasses.replace(first, kinds={other: first.records})
+    with pytest.raises(ExportCorrupt, match=f"a {other} record PostgreSQL cannot read"):
+        load(
+            clean_db.product_dsn,
+            rebuild_id,
+            dataclasses.replace(manifest, chunks=(relabelled,)),
+            store.get,
+        )
+    # a record whose checksum matches but whose revision is no number: rolled back
+    data = store.get(first.key)
+    line = data.split(b"\n")[0].split(b"\t")
+    line[[f.name for f in KINDS[first.kind]].index("revision")] = b"x"
+    bad = b"\t".join(line) + data[data.index(b"\n") :]
+    bad_key = first.key + ".bad"
+    store.put(bad_key, bad)
+    unreadable = dataclasses.replace(first, key=bad_key, sha256=sha256(bad))
+    with pytest.raises(ExportCorrupt, match="PostgreSQL cannot read"):
+        load(
+            clean_db.product_dsn,
+            rebuild_id,
+            dataclasses.replace(manifest, chunks=(unreadable,)),
+            store.get,
+        )
     twice = dataclasses.replace(manifest, chunks=(first, first))
     with pytest.raises(ExportMismatch, match="twice"):
         load(clean_db.product_dsn, rebuild_id, twice, store.get)

@@ -12,7 +12,7 @@ import pytest
 from db import rebuilds as sql
 from db.settings import DatabaseSettings
 from processors.projections import search_documents
-from processors.projections.staging import Staged
+from processors.projections.bulk import LoadTarget
 from processors.rebuild.load import load
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
@@ -72,7 +72,9 @@ def test_the_load_builds_each_document_once_at_its_end(
         ).fetchall()
         assert positions == [(manifest.position,)]
         # run again (a final step retried after its commit was lost): nothing written
-        again = search_documents.build_loaded(conn, Staged(2, TENANT, CATALOG, manifest.position))
+        again = search_documents.build_loaded(
+            conn, LoadTarget(2, TENANT, CATALOG, manifest.position)
+        )
         assert again == 0
         # the build turned nested loops off for its statement only
         assert conn.execute("SHOW enable_nestloop").fetchone() == ("on",)

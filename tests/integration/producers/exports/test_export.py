@@ -4,14 +4,11 @@ lease's export becomes ready; every chunk is checked by its SHA-256."""
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
 
 import psycopg
 import pytest
@@ -44,7 +41,7 @@ from schemas.events import (
     ListingMapped,
     ShippingPolicyVersioned,
 )
-from schemas.exports import KINDS, ExportCorrupt, Manifest, check_chunk, prefix
+from schemas.exports import KINDS, ExportCorrupt, Manifest, check_chunk, prefix, read_record
 from schemas.http.auth import token_hash
 from schemas.ids import StreamId, definition_id, value_id
 from tests.fixtures.decisions import accept
@@ -190,19 +187,9 @@ def _replay(settings: DatabaseSettings, stream: StreamId, through: int) -> dict[
     return dict(state)
 
 
-_COPY_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
-
-
-def _parse(line: bytes) -> dict[str, object]:
-    """One chunk line: COPY's text escaping undone, then the JSON."""
-    text = re.sub(r"\\(.)", lambda m: _COPY_ESCAPES.get(m[1], m[1]), line.decode())
-    record: dict[str, object] = json.loads(text)
-    assert set(record) == {"kind", *KINDS[str(record["kind"])]}, record
-    if record["kind"] == "shipping_policy":
-        for name in ("effective_from", "effective_to"):
-            at = record[name]
-            record[name] = None if at is None else datetime.fromisoformat(str(at))
-    return record
+def _parse(kind: str, line: bytes) -> dict[str, object]:
+    """One chunk line, decoded as a reader that is not PostgreSQL would."""
+    return {"kind": kind, **read_record(kind, line)}
 
 
 def _key_of(record: dict[str, object]) -> Key:
@@ -226,7 +213,7 @@ def _exported(
         data = check_chunk(store.get(chunk.key), chunk.sha256, chunk.records)
         counted: Counter[str] = Counter()
         for line in data.splitlines():
-            record = _parse(line)
+            record = _parse(chunk.kind, line)
             key = _key_of(record)
             assert key not in state, f"{key} exported twice"
             state[key] = record

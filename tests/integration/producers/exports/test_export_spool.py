@@ -65,13 +65,15 @@ def _open_snapshots(dsn: str) -> list[tuple[object, ...]]:
 
 
 def _copied(dsn: str, chunk: int) -> list[bytes]:
-    """What the export read: every kind's ``COPY`` blocks, cut every ``chunk`` lines."""
-    lines: list[bytes] = []
+    """What the export read: every kind's ``COPY`` blocks, cut every ``chunk`` lines
+    and where the kind changes."""
+    chunks: list[bytes] = []
     with psycopg.connect(dsn) as conn, conn.transaction():
         begin_snapshot(conn)
         for _kind, query in sql.STATE:
-            lines += [bytes(b) for b in sql.copy_state(conn, query, TENANT, CATALOG)]
-    return [b"".join(lines[i : i + chunk]) for i in range(0, len(lines), chunk)]
+            lines = [bytes(b) for b in sql.copy_state(conn, query, TENANT, CATALOG)]
+            chunks += [b"".join(lines[i : i + chunk]) for i in range(0, len(lines), chunk)]
+    return chunks
 
 
 def test_the_upload_holds_no_snapshot_and_puts_what_the_snapshot_read(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from processors.projections import registry
+from processors.projections import listing_mappings, registry
 from processors.projections.table import Column, PartialUpdate, TableProjection, plain_id
 from schemas.events import Envelope
 from schemas.ids import AggregateKey
@@ -19,6 +19,19 @@ class Row:
     tenant_id: str
     catalog_id: str
     thing_id: str
+    colour: str
+    revision: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Wider:
+    tenant_id: str
+    catalog_id: str
+    listing_id: str
+    item_id: str
+    item_revision: int
+    decision_id: str
     colour: str
     revision: int
     position: int
@@ -55,6 +68,7 @@ def test_a_description_builds_its_statements_once_from_its_columns() -> None:
     )
     assert "WHERE generation = %b AND tenant_id = k.tenant_id" in thing.probe
     assert thing.update is None
+    assert thing.copy is None  # no export kind is a "thing": a load refuses its records
 
 
 def test_a_column_the_row_has_no_field_for_is_refused() -> None:
@@ -75,3 +89,19 @@ def test_a_partial_update_of_a_column_the_projection_lacks_is_refused() -> None:
 def test_the_registry_keeps_each_aggregate_type_once() -> None:
     aggregates = [p.aggregate for p in registry.PROJECTIONS]
     assert len(aggregates) == len(set(aggregates))
+
+
+def test_each_export_field_is_copied_into_the_column_of_its_name_the_id_into_the_ids() -> None:
+    assert listing_mappings.PROJECTION.copy == (
+        "COPY product_listing_mapping (listing_id, revision, item_id, item_revision,"
+        " decision_id, generation, tenant_id, catalog_id, position) FROM STDIN"
+    )
+    with pytest.raises(ValueError, match="records give no"):
+        TableProjection(
+            aggregate="listing_mapping",
+            table="product_listing_mapping",
+            id=plain_id("listing_id"),
+            columns=(*listing_mappings.PROJECTION.columns, Column("colour", "text")),
+            row=_Wider,
+            fold=_fold,
+        )
