@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import sys
 import tempfile
 from typing import Any
 
@@ -22,6 +23,9 @@ def create_app(settings: AgentSettings) -> Any:
     """
     from processors.agents import events as events_agent
     from processors.agents import health, housekeeping, rebuilds, recovery
+    from processors.live_first import SWITCH_INTERVAL_S, LiveFirst
+
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     # Faust insists on a data directory (``<app id>-data`` in the working directory by
     # default) even with no tables in use: a private temporary one keeps the working
@@ -50,10 +54,11 @@ def create_app(settings: AgentSettings) -> Any:
     # The live consumer honours catalog pauses (a rebuild does not: it ends a restore).
     pauses = settings.pause_watch("agents").start()
     atexit.register(pauses.stop)  # a clean stop is not waited for by the next pause
-    consuming = events_agent.register(app, settings, pauses)
+    live_first = LiveFirst()
+    consuming = events_agent.register(app, settings, pauses, live_first)
     client = recovery.resolver_client(settings)
     recovery.register(app, settings, client, pauses)
-    rebuilds.register(app, settings, client)
+    rebuilds.register(app, settings, client, live_first)
     housekeeping.register(app, settings)
     health.register(app, settings.product_dsn, consuming)
     return app

@@ -56,6 +56,7 @@ from db.epochs import EpochSource
 from db.pauses import PauseWatch
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
+from processors.live_first import NO_LIVE_WORK, LiveFirst
 from processors.settings import AgentSettings
 from schemas.backoff import Reconnect
 from schemas.exceptions import RegistryUnavailable
@@ -74,10 +75,18 @@ ASSIGNED = Gauge(
 class EventsConsumer:
     """The events topic's consumer thread (``start``, ``stop``)."""
 
-    def __init__(self, settings: AgentSettings, applier: Applier, number: int = 0) -> None:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        applier: Applier,
+        number: int = 0,
+        live_first: LiveFirst = NO_LIVE_WORK,
+    ) -> None:
         """``number``: which of the process's consumers this is (from 0), for the
-        thread's and the Kafka client's names."""
+        thread's and the Kafka client's names; ``live_first``: the process's, which
+        each batch marks (``processors.live_first``)."""
         self._settings = settings
+        self._live_first = live_first
         self._applier = applier
         self._topic = settings.events_topic
         self._number = number
@@ -204,7 +213,8 @@ class EventsConsumer:
         reconnect = Reconnect(base_seconds=0.1, cap_seconds=self._settings.agents_retry_max_seconds)
         while not self._stop.is_set():
             try:
-                return self._applier.apply(messages)
+                with self._live_first.live():
+                    return self._applier.apply(messages)
             except (psycopg.OperationalError, psycopg.InterfaceError, RegistryUnavailable) as exc:
                 # RegistryUnavailable: a Confluent-framed event whose writer schema the
                 # registry could not be asked for; the bytes may be good, so wait.
@@ -265,7 +275,10 @@ def _next_offsets(messages: list[Message]) -> list[TopicPartition]:
 
 
 def register(
-    app: Any, settings: AgentSettings, pauses: PauseWatch | None = None
+    app: Any,
+    settings: AgentSettings,
+    pauses: PauseWatch | None = None,
+    live_first: LiveFirst = NO_LIVE_WORK,
 ) -> Callable[[], bool]:
     """Start ``agents_events_consumers`` events consumers with the Faust worker and stop
     them at exit; a consumer thread that died of an unexpected error is started again.
@@ -291,7 +304,7 @@ def register(
 
     def new_consumer(number: int) -> EventsConsumer:
         # A restarted consumer takes over its predecessor's applier and connection.
-        return EventsConsumer(settings, appliers[number], number)
+        return EventsConsumer(settings, appliers[number], number, live_first)
 
     running = [new_consumer(n) for n in range(settings.agents_events_consumers)]
     ASSIGNED.set_function(lambda: sum(c.assigned for c in running))

@@ -26,6 +26,7 @@ from prometheus_client import Counter
 from db import rebuilds as sql
 from db.epochs import EpochSource
 from db.objects import s3_client
+from processors.live_first import NO_LIVE_WORK, LiveFirst
 from processors.rebuild.cleanup import sweep
 from processors.rebuild.orchestrator import Orchestrator
 from processors.rebuild.requests import accept
@@ -105,7 +106,9 @@ async def carry_out(
             await asyncio.sleep(retry_seconds)
 
 
-def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
+def register(
+    app: Any, settings: AgentSettings, client: ResolverClient, live_first: LiveFirst = NO_LIVE_WORK
+) -> None:
     topic = app.topic(
         settings.control_topic,
         key_type=bytes,
@@ -135,6 +138,7 @@ def register(app: Any, settings: AgentSettings, client: ResolverClient) -> None:
         epochs=EpochSource(settings.control_dsn),
         codec=codec_for(settings),
         on_change=status.row_changed,
+        yield_to_live=live_first.yield_to_live,
     )
 
     def current_epoch(tenant: str, catalog: str) -> int | None:

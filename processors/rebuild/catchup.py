@@ -136,16 +136,19 @@ def catch_up(
     budget_seconds: float = 10.0,
     on_page: Callable[[int], None] = lambda _progress: None,
     throttle: Throttle = UNTHROTTLED,
+    before_page: Callable[[], object] = lambda: None,
 ) -> CatchUp:
     """Rounds of steps 1-3 until the shadow is caught up, it is stuck, or the time
     budget is spent (the caller renews its claim and the lease in ``on_page`` and
-    calls again); under ``throttle``, in its smaller pages, paced."""
+    calls again); under ``throttle``, in its smaller pages, paced; ``before_page``
+    before each page (the live consumers' turn: ``processors.live_first``)."""
     progress = cursor = _progress(shadow, stream)
     fetched = 0
     page_size = throttle.page(page_size)
     began = time.monotonic()
     deadline = began + budget_seconds
     while True:
+        before_page()
         n, last, committed, after_batch = fetch_and_apply(
             client, shadow, lease_id, stream, cursor, page_size
         )

@@ -111,6 +111,9 @@ class Orchestrator:
     catchup_max_events_per_second: float = 0.0
     pause_budget_seconds: float = 2.0
     on_change: Callable[[RebuildRow], None] = lambda _row: None
+    yield_to_live: Callable[[], float] = lambda: 0.0
+    """Waits while the process's live consumers apply a batch (``processors.
+    live_first``), before each catch-up page and each chunk loaded."""
     _shadows: dict[str, Applier] = field(default_factory=dict)
     _claims: Leases = field(init=False)
 
@@ -305,7 +308,7 @@ class Orchestrator:
                 rid,
                 manifest,
                 self.fetch,
-                lambda _chunks, _rows: self._keep_alive(row),
+                lambda _chunks, _rows: self._between_chunks(row),
                 attempt=row.attempt,
                 worker=self.worker,
             )
@@ -335,6 +338,10 @@ class Orchestrator:
                 raise WrongPhase(f"rebuild {row.rebuild_id} finished meanwhile")
         self.client.renew_lease(str(row.lease_id), self.lease_ttl_seconds)
 
+    def _between_chunks(self, row: RebuildRow) -> None:
+        self._keep_alive(row)
+        self.yield_to_live()
+
     def _catch_up(self, row: RebuildRow) -> RebuildRow:
         """Catch-up rounds within the budget; on to ``cutting_over`` once the shadow
         reached the target (recorded the first time it is chosen)."""
@@ -349,6 +356,7 @@ class Orchestrator:
             budget_seconds=self.catchup_budget_seconds,
             on_page=lambda _p: self._keep_alive(row),
             throttle=Throttle(self.catchup_max_events_per_second),
+            before_page=self.yield_to_live,
         )
         if result.caught_up:
             return self._move(
@@ -390,6 +398,7 @@ class Orchestrator:
             page_size=self.page_size,
             budget_seconds=self.catchup_budget_seconds,
             on_page=lambda _p: self._keep_alive(row),
+            before_page=self.yield_to_live,
         )
         if not before.caught_up:
             return self._move(

@@ -7,16 +7,15 @@ The work counted is what is left of the load plus the catch-up; the phases befor
 is taken as instant (its pause is milliseconds). All of it in estimated seconds:
 
 1. **Load.** Each kind of record costs what its chunks measured: the load records,
-   per kind, the rows loaded and the seconds their chunks took (``load_cost``, each
-   chunk's seconds shared among its kinds by record count; the export writes one kind
-   after the other, so all but the chunks at a kind's boundary hold one kind). An item
-   costs more than a listing mapping or a split, since its search document is written
-   with it; attribute values refresh their items' documents. What is left of a kind is
-   its manifest count (``rows_by_kind``) less what was loaded, at its measured cost. A
-   kind not reached yet costs the measured ones' mean cost scaled by ``PRIOR_COST``,
-   the kinds' relative costs as measured on a seeded catalog (items as 1). With
-   nothing measured yet, or a row from before ``rows_by_kind`` (only
-   ``rows_total``), there is no ETA (or one at the load's mean rate).
+   per kind, the rows loaded and the seconds their chunks took (``load_cost``; a
+   chunk holds one kind). What is left of a kind is its manifest count
+   (``rows_by_kind``) less what was loaded, at its measured cost. A kind not reached
+   yet costs the measured ones' mean cost scaled by ``PRIOR_COST``, the kinds'
+   relative costs as measured on a seeded catalog (items as 1). After the last chunk
+   the search documents are built, one per item, each at ``DOCUMENT_COST`` times an
+   item row's cost: that is left until the load ends. With nothing measured yet, or
+   a row from before ``rows_by_kind`` (only ``rows_total``), there is no ETA (or one
+   at the load's mean rate).
 2. **Catch-up.** The positions from the export's W (or the shadow's progress) to the
    target H once chosen, else to the live consumer's progress (``live_position``,
    read with the row), plus what the live stream adds meanwhile at the rate it
@@ -49,16 +48,22 @@ in 2.3 s, 10,236 in 2.6 s after a load on two cores)."""
 PRIOR_COST: Mapping[str, float] = {
     "catalog_item": 1.0,
     "attribute_definition": 1.0,
-    "attribute_value": 0.8,
-    "listing_mapping": 0.32,
-    "shipping_policy": 0.36,
-    "item_split": 0.55,
+    "attribute_value": 1.14,
+    "listing_mapping": 1.53,
+    "shipping_policy": 2.16,
+    "item_split": 6.8,
 }
 """Relative cost of a row of each kind, for the kinds not measured yet (unknown kinds
-count as 1). Measured on two cores, loading the bench's seeded catalog of 50,000 items
-(363,004 rows in 19 chunks of 20,000, each chunk's fetch included): an item 29.5 µs
-(with its search document), an attribute value 23.6 µs (its item's document
-refreshed), a listing mapping 9.4 µs, a policy version 10.6 µs, a split 16.1 µs."""
+count as 1). Measured on two cores, loading the bench's seeded catalog of 100,000
+items (727,086 records in 39 chunks of at most 20,000, each chunk's fetch and commit
+included): an item 4.4 µs, an attribute value 5.0 µs, a listing mapping 6.8 µs, a
+policy version 9.5 µs, a split 30 µs (its 2,000 rows in one chunk, whose fetch and
+commit weigh the most); too few attribute definitions to measure."""
+
+DOCUMENT_COST = 6.0
+"""A search document built after the last chunk, against an item row's load (the
+same run: 105,082 documents in 2.77 s, 26 µs each: its text, the generated
+``tsvector`` and its GIN entries)."""
 
 _BEFORE_LOAD = frozenset({"requested", "leased", "exporting"})
 
@@ -80,6 +85,8 @@ class _Load:
     done_s: float
     left_s: float | None
     rate: float | None
+    documents_s: float = 0.0
+    """Of ``left_s`` while loading: the search documents' build after the last chunk."""
 
 
 def estimate(row: RebuildRow, now: datetime) -> Progress:
@@ -112,8 +119,9 @@ def _as_of(row: RebuildRow, at: datetime) -> Progress:
         catchup_left = _catchup_left(row, at, None, load.left_s or 0.0)
         left = None if load.left_s is None else load.left_s + catchup_left
         return Progress(_fraction(load.done_s, left, row), load.rate, left)
-    # catching_up, cutting_over: the load is over
-    load_done = _load(row, 0.0).done_s
+    # catching_up, cutting_over: the load is over, its documents built
+    load = _load(row, 0.0)
+    load_done = load.done_s + load.documents_s
     rate = _catchup_rate(row, in_phase)
     done_positions = max(0, (row.caught_up_position or 0) - (row.export_position or 0))
     done = load_done + done_positions / (rate or ASSUMED_CATCHUP_EVENTS_PER_S)
@@ -169,15 +177,19 @@ def _load(row: RebuildRow, in_phase: float) -> _Load:
             return _Load(seconds_done, None, rate)
         return _Load(seconds_done, max(0, row.rows_total - row.rows_loaded) / rate, rate)
     per_prior = seconds_done / sum(r * PRIOR_COST.get(k, 1.0) for k, (r, _) in measured.items())
+
+    def cost(kind: str) -> float:
+        if kind in measured:
+            return measured[kind][1] / measured[kind][0]
+        return per_prior * PRIOR_COST.get(kind, 1.0)
+
     left = 0.0
     for kind, total in row.rows_by_kind.items():
         loaded = float(row.load_cost.get(kind, {}).get("rows", 0))
-        if kind in measured:
-            cost = measured[kind][1] / measured[kind][0]
-        else:
-            cost = per_prior * PRIOR_COST.get(kind, 1.0)
-        left += max(0.0, total - loaded) * cost
-    return _Load(seconds_done, left, rate)
+        left += max(0.0, total - loaded) * cost(kind)
+    items = row.rows_by_kind.get("catalog_item", 0)
+    documents = items * cost("catalog_item") * DOCUMENT_COST
+    return _Load(seconds_done, left + documents, rate, documents)
 
 
 def _catchup_rate(row: RebuildRow, in_phase: float) -> float | None:

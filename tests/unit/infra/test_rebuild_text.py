@@ -11,8 +11,8 @@ LOADING = rebuild_row(
     "loading",
     rows_total=478_000,
     rows_loaded=120_000,
-    rows_by_kind={"catalog_item": 478_000},
-    load_cost={"catalog_item": {"rows": 120_000, "seconds": 120_000 / 9_800}},
+    rows_by_kind={"listing_mapping": 478_000},
+    load_cost={"listing_mapping": {"rows": 120_000, "seconds": 120_000 / 9_800}},
 )
 
 

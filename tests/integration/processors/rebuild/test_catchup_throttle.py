@@ -1,9 +1,11 @@
 """A throttled catch-up, against the real resolver API, PostgreSQL and S3: it applies
 in pages of one slice of the rate, paced to it, still reaches its target and the
-rebuild cuts over to the accepted state."""
+rebuild cuts over to the accepted state; and a catch-up steps aside while a live
+batch of its process is in flight."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +19,8 @@ from db.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.demo.projection_check import compare
 from infra.demo.workload import run_workload
-from processors.rebuild.catchup import Throttle, catch_up
+from processors.live_first import LiveFirst
+from processors.rebuild.catchup import CatchUp, Throttle, catch_up
 from processors.rebuild.orchestrator import Orchestrator
 from processors.resolver_client import ResolverClient
 from producers.exports.settings import ExportSettings
@@ -132,3 +135,39 @@ def test_a_throttled_rebuild_catches_up_and_cuts_over(
     assert live == (row.target_position, 2)
     comparison = compare(clean_db.resolver_dsn, clean_db.product_dsn, TENANT, 2)
     assert comparison.differences == [], comparison.differences[:5]
+
+
+def test_the_catch_up_waits_while_a_live_batch_of_its_process_is_in_flight(
+    clean_db: DatabaseSettings, orchestrator: Orchestrator
+) -> None:
+    rebuild_id = _request(clean_db)
+    row = _until(orchestrator, rebuild_id, "catching_up")
+    assert row.lease_id is not None
+    committed = _write(clean_db, 100, "live-first-")
+    gate = LiveFirst(max_wait_s=60.0)
+    pages: list[int] = []
+    done: list[CatchUp] = []
+
+    def run() -> None:
+        done.append(
+            catch_up(
+                orchestrator.client,
+                orchestrator.shadow(row),
+                str(row.lease_id),
+                STREAM,
+                None,
+                budget_seconds=60,
+                page_size=40,
+                on_page=pages.append,
+                before_page=gate.yield_to_live,
+            )
+        )
+
+    with gate.live():  # a live batch in flight
+        background = threading.Thread(target=run)
+        background.start()
+        background.join(0.5)
+        assert background.is_alive() and pages == []  # not one page meanwhile
+    background.join(60)
+    assert done and done[0].caught_up and done[0].progress == committed
+    assert len(pages) > 1 and gate.waited_s > 0

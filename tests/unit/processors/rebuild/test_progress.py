@@ -9,6 +9,7 @@ import pytest
 
 from processors.rebuild.progress import (
     ASSUMED_CATCHUP_EVENTS_PER_S,
+    DOCUMENT_COST,
     PRIOR_COST,
     Progress,
     estimate,
@@ -26,8 +27,8 @@ def test_loading_one_kind_at_its_measured_rate() -> None:
         "loading",
         rows_total=400_000,
         rows_loaded=100_000,
-        rows_by_kind={"catalog_item": 400_000},
-        load_cost={"catalog_item": {"rows": 100_000, "seconds": 10.0}},
+        rows_by_kind={"listing_mapping": 400_000},
+        load_cost={"listing_mapping": {"rows": 100_000, "seconds": 10.0}},
     )
     p = estimate(row, NOW)
     assert p.rate_rows_s == pytest.approx(10_000)
@@ -49,9 +50,11 @@ def test_kinds_weigh_by_their_measured_cost() -> None:
         },
     )
     p = estimate(row, NOW)
-    # left: 50,000 items at 0.2 ms + 100,000 mappings at 0.1 ms
-    assert p.eta_s == pytest.approx(20.0)
-    assert p.fraction == pytest.approx(0.5)
+    # left: 50,000 items at 0.2 ms + 100,000 mappings at 0.1 ms, then a document
+    # for each of the 100,000 items at DOCUMENT_COST items' cost
+    documents = 100_000 * 0.0002 * DOCUMENT_COST
+    assert p.eta_s == pytest.approx(20.0 + documents)
+    assert p.fraction == pytest.approx(20.0 / (40.0 + documents))
     assert p.rate_rows_s == pytest.approx(7_500)
 
 
@@ -64,7 +67,8 @@ def test_a_kind_not_reached_costs_the_measured_mean_times_its_prior() -> None:
         load_cost={"catalog_item": {"rows": 100_000, "seconds": 20.0}},
     )
     ratio = PRIOR_COST["listing_mapping"] / PRIOR_COST["catalog_item"]
-    assert estimate(row, NOW).eta_s == pytest.approx(200_000 * 0.0002 * ratio)
+    documents = 100_000 * 0.0002 * DOCUMENT_COST
+    assert estimate(row, NOW).eta_s == pytest.approx(200_000 * 0.0002 * ratio + documents)
 
 
 def test_loading_counts_the_catch_up_the_live_stream_makes() -> None:
@@ -75,8 +79,8 @@ def test_loading_counts_the_catch_up_the_live_stream_makes() -> None:
         "loading",
         rows_total=400_000,
         rows_loaded=100_000,
-        rows_by_kind={"catalog_item": 400_000},
-        load_cost={"catalog_item": {"rows": 100_000, "seconds": 10.0}},
+        rows_by_kind={"listing_mapping": 400_000},
+        load_cost={"listing_mapping": {"rows": 100_000, "seconds": 10.0}},
         live_position=8000,
     )
     catchup = (7000 + 7000 / 30 * 30.0) / ASSUMED_CATCHUP_EVENTS_PER_S
@@ -104,8 +108,8 @@ def test_catching_up_at_its_measured_rate_to_the_target() -> None:
         "catching_up",
         rows_total=100_000,
         rows_loaded=100_000,
-        rows_by_kind={"catalog_item": 100_000},
-        load_cost={"catalog_item": {"rows": 100_000, "seconds": 10.0}},
+        rows_by_kind={"listing_mapping": 100_000},
+        load_cost={"listing_mapping": {"rows": 100_000, "seconds": 10.0}},
         caught_up_position=5000,
         target_position=9000,
         live_position=9500,
@@ -192,8 +196,38 @@ def test_while_loading_the_eta_counts_down_by_one_chunk_at_most() -> None:
         rows_total=400_000,
         rows_loaded=100_000,
         chunks_loaded=4,
-        rows_by_kind={"catalog_item": 400_000},
-        load_cost={"catalog_item": {"rows": 100_000, "seconds": 10.0}},
+        rows_by_kind={"listing_mapping": 400_000},
+        load_cost={"listing_mapping": {"rows": 100_000, "seconds": 10.0}},
     )
     assert estimate(row, NOW + timedelta(seconds=1)).eta_s == pytest.approx(29.0)
     assert estimate(row, NOW + timedelta(seconds=60)).eta_s == pytest.approx(27.5)
+
+
+def test_the_documents_are_left_until_the_load_ends_and_done_after_it() -> None:
+    """Every chunk loaded: the documents' build is all that is left of the load; once
+    the phase is catching up it counts as done."""
+    loaded = {"catalog_item": {"rows": 100_000, "seconds": 10.0}}
+    row = rebuild_row(
+        "loading",
+        rows_total=100_000,
+        rows_loaded=100_000,
+        chunks_loaded=4,
+        rows_by_kind={"catalog_item": 100_000},
+        load_cost=loaded,
+    )
+    documents = 10.0 * DOCUMENT_COST
+    p = estimate(row, NOW)
+    assert p.eta_s == pytest.approx(documents)
+    assert p.fraction == pytest.approx(10.0 / (10.0 + documents))
+    after = rebuild_row(
+        "catching_up",
+        rows_total=100_000,
+        rows_loaded=100_000,
+        rows_by_kind={"catalog_item": 100_000},
+        load_cost=loaded,
+        caught_up_position=1000,
+        target_position=1000 + int(ASSUMED_CATCHUP_EVENTS_PER_S),
+    )
+    q = estimate(after, NOW)
+    assert q.eta_s == pytest.approx(1.0)
+    assert q.fraction == pytest.approx((10.0 + documents) / (11.0 + documents))
