@@ -13,15 +13,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from typing import Literal
 
 import psycopg
 
 from db import pauses
 from db.pauses import Holder, Pause
 from db.settings import DatabaseSettings
-from infra.control import publish
-from schemas.control import ControlCommand, Kind
+from infra.control import pause_command, publish
 from schemas.errors import GaplessError
 from schemas.settings import KafkaSettings
 
@@ -63,18 +62,12 @@ class PauseReport:
         }
 
 
-def _announce(kafka: KafkaSettings, kind: Kind, pause: Pause, actor: str, reason: str) -> None:
+def _announce(
+    kafka: KafkaSettings, kind: Literal["pause", "resume"], pause: Pause, actor: str, reason: str
+) -> None:
     publish(
         kafka.client_config(),
-        ControlCommand(
-            command_id=pause.pause_id,
-            kind=kind,
-            tenant_id=pause.tenant_id,
-            catalog_id=pause.catalog_id,
-            requested_by=actor,
-            reason=reason,
-            requested_at=datetime.now(UTC),
-        ),
+        pause_command(kind, pause.pause_id, pause.tenant_id, pause.catalog_id, actor, reason),
         kafka.control_topic,
     )
 

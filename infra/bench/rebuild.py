@@ -39,7 +39,6 @@ import dataclasses
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,7 +64,7 @@ from infra.bench.rebuild_takeover import Killer, Takeover
 from infra.bench.run import environment_of
 from infra.bench.sandbox import Echo, Sandbox, sandbox
 from infra.bench.writer import CATALOG
-from infra.control import publish
+from infra.control import publish, rebuild_command
 from infra.processes import Deployed, free_port
 from schemas.control import ControlCommand
 from schemas.ids import StreamId
@@ -224,15 +223,7 @@ def _wait_group_stable(run: _Run, timeout: float = START_TIMEOUT_S) -> None:
 
 
 def _request(tenant: str, reason: str) -> ControlCommand:
-    return ControlCommand(
-        command_id=uuid.uuid4(),
-        kind="rebuild",
-        tenant_id=tenant,
-        catalog_id=CATALOG,
-        requested_by="bench",
-        reason=reason,
-        requested_at=datetime.now(UTC),
-    )
+    return rebuild_command(tenant, CATALOG, "bench", reason)
 
 
 def _publish(box: Sandbox, command: ControlCommand) -> None:

@@ -256,7 +256,7 @@ def rebuild_cancel(rebuild_id: uuid.UUID, reason: str) -> None:
 
     from db import rebuilds as sql
     from db.settings import DatabaseSettings
-    from schemas.control import ControlCommand
+    from infra.control import cancel_command
 
     settings = guarded(lambda: load(DatabaseSettings))
     with psycopg.connect(settings.product_dsn) as conn:
@@ -264,16 +264,13 @@ def rebuild_cancel(rebuild_id: uuid.UUID, reason: str) -> None:
     if row is None:
         fail(LookupError(f"no rebuild {rebuild_id}"))
     _publish(
-        ControlCommand(
-            command_id=uuid.uuid4(),
-            kind="cancel",
-            tenant_id=row.stream.tenant_id,
-            catalog_id=row.stream.catalog_id,
-            consumer=row.consumer,
-            rebuild_id=rebuild_id,
-            requested_by=actor(),
-            reason=reason,
-            requested_at=datetime.now(UTC),
+        cancel_command(
+            rebuild_id,
+            row.stream.tenant_id,
+            row.stream.catalog_id,
+            row.consumer,
+            actor(),
+            reason,
         )
     )
     echo(f"cancel of {rebuild_id} requested; `gapless rebuild status {rebuild_id}` shows it")

@@ -150,8 +150,6 @@ def register(
         except CodecError as exc:
             log.error("control message skipped: %s %s", exc.code, exc)
             return
-        if command.kind in ("pause", "resume"):
-            return  # every worker's own pause watch hears these (``db.control_listener``)
         answer = accept(settings.product_dsn, command, settings.agents_consumer, current_epoch)
         if answer.status in ("started", "cancelled") and answer.row is not None:
             status.row_changed(answer.row)

@@ -1,5 +1,8 @@
 """Control commands, carried out once each: a REBUILD becomes a rebuild row (its id is
-the command's), a CANCEL stops one.
+the command's), a CANCEL stops one; PAUSE and RESUME are every worker's pause
+watch's (``db.control_listener``), not this module's. ``accept`` is the one place a
+command's kind is dispatched on, by an exhaustive match: a new kind is a type error
+until it is given its own branch, never taken for another.
 
 One transaction per command. A command delivered twice finds its row and changes
 nothing; a REBUILD for a catalog that already has an unfinished rebuild of the same
@@ -17,6 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import assert_never
 
 import psycopg
 import psycopg.errors
@@ -33,8 +37,9 @@ CurrentEpoch = Callable[[str, str], int | None]
 class Answer:
     """What became of a command: ``started``, ``already_recorded`` (a redelivery),
     ``already_rebuilding`` (``row`` is the unfinished one), ``cancelled``,
-    ``finished`` (nothing left to cancel), ``not_found``, or ``refused`` (no history
-    epoch to rebuild; a cancel naming no rebuild or one cutting over)."""
+    ``finished`` (nothing left to cancel), ``not_found``, ``refused`` (no history
+    epoch to rebuild; a cancel naming no rebuild or one cutting over), or
+    ``pause_watch`` (a PAUSE or RESUME: nothing to do here)."""
 
     status: str
     row: RebuildRow | None
@@ -48,48 +53,61 @@ def shadow_consumer(consumer: str, rebuild_id: uuid.UUID) -> str:
 def accept(
     product_dsn: str, command: ControlCommand, default_consumer: str, current_epoch: CurrentEpoch
 ) -> Answer:
-    consumer = command.consumer or default_consumer
-    with psycopg.connect(product_dsn) as conn:
-        if command.kind == "cancel":
-            return _cancel(conn, command)
-        existing = sql.get(conn, command.command_id)
-        if existing is not None:
-            return Answer("already_recorded", existing)
-        answered = sql.answer_of(conn, command.command_id)
-        if answered is not None:  # a redelivery of a request not started: the same answer
-            running = (
-                sql.get(conn, answered.running_rebuild_id) if answered.running_rebuild_id else None
-            )
-            return Answer(answered.status, running, answered.message)
-        epoch = current_epoch(command.tenant_id, command.catalog_id)
-        if epoch is None:
-            return _not_started(
+    """Carry one command out (the module docstring)."""
+    match command.kind:
+        case "rebuild":
+            with psycopg.connect(product_dsn) as conn:
+                return _rebuild(conn, command, command.consumer or default_consumer, current_epoch)
+        case "cancel":
+            with psycopg.connect(product_dsn) as conn:
+                return _cancel(conn, command)
+        case "pause" | "resume":
+            return Answer("pause_watch", None, "every worker's pause watch carries it out")
+        case _:
+            assert_never(command.kind)
+
+
+def _rebuild(
+    conn: psycopg.Connection, command: ControlCommand, consumer: str, current_epoch: CurrentEpoch
+) -> Answer:
+    existing = sql.get(conn, command.command_id)
+    if existing is not None:
+        return Answer("already_recorded", existing)
+    answered = sql.answer_of(conn, command.command_id)
+    if answered is not None:  # a redelivery of a request not started: the same answer
+        running = (
+            sql.get(conn, answered.running_rebuild_id) if answered.running_rebuild_id else None
+        )
+        return Answer(answered.status, running, answered.message)
+    epoch = current_epoch(command.tenant_id, command.catalog_id)
+    if epoch is None:
+        return _not_started(
+            conn,
+            command,
+            "refused",
+            None,
+            f"{command.tenant_id}/{command.catalog_id} has no history epoch",
+        )
+    stream = StreamId(command.tenant_id, command.catalog_id, epoch)
+    try:
+        with conn.transaction():
+            row = sql.insert(
                 conn,
-                command,
-                "refused",
-                None,
-                f"{command.tenant_id}/{command.catalog_id} has no history epoch",
+                command.command_id,
+                consumer,
+                stream,
+                shadow_consumer(consumer, command.command_id),
+                command.requested_by,
+                command.reason,
             )
-        stream = StreamId(command.tenant_id, command.catalog_id, epoch)
-        try:
-            with conn.transaction():
-                row = sql.insert(
-                    conn,
-                    command.command_id,
-                    consumer,
-                    stream,
-                    shadow_consumer(consumer, command.command_id),
-                    command.requested_by,
-                    command.reason,
-                )
-        except psycopg.errors.UniqueViolation:
-            active = sql.active_for(conn, consumer, command.tenant_id, command.catalog_id)
-            return _not_started(
-                conn, command, "already_rebuilding", active, "a rebuild of this catalog is running"
-            )
-        if row is None:  # recorded by another worker meanwhile
-            return Answer("already_recorded", sql.get(conn, command.command_id))
-        return Answer("started", row)
+    except psycopg.errors.UniqueViolation:
+        active = sql.active_for(conn, consumer, command.tenant_id, command.catalog_id)
+        return _not_started(
+            conn, command, "already_rebuilding", active, "a rebuild of this catalog is running"
+        )
+    if row is None:  # recorded by another worker meanwhile
+        return Answer("already_recorded", sql.get(conn, command.command_id))
+    return Answer("started", row)
 
 
 def _not_started(
