@@ -89,7 +89,19 @@ class DerivedProjection(Protocol):
     ) -> None: ...
 
 
-PROJECTIONS: tuple[Projection, ...] = (
+def by_aggregate(*projections: Projection) -> dict[str, Projection]:
+    """The projections keyed by the aggregate type each keeps, in the order given; a
+    type kept by two is refused (at import: two projections of one type would each
+    guard the other's revisions)."""
+    keyed: dict[str, Projection] = {}
+    for projection in projections:
+        if projection.aggregate in keyed:
+            raise ValueError(f"two projections keep aggregate type {projection.aggregate!r}")
+        keyed[projection.aggregate] = projection
+    return keyed
+
+
+BY_AGGREGATE: dict[str, Projection] = by_aggregate(
     catalog_items.PROJECTION,
     listing_mappings.PROJECTION,
     shipping_policies.PROJECTION,
@@ -97,13 +109,16 @@ PROJECTIONS: tuple[Projection, ...] = (
     attribute_definitions.PROJECTION,
     attribute_values.PROJECTION,
 )
+"""Every projection the applier writes, keyed by its aggregate type."""
+
+PROJECTIONS: tuple[Projection, ...] = tuple(BY_AGGREGATE.values())
 
 DERIVED: tuple[DerivedProjection, ...] = (search_documents.PROJECTION,)
 
 TABLES = (*(p.table for p in PROJECTIONS), *(d.table for d in DERIVED))
 """Every projection table, derived ones last."""
 
-LOADED = frozenset(p.aggregate for p in PROJECTIONS)
+LOADED = frozenset(BY_AGGREGATE)
 """The kinds of export record a rebuild's bulk path loads (``schemas.exports.KINDS``)."""
 
 

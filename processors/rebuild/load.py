@@ -111,15 +111,12 @@ def _chunk(data: bytes, manifest: Manifest, number: int) -> bytes:
     return checked
 
 
-_BY_KIND = {p.aggregate: p for p in registry.PROJECTIONS}
-
-
 def _write_chunk(
     conn: psycopg.Connection, target: LoadTarget, data: bytes, kind: str, records: int
 ) -> None:
     """Steps 3's writes, in the caller's transaction."""
     try:
-        inserted = _BY_KIND[kind].load_chunk(conn, target, data)
+        inserted = registry.BY_AGGREGATE[kind].load_chunk(conn, target, data)
     except psycopg.errors.UniqueViolation as exc:
         raise ExportMismatch(f"an aggregate is in the export twice: {exc}") from exc
     except (psycopg.DataError, psycopg.IntegrityError) as exc:

@@ -87,8 +87,9 @@ def test_a_partial_update_of_a_column_the_projection_lacks_is_refused() -> None:
 
 
 def test_the_registry_keeps_each_aggregate_type_once() -> None:
-    aggregates = [p.aggregate for p in registry.PROJECTIONS]
-    assert len(aggregates) == len(set(aggregates))
+    assert [p.aggregate for p in registry.PROJECTIONS] == list(registry.BY_AGGREGATE)
+    with pytest.raises(ValueError, match="two projections keep aggregate type 'thing'"):
+        registry.by_aggregate(_thing(Column("colour", "text")), _thing(Column("colour", "text")))
 
 
 def test_each_export_field_is_copied_into_the_column_of_its_name_the_id_into_the_ids() -> None:
