@@ -91,8 +91,8 @@ def test_a_rebuilds_progress_rate_and_eta_while_it_runs_and_gone_once_it_ends(
             export_position=0,
             rows_total=400,
             rows_loaded=100,
-            rows_by_kind=Jsonb({"catalog_item": 400}),
-            load_cost=Jsonb({"catalog_item": {"rows": 100, "seconds": 2.0}}),
+            rows_by_kind=Jsonb({"listing_mapping": 400}),
+            load_cost=Jsonb({"listing_mapping": {"rows": 100, "seconds": 2.0}}),
         )
     text = _scrape(clean_db.product_dsn)
     assert f"gapless_rebuild_progress_ratio{{{labels}}} 0.25" in text

@@ -61,8 +61,8 @@ def test_status_shows_a_rebuild_in_progress_and_a_failed_one(clean_db: DatabaseS
             chunks_loaded=1,
             rows_loaded=100,
             rows_total=400,
-            rows_by_kind=Jsonb({"catalog_item": 400}),
-            load_cost=Jsonb({"catalog_item": {"rows": 100, "seconds": 2.0}}),
+            rows_by_kind=Jsonb({"listing_mapping": 400}),
+            load_cost=Jsonb({"listing_mapping": {"rows": 100, "seconds": 2.0}}),
         )
         sql.insert(conn, failed, "analytics", stream, "shadow-b", "op", "")
         sql.update(conn, failed, "failed", error_code="EXPORT_CORRUPT", error_message="bad")
