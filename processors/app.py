@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import sys
 import tempfile
 from typing import Any
 
@@ -23,9 +22,7 @@ def create_app(settings: AgentSettings) -> Any:
     """
     from processors.agents import events as events_agent
     from processors.agents import health, housekeeping, rebuilds, recovery
-    from processors.live_first import SWITCH_INTERVAL_S, LiveFirst
-
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    from processors.live_first import LiveFirst
 
     # Faust insists on a data directory (``<app id>-data`` in the working directory by
     # default) even with no tables in use: a private temporary one keeps the working

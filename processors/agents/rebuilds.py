@@ -173,13 +173,14 @@ def register(
             await carry_out(record, value)
 
     def step_all() -> None:
-        step_each(
-            settings.product_dsn,
-            orchestrator,
-            client,
-            steps=settings.rebuild_steps_per_tick,
-            keep=settings.rebuild_keep_generations,
-        )
+        with live_first.background():
+            step_each(
+                settings.product_dsn,
+                orchestrator,
+                client,
+                steps=settings.rebuild_steps_per_tick,
+                keep=settings.rebuild_keep_generations,
+            )
 
     @app.timer(interval=settings.agents_rebuild_interval_seconds)  # type: ignore[untyped-decorator]
     async def rebuild_steps() -> None:

@@ -3,9 +3,10 @@ and never longer than its cap (threads, no services)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
-from processors.live_first import NO_LIVE_WORK, LiveFirst
+from processors.live_first import NO_LIVE_WORK, SWITCH_INTERVAL_S, LiveFirst
 
 
 def test_with_no_live_batch_in_flight_nothing_waits() -> None:
@@ -57,3 +58,20 @@ def test_a_batch_that_raises_still_counts_out() -> None:
     except RuntimeError:
         pass
     assert gate.in_flight == 0
+
+
+def test_the_short_switch_interval_holds_only_while_background_work_runs() -> None:
+    gate = LiveFirst()
+    before = sys.getswitchinterval()
+    with gate.background():
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+        with gate.background():  # nested: still short
+            assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+    assert sys.getswitchinterval() == before
+    try:
+        with gate.background():
+            raise RuntimeError("step failed")
+    except RuntimeError:
+        pass
+    assert sys.getswitchinterval() == before
