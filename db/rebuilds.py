@@ -53,6 +53,8 @@ class RebuildRow:
     rows_by_kind: dict[str, int] = field(default_factory=dict)
     load_cost: dict[str, dict[str, float]] = field(default_factory=dict)
     phase_started_at: datetime | None = None
+    loaded_chunks: tuple[int, ...] = ()
+    """The numbers of the export's chunks loaded so far (``chunks_loaded`` of them)."""
     live_position: int | None = None
     """The live consumer's progress of the stream when the row was read: where the
     catch-up will have to reach at least (not a column: read with the row)."""
@@ -64,7 +66,7 @@ _COLUMNS = (
     " chunks_total, chunks_loaded, rows_loaded, requested_by, reason, error_code,"
     " error_message, created_at, updated_at, finished_at, caught_up_position,"
     " previous_generation, cutover_pause_ms, timings, cleaned_at, claimed_by,"
-    " rows_total, rows_by_kind, load_cost, phase_started_at,"
+    " rows_total, rows_by_kind, load_cost, phase_started_at, loaded_chunks,"
     " (SELECT p.position FROM stream_progress p WHERE p.consumer = rebuild.consumer"
     " AND p.tenant_id = rebuild.tenant_id AND p.catalog_id = rebuild.catalog_id"
     " AND p.history_epoch = rebuild.history_epoch)"
@@ -73,6 +75,7 @@ _COLUMNS = (
 
 def _row(r: tuple[Any, ...]) -> RebuildRow:
     rebuild_id, consumer, t, c, e, *rest = r
+    rest[-2] = tuple(rest[-2] or ())  # loaded_chunks: an array
     return RebuildRow(rebuild_id, consumer, StreamId(t, c, int(e)), *rest)
 
 
@@ -146,6 +149,7 @@ _SETTABLE = frozenset(
         "target_position",
         "chunks_total",
         "chunks_loaded",
+        "loaded_chunks",
         "rows_loaded",
         "rows_total",
         "rows_by_kind",

@@ -86,6 +86,14 @@ class AgentSettings(
         " process CPU (0: unthrottled); keep it well above the stream's live write rate,"
         " or the catch-up never ends (it gains on the live head only the difference).",
     )
+    rebuild_load_connections: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="GAPLESS_REBUILD_LOAD_CONNECTIONS: export chunks a rebuild's load copies"
+        " at once, each on its own database connection (PostgreSQL copies each in a backend"
+        " of its own, so more than one uses more than one core; 1: one chunk at a time).",
+    )
     rebuild_keep_generations: int = Field(
         default=0,
         ge=0,

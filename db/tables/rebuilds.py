@@ -18,7 +18,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from db.tables.product import metadata
 
@@ -57,6 +57,9 @@ rebuild = Table(
     Column("chunks_total", Integer, nullable=False, server_default=text("0")),
     Column("chunks_loaded", Integer, nullable=False, server_default=text("0")),
     Column("rows_loaded", BigInteger, nullable=False, server_default=text("0")),
+    # The numbers of the chunks loaded so far, in the order they committed: a load
+    # copies several at once, so they commit out of order (``chunks_loaded`` counts them).
+    Column("loaded_chunks", ARRAY(Integer), nullable=False, server_default=text("'{}'::integer[]")),
     # Progress of the load: the export's records (once its manifest is read), its
     # count of each kind, and per kind the rows loaded so far with the seconds their
     # chunks took ({"catalog_item": {"rows": 250000, "seconds": 11.2}, ...}).
@@ -93,6 +96,9 @@ rebuild = Table(
     CheckConstraint("attempt >= 1", name="rebuild_attempt_positive"),
     CheckConstraint("phase <> 'failed' OR error_code IS NOT NULL", name="rebuild_failed_has_code"),
     CheckConstraint("chunks_loaded <= chunks_total", name="rebuild_chunks_within_total"),
+    CheckConstraint(
+        "cardinality(loaded_chunks) = chunks_loaded", name="rebuild_loaded_chunks_counted"
+    ),
 )
 # At most one unfinished rebuild per consumer and catalog: a second request while one
 # runs is answered, not started.

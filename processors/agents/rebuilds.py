@@ -134,6 +134,7 @@ def register(
         max_attempts=settings.rebuild_max_attempts,
         stale_export_seconds=settings.rebuild_stale_export_seconds,
         catchup_max_events_per_second=settings.rebuild_catchup_max_events_per_second,
+        load_connections=settings.rebuild_load_connections,
         # Its own source: the orchestrator runs in another thread than the agent.
         epochs=EpochSource(settings.control_dsn),
         codec=codec_for(settings),

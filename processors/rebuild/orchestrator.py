@@ -109,6 +109,8 @@ class Orchestrator:
     page_size: int = 2000
     catchup_budget_seconds: float = 10.0
     catchup_max_events_per_second: float = 0.0
+    load_connections: int = 1
+    """Export chunks a load copies at once, each on its own connection."""
     pause_budget_seconds: float = 2.0
     on_change: Callable[[RebuildRow], None] = lambda _row: None
     yield_to_live: Callable[[], float] = lambda: 0.0
@@ -311,6 +313,7 @@ class Orchestrator:
                 lambda _chunks, _rows: self._between_chunks(row),
                 attempt=row.attempt,
                 worker=self.worker,
+                connections=self.load_connections,
             )
             done = self._current(row)
             self.on_change(done)
@@ -470,6 +473,7 @@ class Orchestrator:
             caught_up_position=None,
             chunks_total=0,
             chunks_loaded=0,
+            loaded_chunks=[],
             rows_loaded=0,
             # The last attempt's export sizes and costs go too: the next load records
             # its own before its first chunk, and until then nothing stale is shown.

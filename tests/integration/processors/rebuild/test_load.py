@@ -101,18 +101,25 @@ def _rebuild(settings: DatabaseSettings, manifest: Manifest) -> uuid.UUID:
     return rebuild_id
 
 
+@pytest.mark.parametrize("connections", [1, 3])
 def test_an_export_loads_into_its_own_generation_equal_to_the_live_one(
-    clean_db: DatabaseSettings, store: ExportStore
+    clean_db: DatabaseSettings, store: ExportStore, connections: int
 ) -> None:
     manifest = _history_and_export(clean_db, store)
     _live_apply(clean_db)
     rebuild_id = _rebuild(clean_db, manifest)
     seen: list[int] = []
     loaded = load(
-        clean_db.product_dsn, rebuild_id, manifest, store.get, lambda n, _r: seen.append(n)
+        clean_db.product_dsn,
+        rebuild_id,
+        manifest,
+        store.get,
+        lambda n, _r: seen.append(n),
+        connections=connections,
     )
     assert (loaded.chunks, loaded.rows) == (len(manifest.chunks), manifest.records)
-    assert seen == list(range(1, len(manifest.chunks) + 1))
+    assert len(manifest.chunks) > 2 * connections  # so the copies overlap
+    assert sorted(seen) == list(range(1, len(manifest.chunks) + 1))
     with psycopg.connect(clean_db.product_dsn) as conn:
         row = sql.get(conn, rebuild_id)
         shadow = conn.execute(
@@ -124,6 +131,7 @@ def test_an_export_loads_into_its_own_generation_equal_to_the_live_one(
     assert (row.rows_total, row.rows_by_kind) == (manifest.records, manifest.by_aggregate)
     assert {k: c["rows"] for k, c in row.load_cost.items()} == manifest.by_aggregate
     assert all(c["seconds"] > 0 for c in row.load_cost.values())
+    assert sorted(row.loaded_chunks) == list(range(1, len(manifest.chunks) + 1))
     live, rebuilt = _rows(clean_db, 1), _rows(clean_db, 2)
     assert all(live.values())
     assert rebuilt == live
@@ -166,6 +174,54 @@ def test_a_load_resumes_at_the_next_chunk_and_a_corrupt_chunk_writes_nothing(
     assert {k: c["rows"] for k, c in row.load_cost.items()} == manifest.by_aggregate
     assert sum(map(len, _rows(clean_db, 2).values())) >= sum(map(len, before.values()))
     assert _rows(clean_db, 1) == {t: [] for t in PROJECTED}  # serving untouched
+
+
+def test_a_load_on_several_connections_stops_at_a_failure_and_resumes_with_what_is_missing(
+    clean_db: DatabaseSettings, store: ExportStore
+) -> None:
+    """Three chunks at once, and the fetch of the fifth fails: the copies under way
+    end (each commits or rolls back whole), none starts after, and the next load
+    reads exactly the chunks not recorded, whatever order they committed in."""
+    manifest = _history_and_export(clean_db, store)
+    _live_apply(clean_db)
+    rebuild_id = _rebuild(clean_db, manifest)
+    failing = manifest.chunks[4].key
+    real = store.get
+    started: list[str] = []
+
+    def fetch(key: str) -> bytes:
+        started.append(key)
+        if key == failing:
+            raise OSError("the bucket went away")
+        return real(key)
+
+    with pytest.raises(OSError, match="went away"):
+        load(clean_db.product_dsn, rebuild_id, manifest, fetch, connections=3)
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        row = sql.get(conn, rebuild_id)
+    assert row is not None and row.phase == "loading"
+    numbers = {c.key: n for n, c in enumerate(manifest.chunks, start=1)}
+    recorded = set(row.loaded_chunks)
+    assert recorded == {numbers[k] for k in started} - {5}  # each one begun ended whole
+    assert len(started) < len(manifest.chunks)  # none started after the failure
+    assert row.rows_loaded == sum(manifest.chunks[n - 1].records for n in recorded)
+    assert sum(map(len, _rows(clean_db, 2).values())) == row.rows_loaded
+
+    fetched: list[str] = []
+
+    def counting(key: str) -> bytes:
+        fetched.append(key)
+        return real(key)
+
+    load(clean_db.product_dsn, rebuild_id, manifest, counting, connections=3)
+    assert sorted(numbers[k] for k in fetched) == sorted(
+        set(range(1, len(manifest.chunks) + 1)) - recorded
+    )
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        row = sql.get(conn, rebuild_id)
+    assert row is not None and row.phase == "catching_up"
+    assert {k: c["rows"] for k, c in row.load_cost.items()} == manifest.by_aggregate
+    assert _rows(clean_db, 2) == _rows(clean_db, 1)
 
 
 def test_a_foreign_manifest_or_a_chunk_it_does_not_describe_writes_nothing(

@@ -59,6 +59,7 @@ def test_status_shows_a_rebuild_in_progress_and_a_failed_one(clean_db: DatabaseS
             "loading",
             chunks_total=4,
             chunks_loaded=1,
+            loaded_chunks=[1],
             rows_loaded=100,
             rows_total=400,
             rows_by_kind=Jsonb({"listing_mapping": 400}),
