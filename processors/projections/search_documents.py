@@ -24,9 +24,8 @@ a word such as "colour" would match nearly every item. An item of any status has
 document; its ``status`` is kept with it so a search can leave out retired items.
 
 A rebuild's load builds every document once, after its last chunk
-(``build_loaded``): set-based statements over the generation's item rows of the
-catalog, each with its values, one per range of items (``item_ranges``), run at
-once on connections of their own. Refreshed per
+(``build_loaded``): one set-based statement over the generation's item rows of the
+catalog, each with its values, in the transaction that ends the load. Refreshed per
 chunk instead, each item's document would be written twice (the export puts items
 before values: once from the item's chunk, then again, an update and its index
 entries, from its values' chunk), which cost about two fifths of a load.
@@ -114,23 +113,9 @@ _BUILD_LOADED = (
     " LEFT JOIN (SELECT av.item_id, string_agg(av.value, ' ' ORDER BY av.attribute_key) AS texts,"
     "   max(av.position) AS position FROM product_attribute_value av"
     "   WHERE av.generation = %(generation)s AND av.tenant_id = %(tenant_id)s"
-    "   AND av.catalog_id = %(catalog_id)s AND av.item_id >= %(low)s"
-    "   AND (%(high)s::text IS NULL OR av.item_id < %(high)s)"
-    "   GROUP BY av.item_id) v ON v.item_id = i.item_id"
+    "   AND av.catalog_id = %(catalog_id)s GROUP BY av.item_id) v ON v.item_id = i.item_id"
     " WHERE i.generation = %(generation)s AND i.tenant_id = %(tenant_id)s"
-    " AND i.catalog_id = %(catalog_id)s AND i.item_id >= %(low)s"
-    " AND (%(high)s::text IS NULL OR i.item_id < %(high)s)" + _WRITTEN
-)
-# The item ids that cut the generation's items of the catalog into parts of about
-# the same size, read off the primary key.
-_CUTS = (
-    "SELECT item_id FROM (SELECT item_id, row_number() OVER (ORDER BY item_id) AS n"
-    " FROM product_item WHERE generation = %(generation)s AND tenant_id = %(tenant_id)s"
-    " AND catalog_id = %(catalog_id)s) i WHERE n %% %(size)s = 1 AND n > 1 ORDER BY item_id"
-)
-_ITEMS = (
-    "SELECT count(*) FROM product_item WHERE generation = %(generation)s"
-    " AND tenant_id = %(tenant_id)s AND catalog_id = %(catalog_id)s"
+    " AND i.catalog_id = %(catalog_id)s" + _WRITTEN
 )
 _NESTED_LOOPS = "SELECT set_config('enable_nestloop', %s, true)"
 _NESTED_LOOPS_NOW = "SELECT current_setting('enable_nestloop')"
@@ -168,37 +153,16 @@ class SearchDocuments:
         )
 
 
-ItemRange = tuple[str, str | None]
-"""Item ids from the first (inclusive) up to the second (exclusive; None: no end)."""
-
-
-def item_ranges(conn: psycopg.Connection, target: LoadTarget, parts: int) -> list[ItemRange]:
-    """The items of ``target``'s catalog in its generation, cut into up to ``parts``
-    ranges of about the same count (so their documents can be built at once, each
-    range on its own connection)."""
-    counted = conn.execute(_ITEMS, target.params()).fetchone()
-    items = int(counted[0]) if counted is not None else 0
-    if parts <= 1 or items < 2 * parts:
-        return [("", None)]
-    size = -(-items // parts)
-    cuts = [str(r[0]) for r in conn.execute(_CUTS, {**target.params(), "size": size})]
-    bounds: list[str | None] = ["", *cuts, None]
-    return [(str(bounds[n]), bounds[n + 1]) for n in range(len(bounds) - 1)]
-
-
-def build_loaded(
-    conn: psycopg.Connection, target: LoadTarget, items: ItemRange = ("", None)
-) -> int:
-    """Build the document of every item of ``target``'s catalog in its generation
-    (of those in ``items``), from the rows a rebuild's load wrote (call it after the
-    last chunk); the documents written. Idempotent: a document already stored as it
-    is is not written again. Nested loops are off for this statement only
-    (``_BUILD_LOADED`` says why); the setting is put back after it."""
+def build_loaded(conn: psycopg.Connection, target: LoadTarget) -> int:
+    """Build the document of every item of ``target``'s catalog in its generation,
+    from the rows a rebuild's load wrote (call it once, after the last chunk, in the
+    transaction that ends the load); the documents written. Idempotent: a document
+    already stored as it is is not written again. Nested loops are off for this
+    statement only (``_BUILD_LOADED`` says why); the setting is put back after it."""
     found = conn.execute(_NESTED_LOOPS_NOW).fetchone()
     before = str(found[0]) if found is not None else "on"
     conn.execute(_NESTED_LOOPS, ("off",))
-    low, high = items
-    written = conn.execute(_BUILD_LOADED, {**target.params(), "low": low, "high": high}).rowcount
+    written = conn.execute(_BUILD_LOADED, target.params()).rowcount
     conn.execute(_NESTED_LOOPS, (before,))
     return written
 

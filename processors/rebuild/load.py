@@ -28,10 +28,8 @@ chunk per transaction:
    ``rows_loaded``) and what it cost (``load_cost``: the seconds since the previous
    chunk was recorded, its fetch included); commit. Only these ends queue behind
    the row lock, never the copies;
-4. after the last chunk, build every search document of the catalog in the
-   generation from its item row and values: the items cut into ranges of about the
-   same count, one per connection, each range in a transaction of its own, at once;
-   then, in one transaction: ``ANALYZE`` the
+4. after the last chunk, in one transaction: build every search document of the
+   catalog in the generation from its item row and values, ``ANALYZE`` the
    projection tables (a load writes faster than autovacuum notices: without it the
    catch-up and then the live applier would run on statistics that know nothing of
    the generation, and their statements on it would be planned for an empty one),
@@ -43,11 +41,11 @@ own transaction); a chunk's rows, its number and its cost are committed together
 the next attempt loads exactly the chunks not listed and no chunk is ever written
 twice (the copy has no conflict clause: an aggregate exported twice fails as a
 mismatch, unless the chunk turns out to be another worker's by then, which is a lost
-claim). Between chunks the generation holds source rows without search documents;
-nothing reads it until 4 is committed. A crash inside 4 leaves some ranges'
-documents and the phase ``loading``, so the next attempt skips every chunk and runs 4
-again (the build writes only documents not already stored as they are, so running
-it again changes nothing it already did). A bad checksum, a missing object, a
+claim). Between chunks the generation holds
+source rows without search documents; nothing reads it until 4 is committed. A crash
+inside 4 rolls the documents back with the phase, so the next attempt skips every
+chunk and runs 4 again (the build writes only documents not already stored as they
+are, so running it again is harmless either way). A bad checksum, a missing object, a
 foreign manifest or a chunk its manifest does not describe raises before anything of
 that chunk is written; a record PostgreSQL cannot read, or a count that does not add
 up, rolls the chunk back. The caller fails the rebuild with the reason, and serving
@@ -172,11 +170,11 @@ def load(
         _Copier(product_dsn, rebuild_id, manifest, fetch, target, attempt, worker).run(
             todo, connections, on_chunk
         )
-        finish = time.monotonic()
-        documents = _build_documents(product_dsn, target, connections)
-        built = time.monotonic()
         with conn.transaction():
             row = _locked_in(conn, rebuild_id, "loading", attempt, worker)
+            finish = time.monotonic()
+            documents = search_documents.build_loaded(conn, target)
+            built = time.monotonic()
             registry.analyze(conn)
             log.info(
                 "rebuild %s: %d search documents built in %.2f s, tables analyzed in %.2f s",
@@ -190,23 +188,6 @@ def load(
             )
             row = sql.update(conn, rebuild_id, "catching_up")
         return Loaded(row.chunks_loaded, row.rows_loaded)
-
-
-def _build_documents(product_dsn: str, target: LoadTarget, connections: int) -> int:
-    """Step 4's documents: the generation's items cut into ranges of about the same
-    count, one per connection, each range's documents built in a transaction of its
-    own, at once; the documents written."""
-    with psycopg.connect(product_dsn) as conn:
-        ranges = search_documents.item_ranges(conn, target, connections)
-
-    def build(items: search_documents.ItemRange) -> int:
-        with psycopg.connect(product_dsn) as part:
-            return search_documents.build_loaded(part, target, items)
-
-    if len(ranges) == 1:
-        return build(ranges[0])
-    with ThreadPoolExecutor(len(ranges), thread_name_prefix="rebuild-documents") as pool:
-        return sum(pool.map(build, ranges))
 
 
 class _Copier:

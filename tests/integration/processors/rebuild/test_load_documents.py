@@ -6,8 +6,6 @@ nothing."""
 
 from __future__ import annotations
 
-import itertools
-
 import psycopg
 import pytest
 
@@ -81,56 +79,3 @@ def test_the_load_builds_each_document_once_at_its_end(
         # the build turned nested loops off for its statement only
         assert conn.execute("SHOW enable_nestloop").fetchone() == ("on",)
         assert _documents(conn, 2) == rebuilt
-
-
-def test_documents_are_built_in_ranges_at_once_and_a_crash_between_them_is_made_good(
-    clean_db: DatabaseSettings, store: ExportStore
-) -> None:
-    """Three connections: the items cut into three ranges of about the same count,
-    together every item once. A crash after some ranges committed (the phase still
-    ``loading``, one range's documents missing, one document stale) is made good by
-    the next load, which copies no chunk again."""
-    manifest = _history_and_export(clean_db, store)
-    _live_apply(clean_db)
-    rebuild_id = _rebuild(clean_db, manifest)
-    load(clean_db.product_dsn, rebuild_id, manifest, store.get, connections=3)
-    target = LoadTarget(2, TENANT, CATALOG, manifest.position)
-    with psycopg.connect(clean_db.product_dsn) as conn:
-        ranges = search_documents.item_ranges(conn, target, 3)
-        items = [
-            str(r[0])
-            for r in conn.execute(
-                "SELECT item_id FROM product_item WHERE generation = 2 ORDER BY item_id"
-            )
-        ]
-        assert _documents(conn, 2) == _documents(conn, 1)
-    assert len(ranges) == 3 and ranges[0][0] == "" and ranges[-1][1] is None
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-    counts = [sum(1 for i in items if lo <= i and (hi is None or i < hi)) for lo, hi in ranges]
-    assert sum(counts) == len(items) and max(counts) == -(-len(items) // 3)
-
-    low, high = ranges[1]
-    with psycopg.connect(clean_db.product_dsn) as conn:
-        conn.execute(
-            "DELETE FROM product_search_document WHERE generation = 2 AND item_id >= %s"
-            " AND item_id < %s",
-            (low, high),
-        )
-        conn.execute(
-            "UPDATE product_search_document SET attribute_text = 'stale' WHERE generation = 2"
-            " AND item_id = %s",
-            (items[0],),
-        )
-        sql.update(conn, rebuild_id, "loading")
-    fetched: list[str] = []
-
-    def counting(key: str) -> bytes:
-        fetched.append(key)
-        return store.get(key)
-
-    load(clean_db.product_dsn, rebuild_id, manifest, counting, connections=3)
-    assert fetched == []
-    with psycopg.connect(clean_db.product_dsn) as conn:
-        row = sql.get(conn, rebuild_id)
-        assert row is not None and row.phase == "catching_up"
-        assert _documents(conn, 2) == _documents(conn, 1)
