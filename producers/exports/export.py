@@ -17,7 +17,8 @@ API process's background, or wherever it is called):
    on the resolver holds no transaction and no xmin horizon for this export, however
    slowly the bucket takes it;
 3. put each chunk from the spool (read back and checked against the SHA-256 taken
-   when it was spooled), then record a heartbeat (chunks put, records);
+   when it was spooled), ``PUTS_AT_ONCE`` at a time, recording a heartbeat (chunks
+   put, records) as each is known put;
 4. advance the lease pin from P to W under the retention lock (refused, 410, if the
    lease expired or was released);
 5. read the current epoch from the control database, uncached: it must still be
@@ -44,6 +45,7 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import psycopg
@@ -119,6 +121,44 @@ def write(
         return find(control, export_id)
 
 
+PUTS_AT_ONCE = 4
+"""Chunks put to the bucket at once (each read back from the spool and checked in its
+own thread): a put waits mostly on the object store, so the puts overlap."""
+
+
+def _put_chunks(
+    store: ExportStore,
+    spool: ExportSpool,
+    stream: StreamId,
+    export_id: uuid.UUID,
+    beat: Callable[[int, int], None],
+) -> list[ChunkEntry]:
+    """Step 3: every spooled chunk put, ``PUTS_AT_ONCE`` at a time; a heartbeat as
+    each is known put, in chunk order. The first failure cancels the puts not begun
+    and is raised."""
+    keys = [chunk_key(stream, str(export_id), n) for n in range(1, len(spool.chunks) + 1)]
+    entries: list[ChunkEntry] = []
+    with ThreadPoolExecutor(PUTS_AT_ONCE, thread_name_prefix="export-put") as pool:
+        puts = [
+            pool.submit(lambda k, c: store.put(k, spool.read(c)), key, chunk)
+            for key, chunk in zip(keys, spool.chunks, strict=True)
+        ]
+        try:
+            for number, (put, key, chunk) in enumerate(
+                zip(puts, keys, spool.chunks, strict=True), start=1
+            ):
+                put.result()
+                entries.append(
+                    ChunkEntry(key, chunk.sha256, chunk.lines, chunk.length, chunk.kinds)
+                )
+                beat(number, spool.records)
+        except BaseException:
+            for put in puts:
+                put.cancel()
+            raise
+    return entries
+
+
 def _write(
     resolver_dsn: str,
     control: psycopg.Connection,
@@ -146,12 +186,7 @@ def _write(
             by_aggregate[kind] = spool.records - before
         spool.cut()
     # 3. the chunks, from the spool
-    entries: list[ChunkEntry] = []
-    for number, chunk in enumerate(spool.chunks, start=1):
-        key = chunk_key(stream, str(export_id), number)
-        store.put(key, spool.read(chunk))
-        entries.append(ChunkEntry(key, chunk.sha256, chunk.lines, chunk.length, chunk.kinds))
-        beat(number, spool.records)
+    entries = _put_chunks(store, spool, stream, export_id, beat)
     records = spool.records
     # 4. the lease now pins W
     leases.advance(control, export.lease_id, position)
