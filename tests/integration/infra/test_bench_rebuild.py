@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -138,4 +139,62 @@ def test_the_rebuild_bench_reports_every_figure_and_leaves_nothing_behind(
     assert d["codec_reference_us"] > 0
     assert d["cores"] == os.cpu_count()
     assert "comparing generation 2" in stderr
+    assert _bench_databases(db_settings) == before
+
+
+def _children(pid: int) -> set[int]:
+    """Every process below ``pid``, from /proc."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in os.listdir(f"/proc/{parent}/task"):
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = {int(k) for k in f.read().split()}
+            except FileNotFoundError:
+                continue
+            todo.extend(kids - found)
+            found |= kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_rebuild_bench_stopped_with_sigterm_stops_its_processes_and_drops_its_sandbox(
+    db_settings: DatabaseSettings,
+) -> None:
+    before = _bench_databases(db_settings)
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "bench", "rebuild", "--items", str(ITEMS)],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert bench.stderr is not None
+        seen: list[str] = []
+        for line in bench.stderr:  # until its deployed processes run
+            seen.append(line)
+            if "started resolver-api" in line:
+                break
+        else:
+            raise AssertionError("the bench never started its processes: " + "".join(seen))
+        assert _bench_databases(db_settings) != before
+        started = _children(bench.pid)
+        assert started
+        bench.send_signal(signal.SIGTERM)
+        rest = bench.communicate(timeout=120)[1]
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 128 + signal.SIGTERM, rest[-3000:]
+    assert [p for p in started if _alive(p)] == []
     assert _bench_databases(db_settings) == before
