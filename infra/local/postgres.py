@@ -52,6 +52,16 @@ LOGICAL_DECODING = "-c wal_level=logical -c max_wal_senders=10 -c max_replicatio
 """Logical decoding on, for the peers bench's Debezium connector (``pgoutput``): it
 only adds the row images logical decoding needs to the WAL; nothing else reads it.
 Set at start, so a cluster started before this line needs ``gapless down && up``."""
+SIZING = (
+    "-c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=15min"
+    " -c maintenance_work_mem=256MB"
+)
+"""Memory and checkpoints sized for catalogs of a million items rather than
+PostgreSQL's defaults (128 MB of buffers, a checkpoint every 1 GB of WAL): a rebuild
+loads about 8 million rows of such a catalog, and at the defaults it wrote them
+through a checkpoint every few seconds (each followed by full-page images of every
+page touched again) and evicted its own dirty pages from the buffers. Set at start,
+like ``LOGICAL_DECODING``."""
 
 
 def dsn(layout: Layout, database: str, user: str = SUPERUSER) -> str:
@@ -247,7 +257,7 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
         echo(f"postgres: starting on {address}")
         options = (
             f"-p {layout.pg_port} -k {shlex.quote(str(_socket_dir(layout)))} "
-            f"-c listen_addresses={HOST} {LOGICAL_DECODING}"
+            f"-c listen_addresses={HOST} {LOGICAL_DECODING} {SIZING}"
         )
         pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(_data_dir(layout)), "-l", str(log)]
         run(
