@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import psycopg
+import pytest
 
 from db.settings import DatabaseSettings
 
@@ -167,8 +168,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_rebuild_bench_stopped_with_sigterm_stops_its_processes_and_drops_its_sandbox(
-    db_settings: DatabaseSettings,
+@pytest.mark.parametrize(
+    ("stop", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 1)]
+)
+def test_a_rebuild_bench_stopped_with_sigterm_or_ctrl_c_stops_its_processes_and_drops_its_sandbox(
+    db_settings: DatabaseSettings, stop: signal.Signals, code: int
 ) -> None:
     before = _bench_databases(db_settings)
     bench = subprocess.Popen(
@@ -190,11 +194,11 @@ def test_a_rebuild_bench_stopped_with_sigterm_stops_its_processes_and_drops_its_
         assert _bench_databases(db_settings) != before
         started = _children(bench.pid)
         assert started
-        bench.send_signal(signal.SIGTERM)
+        bench.send_signal(stop)
         rest = bench.communicate(timeout=120)[1]
     finally:
         if bench.poll() is None:
             bench.kill()
-    assert bench.returncode == 128 + signal.SIGTERM, rest[-3000:]
+    assert bench.returncode == code, rest[-3000:]
     assert [p for p in started if _alive(p)] == []
     assert _bench_databases(db_settings) == before
