@@ -294,18 +294,7 @@ class _Copier:
         """Whether chunk ``number`` is still this step's to load (not locked: a check
         before the copy, which the row lock after it confirms). Raises ``WrongPhase``
         or ``RebuildClaimLost`` once the rebuild moved on or another worker has it."""
-        row = sql.get(conn, self.rebuild_id)
-        if row is None:
-            raise RebuildNotFound(f"no rebuild {self.rebuild_id}")
-        if row.phase != "loading" or (self.attempt is not None and row.attempt != self.attempt):
-            raise WrongPhase(
-                f"rebuild {self.rebuild_id} is {row.phase} in attempt {row.attempt}, not"
-                f" loading in attempt {self.attempt}"
-            )
-        if self.worker is not None and row.claimed_by != self.worker:
-            raise RebuildClaimLost(
-                f"rebuild {self.rebuild_id} is claimed by {row.claimed_by}, not {self.worker}"
-            )
+        row = _locked_in(conn, self.rebuild_id, "loading", self.attempt, self.worker, lock=False)
         return number not in row.loaded_chunks
 
 
@@ -351,8 +340,13 @@ def _locked_in(
     phase: str,
     attempt: int | None,
     worker: str | None,
+    *,
+    lock: bool = True,
 ) -> sql.RebuildRow:
-    row = sql.get(conn, rebuild_id, lock=True)
+    """The rebuild row (locked unless ``lock`` is false) if it is in ``phase`` in the
+    step's attempt under its worker's claim; else ``WrongPhase`` or
+    ``RebuildClaimLost``."""
+    row = sql.get(conn, rebuild_id, lock=lock)
     if row is None:
         raise RebuildNotFound(f"no rebuild {rebuild_id}")
     if row.phase != phase or (attempt is not None and row.attempt != attempt):
