@@ -43,9 +43,9 @@ from __future__ import annotations
 import logging
 import tempfile
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import psycopg
@@ -133,28 +133,34 @@ def _put_chunks(
     export_id: uuid.UUID,
     beat: Callable[[int, int], None],
 ) -> list[ChunkEntry]:
-    """Step 3: every spooled chunk put, ``PUTS_AT_ONCE`` at a time; a heartbeat as
-    each is known put, in chunk order. The first failure cancels the puts not begun
-    and is raised."""
+    """Step 3: every spooled chunk put, at most ``PUTS_AT_ONCE`` under way (the next
+    begins as the oldest is known put); a heartbeat as each is known put, in chunk
+    order. The first failure cancels the puts not begun and is raised once those
+    under way have ended, so no put reads the spool after ``write`` deletes it."""
     keys = [chunk_key(stream, str(export_id), n) for n in range(1, len(spool.chunks) + 1)]
+
+    def put(index: int) -> None:
+        store.put(keys[index], spool.read(spool.chunks[index]))
+
     entries: list[ChunkEntry] = []
+    under_way: deque[Future[None]] = deque()
+    pending = iter(range(len(keys)))
     with ThreadPoolExecutor(PUTS_AT_ONCE, thread_name_prefix="export-put") as pool:
-        puts = [
-            pool.submit(lambda k, c: store.put(k, spool.read(c)), key, chunk)
-            for key, chunk in zip(keys, spool.chunks, strict=True)
-        ]
         try:
-            for number, (put, key, chunk) in enumerate(
-                zip(puts, keys, spool.chunks, strict=True), start=1
-            ):
-                put.result()
+            for number, (key, chunk) in enumerate(zip(keys, spool.chunks, strict=True), start=1):
+                while len(under_way) < PUTS_AT_ONCE:
+                    index = next(pending, None)
+                    if index is None:
+                        break
+                    under_way.append(pool.submit(put, index))
+                under_way.popleft().result()
                 entries.append(
                     ChunkEntry(key, chunk.sha256, chunk.lines, chunk.length, chunk.kinds)
                 )
                 beat(number, spool.records)
         except BaseException:
-            for put in puts:
-                put.cancel()
+            for later in under_way:
+                later.cancel()
             raise
     return entries
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from botocore.exceptions import ClientError
 
 from db import exports as sql
 from db.exports import ExportRow
 from db.retained_events import begin_snapshot
 from db.settings import DatabaseSettings
 from infra.config import ConfigurationError, load
-from producers.exports.export import begin, write
+from producers.exports.export import PUTS_AT_ONCE, begin, write
 from producers.exports.runner import ExportRunner
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
@@ -135,3 +136,48 @@ def test_a_spool_left_behind_goes_when_the_runner_starts_and_a_bad_directory_sto
     monkeypatch.setenv("GAPLESS_EXPORT_SPOOL_DIR", str(tmp_path / "missing"))
     with pytest.raises(ConfigurationError, match=r"GAPLESS_EXPORT_SPOOL_DIR: .*not a directory"):
         load(ExportSettings)
+
+
+class RefusingStore(ExportStore):
+    """The bucket, refusing the put of one chunk (and counting every put begun)."""
+
+    def __init__(self, inner: ExportStore, refused: int) -> None:
+        super().__init__(inner._client, inner.bucket)
+        self.refused = f"chunk-{refused:06d}."
+        self.begun: list[str] = []
+        self._lock = threading.Lock()
+
+    def put(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self.begun.append(key)
+        if self.refused in key:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "no"}}, "PutObject")
+        super().put(key, data)
+
+
+def test_a_refused_put_fails_the_export_and_no_later_put_begins(
+    clean_db: DatabaseSettings, tmp_path: Path
+) -> None:
+    """At most ``PUTS_AT_ONCE`` puts under way; the third is refused: the export ends
+    ``failed`` with the store's error, without a manifest, no put begins past those
+    under way when the failure is seen, and the spool is deleted."""
+    _workload(clean_db, 200)
+    store = RefusingStore(ExportStore.from_settings(ExportSettings()), refused=3)
+    stream = StreamId(TENANT, CATALOG, 1)
+    with psycopg.connect(clean_db.resolver_dsn, autocommit=True) as conn:
+        export = begin(conn, _lease(clean_db, stream), "test", 1)
+    epochs = _current(clean_db)
+    try:
+        row = write(
+            clean_db.resolver_dsn, store, _epoch_of(epochs), export.export_id, 5, str(tmp_path)
+        )
+    finally:
+        epochs.close()
+    assert (row.status, row.error_code) == ("failed", "ClientError")
+    assert row.manifest_key is None
+    numbers = sorted(int(k.rsplit("chunk-", 1)[1].split(".")[0]) for k in store.begun)
+    assert 3 in numbers
+    # at most PUTS_AT_ONCE under way from the one awaited: none begun past that
+    assert max(numbers) <= 3 + PUTS_AT_ONCE - 1
+    assert len(_copied(clean_db.resolver_owner_dsn, 5)) > 3 + PUTS_AT_ONCE
+    assert list(tmp_path.iterdir()) == []
