@@ -19,6 +19,9 @@ import psycopg
 log = logging.getLogger(__name__)
 
 MAX_BATCHES = 100
+
+# The cut-off of a sweep's statement: ``%(age)s`` seconds before now, by the database clock.
+PAST = "clock_timestamp() - make_interval(secs => %(age)s)"
 """Batches one pass of one sweep runs at most."""
 
 

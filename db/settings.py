@@ -9,7 +9,7 @@ from pydantic import Field
 from schemas.settings import GaplessSettings, KafkaSettings, SchemaRegistrySettings
 
 if TYPE_CHECKING:
-    from db.pauses import PauseWatch
+    from db.control.pauses import PauseWatch
 
 
 class DatabaseSettings(GaplessSettings):
@@ -77,7 +77,7 @@ class FencedRetentionSettings(GaplessSettings):
 
 
 class PauseSettings(DatabaseSettings, KafkaSettings, SchemaRegistrySettings):
-    """What a process that honours catalog pauses (``db.pauses``) needs: the control
+    """What a process that honours catalog pauses (``db.control.pauses``) needs: the control
     database that holds them and the control topic that announces them; and, since
     every such process writes or reads events, the schema registry."""
 
@@ -92,8 +92,8 @@ class PauseSettings(DatabaseSettings, KafkaSettings, SchemaRegistrySettings):
     def pause_watch(self, role: str) -> PauseWatch:
         """A process's watch of the catalog pauses, woken by the control topic; not
         started (``start()`` it where the process starts its work)."""
-        from db.control_listener import listener
-        from db.pauses import PauseWatch
+        from db.control.control_listener import listener
+        from db.control.pauses import PauseWatch
 
         return PauseWatch(
             self.control_dsn,

@@ -49,7 +49,7 @@ def lock_cursor(conn: psycopg.Connection, stream: StreamId) -> int:
     reads are not changed under it by a writer that commits first with a later
     position.
 
-    A fenced stream (``db.fencing``) raises ``StreamFenced``: the fence sets its mark
+    A fenced stream (``db.resolver.fencing``) raises ``StreamFenced``: the fence sets its mark
     under this same row lock, so a writer either committed before the fence took
     effect or finds the mark and writes nothing.
     """
@@ -109,7 +109,7 @@ class StreamWriter:
     ) -> None:
         """``notify``: wake the relay from inside the transaction (``pg_notify`` at
         COMMIT); False when the Unit of Work announces the commit afterwards
-        (``db.commit_notifier``)."""
+        (``db.resolver.commit_notifier``)."""
         self.stream = stream
         self._notify = notify
         self._conn = conn
@@ -144,7 +144,7 @@ class StreamWriter:
         3. insert the outbox rows;
         4. move the cursor to ``cursor+n``;
         5. NOTIFY the relay (delivered only if the transaction commits), unless the
-           Unit of Work announces the commit after it (``db.commit_notifier``).
+           Unit of Work announces the commit after it (``db.resolver.commit_notifier``).
         In a pipeline the statement is only sent: its error (a short write among
         them) is raised when the pipeline syncs, at the latest by the COMMIT, which
         then rolls back. A crash anywhere before COMMIT leaves nothing: the cursor,

@@ -15,10 +15,10 @@ from typing import Any, Self
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import FIRST_EPOCH, EpochSource
+from db.control.epochs import FIRST_EPOCH, EpochSource
+from db.control.pauses import PauseWatch
 from db.exceptions import EpochChanged, HistoryRewound, StreamFenced
-from db.pauses import PauseWatch
+from db.resolver.commit_notifier import CommitNotifier
 from db.stream_writer import StreamWriter, locked_cursor, request_cursor_lock
 from schemas.codec import EventCodec
 from schemas.events import Envelope
@@ -89,7 +89,7 @@ class UnitOfWork:
         notifier: CommitNotifier | None = None,
     ) -> None:
         """``notifier``: announce each commit to the relay after it
-        (``db.commit_notifier``); without one, each transaction notifies at COMMIT."""
+        (``db.resolver.commit_notifier``); without one, each transaction notifies at COMMIT."""
         self._pool = pool
         self._notifier = notifier
         self._epochs = epochs
@@ -164,7 +164,7 @@ class UnitOfWork:
         catalog raises ``StreamPaused`` before anything is locked; otherwise the work
         is counted as in flight until the unit of work ends, so the pause is
         acknowledged only after this commits or rolls back. A stream flagged rewound
-        (its history went back without a fence, ``db.epochs``) raises
+        (its history went back without a fence, ``db.control.epochs``) raises
         ``HistoryRewound``, naming the fence that fixes it; the flag is read with the
         cached epoch, so one raised elsewhere refuses writes here within the cache's
         time to live.

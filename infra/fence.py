@@ -8,11 +8,11 @@ fence-epoch``) carries out, for one catalog and the epoch being fenced:
    the relay, the agents and the read API each acknowledge through the control
    database that they hold the pause; serving answers ``STREAM_BEING_RESTORED``;
 2. issue the next epoch in the control database, the only authority
-   (``db.epochs.issue_next``: once, logged with who, why and which epoch), and in
+   (``db.control.epochs.issue_next``: once, logged with who, why and which epoch), and in
    the same transaction clear the older epochs' REWOUND flags (``clear_rewound``:
    the fence an unfenced restore needed is this one, whichever order was used);
 3. fence the catalog's older streams in the resolver database
-   (``db.fencing.fence_older_epochs``): no writer commits and no relay publishes
+   (``db.resolver.fencing.fence_older_epochs``): no writer commits and no relay publishes
    into them any more; their rows stay as history, never relabelled;
 4. settle what the live consumer still holds open of the older epochs in the
    product database (parked events end ``ignored_old_epoch``, open quarantine
@@ -44,13 +44,13 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from db import rebuilds
-from db.epochs import clear_rewound, current_epochs, issue_next
+from db.control.epochs import clear_rewound, current_epochs, issue_next
+from db.control.fence_runs import load_run, plan_run, recent_runs
+from db.control.pauses import open_pause_of, resumed_after_epoch
 from db.exceptions import EpochNotIssued
-from db.fence_runs import load_run, plan_run, recent_runs
-from db.fencing import Fenced, Settled, fence_older_epochs, settle_old_epochs
-from db.pauses import open_pause_of, resumed_after_epoch
-from db.rebuilds import RebuildRow
+from db.product import rebuilds
+from db.product.rebuilds import RebuildRow
+from db.resolver.fencing import Fenced, Settled, fence_older_epochs, settle_old_epochs
 from db.settings import DatabaseSettings
 from infra.control import publish, rebuild_command
 from infra.pause import PauseReport, pause_catalog, resume_catalog
@@ -347,7 +347,7 @@ def fence_all(
 ) -> FenceAllReport:
     """The procedure for every catalog of a restored database (``--all``).
 
-    1. plan the run (``db.fence_runs``: every catalog at its current epoch) or load
+    1. plan the run (``db.control.fence_runs``: every catalog at its current epoch) or load
        it by ``run_id``; 2. pause every catalog first, so no writer goes on in one
        while another is fenced; 3. run ``fence_epoch`` for each (issue, fence,
        settle, rebuild requested; resumed where the rebuild is done already); 4. with

@@ -1,4 +1,4 @@
-"""Pausing and resuming a catalog's processing: the operator's side of ``db.pauses``.
+"""Pausing and resuming a catalog's processing: the operator's side of ``db.control.pauses``.
 
 ``pause_catalog`` opens the pause in the control database, announces it on the
 control topic and waits until every live process that honours pauses (the decision
@@ -17,8 +17,8 @@ from typing import Literal
 
 import psycopg
 
-from db import pauses
-from db.pauses import Holder, Pause
+from db.control import pauses
+from db.control.pauses import Holder, Pause
 from db.settings import DatabaseSettings
 from infra.control import pause_command, publish
 from schemas.errors import GaplessError
@@ -107,7 +107,7 @@ def pause_catalog(
     timeout_s: float = 60.0,
     pause_id: uuid.UUID | None = None,
 ) -> PauseReport:
-    """1. open the pause (or find it: ``db.pauses.open_pause``); 2. announce it (a
+    """1. open the pause (or find it: ``db.control.pauses.open_pause``); 2. announce it (a
     pause found open is announced again only while some live process has not
     acknowledged it); 3. wait for the acknowledgements. A crash after 1 leaves the
     pause open and unannounced; the processes find it at their next poll, and a run

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from db.rebuilds import RebuildRow
+from db.product.rebuilds import RebuildRow
 from processors.rebuild.progress import Progress, estimate
 
 _BEFORE_LOAD = ("requested", "leased", "exporting")

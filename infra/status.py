@@ -10,9 +10,10 @@ from typing import Any
 
 import psycopg
 
-from db import evidence as evidence_sql
-from db import pauses, rebuilds, report_refusals
-from db.epochs import rewound_now
+from db.control import pauses
+from db.control.epochs import rewound_now
+from db.product import rebuilds, report_refusals
+from db.resolver import evidence as evidence_sql
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
 from infra.rebuild_text import progress_fields, progress_text
@@ -229,7 +230,7 @@ def lines(status: StreamStatus) -> list[str]:
 
 
 def paused(settings: DatabaseSettings) -> list[dict[str, Any]]:
-    """Open pauses (``db.pauses``), each with the live processes holding it or not."""
+    """Open pauses (``db.control.pauses``), each with the live processes holding it or not."""
     with psycopg.connect(settings.control_dsn, autocommit=True) as conn:
         found = []
         for pause in pauses.open_pauses(conn):
@@ -250,7 +251,7 @@ def paused(settings: DatabaseSettings) -> list[dict[str, Any]]:
 
 
 def rewound(settings: DatabaseSettings) -> list[dict[str, Any]]:
-    """Streams flagged rewound (``db.epochs``): history that went back without a fence,
+    """Streams flagged rewound (``db.control.epochs``): history that went back without a fence,
     each with the command that fixes it."""
     with psycopg.connect(settings.control_dsn, autocommit=True) as conn:
         return [
@@ -289,7 +290,7 @@ def pause_lines(pause: dict[str, Any]) -> list[str]:
 
 
 def report_refused(settings: DatabaseSettings) -> list[dict[str, Any]]:
-    """Streams whose last progress report the resolver refused (``db.report_refusals``),
+    """Streams whose last progress report the resolver refused (``db.product.report_refusals``),
     each with what to do next. Their outbox is not pruned past what was acknowledged
     before; every other stream is reported as usual."""
     with psycopg.connect(settings.product_dsn) as conn:

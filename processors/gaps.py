@@ -38,9 +38,9 @@ from urllib.parse import quote
 
 import psycopg
 
-from db.epochs import FIRST_EPOCH
-from db.inbox_pruning import superseded_catalogs
-from db.pauses import PauseWatch
+from db.control.epochs import FIRST_EPOCH
+from db.control.pauses import PauseWatch
+from db.product.inbox_pruning import superseded_catalogs
 from processors.applier import deferred
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage

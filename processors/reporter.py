@@ -8,7 +8,7 @@ the resolver retain more.
 
 One pass (``report_once``), stream by stream in order:
 
-1. read this consumer's progress rows, its standing refusals (``db.report_refusals``)
+1. read this consumer's progress rows, its standing refusals (``db.product.report_refusals``)
    and the epochs the product side has settled as superseded; then each catalog's
    current epoch from the control database;
 2. a stream of an epoch below the catalog's current one (fenced) or below a settled
@@ -40,10 +40,10 @@ from collections import Counter
 import psycopg
 from prometheus_client import Gauge
 
-from db import report_refusals
-from db.epochs import EpochSource
-from db.inbox_pruning import superseded_catalogs
-from db.report_refusals import Refusal
+from db.control.epochs import EpochSource
+from db.product import report_refusals
+from db.product.inbox_pruning import superseded_catalogs
+from db.product.report_refusals import Refusal
 from processors.applier.progress import Stream
 from processors.exceptions import ResolverRefused, ResolverUnavailable
 from processors.resolver_client import ResolverClient

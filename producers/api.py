@@ -1,7 +1,7 @@
 """The resolver API process: app assembly (its composition root).
 
 ``create_app`` wires settings, the resolver connection pool, the control-database
-epoch source, the watch of catalog pauses (``db.pauses``), bearer-token
+epoch source, the watch of catalog pauses (``db.control.pauses``), bearer-token
 authentication, the error format and the routers; ``gapless resolver-api`` serves it
 with uvicorn.
 """
@@ -16,8 +16,8 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.resolver.commit_notifier import CommitNotifier
 from producers.capture.adapters import CLAIM_FIELDS
 from producers.capture.evidence import EvidenceStore
 from producers.capture.intake.captures import IntakeService

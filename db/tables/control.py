@@ -98,7 +98,7 @@ pause_ack = Table(
     PrimaryKeyConstraint("pause_id", "instance_id", "state"),
     CheckConstraint("state IN ('paused', 'resumed')", name="pause_ack_state"),
 )
-# The sweep deletes a gone process's acknowledgements before its row (``db.sweeps``).
+# The sweep deletes a gone process's acknowledgements before its row (``db.control.sweeps``).
 Index("pause_ack_instance_idx", pause_ack.c.instance_id)
 
 # One fence of every catalog of a restored database (``gapless fence-epoch --all``),

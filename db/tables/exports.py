@@ -73,5 +73,5 @@ Index(
     snapshot_export.c.created_at,
 )
 # A lease goes only once no export row names it (and its deletion checks the foreign
-# key): export rows looked up by lease (``db.sweeps``).
+# key): export rows looked up by lease (``db.resolver.sweeps``).
 Index("snapshot_export_lease_idx", snapshot_export.c.lease_id)

@@ -51,11 +51,11 @@ stream_progress = Table(
     CheckConstraint("position >= 0", name="stream_progress_position_nonnegative"),
 )
 
-# The product side's record of a fence (``db.fencing.settle_old_epochs``): from
+# The product side's record of a fence (``db.resolver.fencing.settle_old_epochs``): from
 # ``settled_at`` on, this database holds the catalog's epochs below ``epoch`` as
 # history. It is no authority on epochs (the control database is one); it dates when
 # the old epochs' rows began to be kept as history, so the inbox pruning keeps them
-# for the fenced retention period and then deletes them (``db.inbox_pruning``), and
+# for the fenced retention period and then deletes them (``db.product.inbox_pruning``), and
 # the gap closer leaves those epochs alone. Rows are never removed.
 superseded_epoch = Table(
     "superseded_epoch",
@@ -385,7 +385,7 @@ Index(
     quarantine.c.aggregate_id,
     postgresql_where=text("status = 'skipped' AND aggregate_type IS NOT NULL"),
 )
-# The sweep of resolved entries past their retention, oldest first (``db.sweeps``).
+# The sweep of resolved entries past their retention, oldest first (``db.product.sweeps``).
 Index(
     "quarantine_resolved_idx",
     quarantine.c.resolved_at,

@@ -27,7 +27,7 @@ from db.tables.resolver import metadata
 _STREAM = ("tenant_id", "catalog_id", "history_epoch")
 
 # One row per stream under retention control; it is the stream's retention-control
-# lock row (``db.retention.lock_retention``). Every outbox row of the stream at or
+# lock row (``db.resolver.retention.lock_retention``). Every outbox row of the stream at or
 # below ``pruned_through`` has been deleted and every row above it is still there.
 #
 # No foreign key to ``stream_cursor``: the key check would take a KEY SHARE lock on

@@ -26,7 +26,7 @@ from pathlib import Path
 import psycopg
 from confluent_kafka import Producer
 
-from db.epochs import ensure_epoch
+from db.control.epochs import ensure_epoch
 from infra.bench.applier import CATALOG, MessageSource
 from infra.bench.memory import peak_rss_mb, rss_mb
 from infra.bench.sandbox import Echo, Sandbox, deployed_env

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate
 from processors.applier.batch import Applier

@@ -45,8 +45,8 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.resolver.commit_notifier import CommitNotifier
 from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.latency import percentile
 from infra.bench.sandbox import Echo, Sandbox, deployed_env

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, Message, TopicPartition
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.resolver.commit_notifier import CommitNotifier
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.writer import write_gapless
 from processors.applier.batch import Applier

@@ -17,7 +17,7 @@ import time
 
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.bench.rebuild_seed import COLOURS, item_class, item_id, was_split

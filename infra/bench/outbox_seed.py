@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from db.epochs import ensure_epoch
+from db.control.epochs import ensure_epoch
 from db.settings import DatabaseSettings
 from processors.projections import catalog_items
 from schemas.codec import CODEC, HEADER_LENGTH

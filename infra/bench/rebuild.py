@@ -48,9 +48,9 @@ import psycopg
 from confluent_kafka import ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 
-from db.exports import get_export
-from db.rebuilds import RebuildRow
-from db.retention import committed_position
+from db.product.rebuilds import RebuildRow
+from db.resolver.exports import get_export
+from db.resolver.retention import committed_position
 from infra.bench.bare_copy import TABLES, bare_copy
 from infra.bench.live_writer import LiveWriter
 from infra.bench.machine import MachineLoad

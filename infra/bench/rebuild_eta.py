@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from db.rebuilds import RebuildRow
+from db.product.rebuilds import RebuildRow
 from processors.rebuild.progress import estimate
 
 HALFWAY = 0.5

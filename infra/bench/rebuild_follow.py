@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import rebuilds
-from db.exports import get_export
-from db.rebuilds import RebuildRow
+from db.product import rebuilds
+from db.product.rebuilds import RebuildRow
+from db.resolver.exports import get_export
 from infra.bench.memory import peak_rss_mb, reset_peak, rss_mb
 from infra.bench.rebuild_report import Memory
 from infra.bench.sandbox import Echo, Sandbox

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db.epochs import ensure_epoch
+from db.control.epochs import ensure_epoch
 from db.settings import DatabaseSettings
 
 BATCH = 100_000

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import rebuilds
-from db.rebuilds import RebuildRow
+from db.product import rebuilds
+from db.product.rebuilds import RebuildRow
 from infra.processes import Deployed
 
 PHASES = ("requested", "leased", "exporting", "loading", "catching_up", "cutting_over", "done")

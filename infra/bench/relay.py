@@ -21,8 +21,8 @@ import psycopg
 from confluent_kafka import KafkaError, Message, Producer
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
-from db.outbox import OutboxRow
+from db.control.epochs import EpochSource
+from db.resolver.outbox import OutboxRow
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate, run_threads
 from infra.bench.writer import THREADS, write_gapless

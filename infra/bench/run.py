@@ -29,7 +29,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from infra.bench.agents import measure_agents
 from infra.bench.applier import measure_applier
 from infra.bench.capture_worker import PRODUCTS, measure_capture_worker

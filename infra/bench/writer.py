@@ -6,7 +6,7 @@ decision row, upserts the items naming it, records the decision's effects, build
 encodes one envelope per event (the decision's and each item's) with the same codec,
 and inserts their bytes with one statement of the same shape (binary arrays through
 ``unnest``); both wake the relay after COMMIT through the same kind of notifier as
-the resolver API (``db.commit_notifier``). What only the gapless side does
+the resolver API (``db.resolver.commit_notifier``). What only the gapless side does
 is the stream's cursor: ``SELECT … FOR UPDATE`` on the cursor row before the first
 change, the ``UPDATE`` of the cursor inside the outbox statement, a foreign key from
 the outbox row to it, and the wait for that row lock when writers share a stream.
@@ -28,8 +28,8 @@ from typing import Literal
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.resolver.commit_notifier import CommitNotifier
 from db.stream_writer import StreamWriter
 from db.unit_of_work import UnitOfWork
 from infra.bench.bare_writes import BareBulk, RecordingConnection, SqlReplay, Statement

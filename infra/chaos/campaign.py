@@ -439,7 +439,7 @@ class _Fence:
                 time.sleep(2.0)
 
     def _follow(self, rebuild_id: uuid.UUID) -> str | None:
-        from db import rebuilds
+        from db.product import rebuilds
 
         deadline = time.monotonic() + CONVERGE_TIMEOUT_S
         phase: str | None = None

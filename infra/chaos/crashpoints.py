@@ -56,7 +56,7 @@ lock with it, ended):
 - ``rebuild.cutover.locked``: ``processors.rebuild.cutover._shadow_progress``, before
   it runs: the cutover's transaction holds the live consumer's rows (the live
   applier of the stream is paused), nothing swapped;
-- ``rebuild.cutover.swapped``: ``db.rebuilds.update`` recording the retired
+- ``rebuild.cutover.swapped``: ``db.product.rebuilds.update`` recording the retired
   generation, after it returned: the serving generation swapped, counts carried,
   the rebuild row updated, in the transaction, before its COMMIT (all rolled back);
 - ``rebuild.cutover``: ``Orchestrator``'s ``cut_over``, after it returned a cutover:
@@ -213,7 +213,7 @@ POINTS = {
         subject=lambda call: getattr(_arg(call, 2, "row"), "rebuild_id", None),
     ),
     "rebuild.cutover.swapped": Point(
-        "db.rebuilds",
+        "db.product.rebuilds",
         None,
         "update",
         before=False,

@@ -34,7 +34,7 @@ import psycopg
 from confluent_kafka import Producer
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.exceptions import StreamFenced, StreamPaused
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork

@@ -79,7 +79,7 @@ def collectors_revoke(client_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per credential.")
 def collectors_list(tenant: str | None, as_json: bool) -> None:
     """Every credential with its instance and state, in client-id order."""
-    from db.intake import list_credentials
+    from db.resolver.intake import list_credentials
 
     listed = 0
     after = ""

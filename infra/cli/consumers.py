@@ -99,7 +99,7 @@ def consumers_deregister(tenant: str, catalog: str, epoch: int, consumer: str) -
 def consumers_standing(as_json: bool) -> None:
     """The standing consumers: each holds every stream, also streams it has not
     reported on yet."""
-    from db import retention as sql
+    from db.resolver import retention as sql
 
     with resolver_conn() as conn:
         rows = sql.standing_consumers(conn)

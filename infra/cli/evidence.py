@@ -110,7 +110,7 @@ def evidence_missing(tenant: str | None, as_json: bool) -> None:
     """Captures whose artifact the last sweep did not find in the bucket. They are
     never deleted for it; restore the object (same bytes, same key) and the next
     sweep clears the flag."""
-    from db import evidence as sql
+    from db.resolver import evidence as sql
     from db.unit_of_work import Transaction
 
     with resolver_conn() as conn:
@@ -138,7 +138,7 @@ def evidence_missing(tenant: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per record.")
 def evidence_deletions(after: int, limit: int, as_json: bool) -> None:
     """The audit of every deletion the sweep made (or has pending)."""
-    from db import evidence as sql
+    from db.resolver import evidence as sql
     from db.unit_of_work import Transaction
 
     with resolver_conn() as conn:

@@ -95,7 +95,7 @@ def fence_epoch(
     def follow(rebuild_id: uuid.UUID) -> str | None:
         import psycopg
 
-        from db import rebuilds
+        from db.product import rebuilds
 
         assert answers is not None
         follow_rebuild(rebuild_id, answers, timeout, as_json)

@@ -132,7 +132,7 @@ def parked_list(
 def parked_retry(event_ids: tuple[uuid.UUID, ...], as_json: bool) -> None:
     """Look at parked events again: each one whose dependencies are now applied is
     applied (with whatever it releases in turn). Exit 1 if any still waits."""
-    from db.epochs import EpochSource
+    from db.control.epochs import EpochSource
     from processors.applier.batch import Applier
     from processors.applier.exceptions import ParkedRepairError
     from processors.applier.parked_repair import retry

@@ -66,7 +66,7 @@ def quarantine_retry(entry_ids: tuple[int, ...], as_json: bool) -> None:
     """Apply quarantined messages again (after fixing what made them fail).
 
     Exit 1 if any still fails (it stays open) or was refused."""
-    from db.epochs import EpochSource
+    from db.control.epochs import EpochSource
     from processors.applier.batch import Applier
     from processors.applier.exceptions import QuarantineRepairError
     from processors.applier.repair import retry

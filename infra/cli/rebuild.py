@@ -31,8 +31,8 @@ def _resolver_side(row: Any) -> dict[str, Any]:
     expires (best effort: the resolver database may be elsewhere)."""
     import psycopg
 
-    from db.exports import get_export
-    from db.retention import get_lease
+    from db.resolver.exports import get_export
+    from db.resolver.retention import get_lease
 
     extra: dict[str, Any] = {}
     try:
@@ -167,7 +167,7 @@ def follow_rebuild(
     """Show each change of the rebuild until it ends; the exit code."""
     import psycopg
 
-    from db import rebuilds as sql
+    from db.product import rebuilds as sql
     from db.settings import DatabaseSettings
     from infra import rebuild_text as text
 
@@ -220,7 +220,7 @@ def rebuild_status(rebuild_id: uuid.UUID | None, as_json: bool) -> None:
     work done, its rate and ETA), or the 50 most recent."""
     import psycopg
 
-    from db import rebuilds as sql
+    from db.product import rebuilds as sql
     from db.settings import DatabaseSettings
     from infra import rebuild_text as text
 
@@ -254,7 +254,7 @@ def rebuild_cancel(rebuild_id: uuid.UUID, reason: str) -> None:
     cutting over can no longer be cancelled."""
     import psycopg
 
-    from db import rebuilds as sql
+    from db.product import rebuilds as sql
     from db.settings import DatabaseSettings
     from infra.control import cancel_command
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg
 
-from db import rebuilds as sql
-from db.rebuilds import RebuildRow
+from db.product import rebuilds as sql
+from db.product.rebuilds import RebuildRow
 from db.settings import DatabaseSettings
 from infra.config import load
 from infra.control import publish, rebuild_command

@@ -39,7 +39,7 @@ import click
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.config import load, use_local_services
 from infra.demo import captures as demo_captures

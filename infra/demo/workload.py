@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.unit_of_work import UnitOfWork
 from producers.resolver.attributes import (
     DefineAttribute,

@@ -57,10 +57,10 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds
-from db.epochs import EpochSource
-from db.outbox import published_position
-from db.retention import committed_position
+from db.control.epochs import EpochSource
+from db.product import rebuilds
+from db.resolver.outbox import published_position
+from db.resolver.retention import committed_position
 from infra.bench.rebuild import process_env
 from infra.bench.sandbox import Echo, Sandbox, sandbox
 from infra.demo.projection_check import compare

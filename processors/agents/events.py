@@ -52,8 +52,8 @@ import psycopg
 from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, Message, TopicPartition
 from prometheus_client import Counter, Gauge
 
-from db.epochs import EpochSource
-from db.pauses import PauseWatch
+from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
 from processors.applier.batch import Applier, BatchResult
 from processors.applier.messages import RawMessage
 from processors.live_first import NO_LIVE_WORK, LiveFirst

@@ -15,8 +15,8 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from db import rebuilds
-from db.applier_backlog import BacklogKey, open_quarantine_counts, parked_counts
+from db.product import rebuilds
+from db.product.applier_backlog import BacklogKey, open_quarantine_counts, parked_counts
 from processors.rebuild.progress import estimate
 
 log = logging.getLogger(__name__)

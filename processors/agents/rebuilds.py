@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 from prometheus_client import Counter
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.objects import s3_client
+from db.product import rebuilds as sql
 from processors.live_first import NO_LIVE_WORK, LiveFirst
 from processors.rebuild.cleanup import sweep
 from processors.rebuild.orchestrator import Orchestrator

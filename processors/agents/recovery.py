@@ -1,9 +1,9 @@
 """Timers beside the applier: progress reports and gap closing.
 
 Both cover every stream of the consumer, so with several agents workers only the one
-holding the consumer's recovery lease (``db.leases``) runs them; the others skip
+holding the consumer's recovery leadership (``db.leadership``) runs them; the others skip
 each tick until the holder dies or loses its connection, and the first to ask after
-that takes over. The lease saves time, correctness does not rest on it: the
+that takes over. Leadership saves time, correctness does not rest on it: the
 progress-row lock in the applier's transaction keeps two workers from applying the
 same stream at once, and the resolver ignores progress lower than it holds, so the
 moment of a hand-over, when two may both run one pass, doubles nothing.
@@ -17,9 +17,9 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from db.epochs import EpochSource
-from db.leases import Lease
-from db.pauses import PauseWatch
+from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
+from db.leadership import Leadership
 from processors.applier.batch import Applier
 from processors.gaps import GapCloser
 from processors.reporter import ProgressReporter
@@ -31,13 +31,13 @@ log = logging.getLogger(__name__)
 
 LEASE_HELD = Gauge(
     "gapless_recovery_lease_held",
-    "1 while this agents worker holds its consumer's recovery lease (it runs the"
+    "1 while this agents worker holds its consumer's recovery leadership (it runs the"
     " progress reporter and the gap closer)",
 )
 
 
-def recovery_lease(settings: AgentSettings) -> Lease:
-    return Lease(settings.product_dsn, f"gapless.recovery:{settings.agents_consumer}")
+def recovery_leadership(settings: AgentSettings) -> Leadership:
+    return Leadership(settings.product_dsn, f"gapless.recovery:{settings.agents_consumer}")
 
 
 def resolver_client(settings: AgentSettings) -> ResolverClient:
@@ -58,7 +58,7 @@ def resolver_client(settings: AgentSettings) -> ResolverClient:
 def register(
     app: Any, settings: AgentSettings, client: ResolverClient, pauses: PauseWatch | None = None
 ) -> None:
-    lease = recovery_lease(settings)
+    leadership = recovery_leadership(settings)
     # Its own epoch source: it runs in another thread than the agent's appliers.
     reporter = ProgressReporter(
         settings.product_dsn, client, settings.agents_consumer, EpochSource(settings.control_dsn)
@@ -82,7 +82,7 @@ def register(
     @app.timer(interval=settings.agents_report_interval_seconds)  # type: ignore[untyped-decorator]
     async def report_progress() -> None:
         try:
-            if not await _holding(lease):
+            if not await _holding(leadership):
                 reporter.forget()
                 return
             await asyncio.to_thread(reporter.report_once)
@@ -92,14 +92,14 @@ def register(
     @app.timer(interval=settings.agents_gap_threshold_seconds / 2)  # type: ignore[untyped-decorator]
     async def close_gaps() -> None:
         try:
-            if not await _holding(lease):
+            if not await _holding(leadership):
                 return
             await asyncio.to_thread(closer.close_once)
         except Exception:
             log.exception("gap closing failed; will try again")
 
 
-async def _holding(lease: Lease) -> bool:
-    held = await asyncio.to_thread(lease.held)
+async def _holding(leadership: Leadership) -> bool:
+    held = await asyncio.to_thread(leadership.held)
     LEASE_HELD.set(1 if held else 0)
     return held

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 
 import psycopg
 
-from db.epochs import EpochSource
-from db.pauses import PauseWatch
+from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
 from processors.applier import deferred, inbox, offsets, parking, progress, rewound, skips
 from processors.applier.exceptions import EpochUnknown
 from processors.applier.messages import RawMessage
@@ -194,7 +194,7 @@ class Applier:
 
     @contextmanager
     def _unpaused(self, keys: set[tuple[str, str]]) -> Iterator[frozenset[tuple[str, str]]]:
-        """The catalogs of ``keys`` not paused, counted as in flight (``db.pauses``)."""
+        """The catalogs of ``keys`` not paused, counted as in flight (``db.control.pauses``)."""
         if self._pauses is None:
             yield frozenset(keys)
             return

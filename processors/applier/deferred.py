@@ -4,15 +4,15 @@ database (``deferred_delivery``) until they are due, then handed back.
 The batch that defers a delivery records its Kafka offset, so Kafka does not deliver
 it again: the row is this consumer's only copy. Two reasons:
 
-- ``paused``: an event of a paused catalog in its current epoch (``db.pauses``).
+- ``paused``: an event of a paused catalog in its current epoch (``db.control.pauses``).
   Due once the catalog is no longer paused. Handed back after a fence it is of an
   old epoch and gets its audited ``ignored_old_epoch`` (the gap closer never fills
   a superseded stream, so nothing else would ever give it one).
 - ``epoch_held``: an event of its catalog's current epoch, which is not released for
   this consumer yet. An epoch is released when it is the catalog's first
-  (``db.epochs.FIRST_EPOCH``) or when the consumer has a progress row of it. The
+  (``db.control.epochs.FIRST_EPOCH``) or when the consumer has a progress row of it. The
   applier never creates the row of a later epoch itself: the cutover of a rebuild
-  at that epoch does (``db.cutover.lock_live`` creates it, ``swap`` points it at the
+  at that epoch does (``db.product.cutover.lock_live`` creates it, ``swap`` points it at the
   rebuilt generation, in one transaction), and a shadow's comes with its load. Until
   then the epoch's events would land in the generation of the history the fence
   superseded, and a read API resumed by hand (or after a failed fence rebuild) would
@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 import psycopg
 
-from db.epochs import FIRST_EPOCH
+from db.control.epochs import FIRST_EPOCH
 from processors.applier.messages import RawMessage
 from processors.applier.progress import Stream
 from schemas.events import Envelope

@@ -1,5 +1,5 @@
 """Inbox pruning: the inbox kept for the resolver's outbox window, then deleted in
-bounded batches (``db.inbox_pruning`` holds the SQL).
+bounded batches (``db.product.inbox_pruning`` holds the SQL).
 
 A duplicate can reach the applier for as long as the resolver still holds the event
 (a relay re-publishing after a crash, the gap closer fetching retained events) and
@@ -14,7 +14,7 @@ A superseded epoch (one a settled fence made history) is left to the second half
 of each pass: its inbox is kept whole for ``GAPLESS_FENCED_RETENTION_SECONDS`` from
 the settlement, and each row at least that long from its own decision, so the audit
 of every old-epoch delivery stays readable; then it goes in bounded batches, above
-progress too (``db.inbox_pruning`` says what stays).
+progress too (``db.product.inbox_pruning`` says what stays).
 
 It runs as a timer in the agents because the inbox lives in the product database,
 which only the agents own; the resolver's pruner runs on the resolver database and
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db.inbox_pruning import (
+from db.product.inbox_pruning import (
     Stream,
     old_epoch_streams,
     progress_floors,

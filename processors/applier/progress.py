@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import rebuilds
+from db.product import rebuilds
 from processors.applier.exceptions import ShadowProgressLost
 
 Stream = tuple[str, str, int]
@@ -45,7 +45,7 @@ def lock(
     after a cutover too; else generation 1).
 
     ``generation``: the consumer is a rebuild's shadow bound to that generation. It
-    creates no row (only the load starts one, ``db.rebuilds.start_shadow``), and a
+    creates no row (only the load starts one, ``db.product.rebuilds.start_shadow``), and a
     row missing or in another generation raises ``ShadowProgressLost``: created here,
     it would be in a generation that may serve.
 

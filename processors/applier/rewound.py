@@ -9,7 +9,7 @@ would be applied on top of the lost history once past the old progress. Instead:
 
 - a delivery at or below progress whose position the inbox holds under another
   event id (``reused``) flags the stream in the control database
-  (``db.epochs.flag_rewound``, signal ``position_reused``); the resolver then refuses
+  (``db.control.epochs.flag_rewound``, signal ``position_reused``); the resolver then refuses
   the stream's writes (``HISTORY_REWOUND``) until it is fenced;
 - while the current epoch's stream is flagged (by this signal or the resolver's), every
   new delivery of it is quarantined ``STREAM_REWOUND`` (``hold``): nothing is applied
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 
 import psycopg
 
-from db.epochs import POSITION_REUSED, EpochSource, Rewound
+from db.control.epochs import POSITION_REUSED, EpochSource, Rewound
 from processors.applier import inbox, skips
 from processors.applier.messages import RawMessage
 from processors.applier.quarantine import quarantine

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import cutover as sql
+from db.product import cutover as sql
 from processors.applier.batch import Applier
 from processors.applier.exceptions import ShadowProgressLost
 from processors.applier.messages import RawMessage

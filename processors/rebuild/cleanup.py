@@ -1,7 +1,7 @@
 """After a rebuild: its shadow's rows, its lease and retired generations, removed.
 
 Runs on the rebuild timer, a bounded amount of work per pass, every batch its own
-short transaction (``db.generations``), so serving and the live applier never wait
+short transaction (``db.product.generations``), so serving and the live applier never wait
 on it:
 
 1. each finished rebuild not yet cleaned: release its lease (idempotent; a lease
@@ -28,8 +28,8 @@ from functools import partial
 
 import psycopg
 
-from db import generations as sql
-from db import rebuilds
+from db.product import generations as sql
+from db.product import rebuilds
 from processors.exceptions import ResolverRefused, ResolverUnavailable
 from processors.resolver_client import ResolverClient
 

@@ -6,7 +6,7 @@ One transaction, on a connection of its own:
    in the step's attempt and under its worker's claim (a cancel, a restart or
    another worker's step wins otherwise);
 2. lock the live consumer's progress rows of the stream's catalog, its older
-   epochs first, then the stream's own (``db.cutover.lock_live``: the applier's
+   epochs first, then the stream's own (``db.product.cutover.lock_live``: the applier's
    lock order). The live applier (its batches, the gap closer, an operator's
    retries) locks the stream's row first in every transaction touching the
    stream, so from here it waits: the pause begins;
@@ -58,10 +58,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import cutover as sql
-from db import rebuilds
 from db.exceptions import RebuildClaimLost
-from db.rebuilds import RebuildRow
+from db.product import cutover as sql
+from db.product import rebuilds
+from db.product.rebuilds import RebuildRow
 from processors.applier.batch import Applier
 from processors.applier.exceptions import ShadowProgressLost
 from processors.exceptions import ResolverUnavailable

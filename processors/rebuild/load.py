@@ -65,8 +65,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from db import rebuilds as sql
 from db.exceptions import RebuildClaimLost
+from db.product import rebuilds as sql
 from processors.projections import registry, search_documents
 from processors.projections.bulk import LoadTarget
 from processors.rebuild.exceptions import ExportMismatch, RebuildNotFound, WrongPhase

@@ -18,7 +18,7 @@ workers off it:
 The claim is two things, taken together at the start of each step: the rebuild
 row's ``claimed_by`` (renewed while the step works, for ``claim_seconds``) and a
 session-level advisory lock per rebuild, held on a connection of the worker's own
-(``db.leases.Leases``) for as long as the rebuild is unfinished and the worker
+(``db.leadership.Leaderships``) for as long as the rebuild is unfinished and the worker
 carries it. The lock ends with the worker's session: when a worker dies (SIGKILL
 included) PostgreSQL frees its locks at once, and the next worker to ask takes the
 lock and with it the claim, whatever time the dead worker's claim had left. A worker
@@ -28,7 +28,7 @@ lock may take the claim back at its next step: at most one more hand-over, never
 two workers moving the row).
 
 A step acts only from the phase it began in: every move of the row names that
-phase, the attempt and the worker (``db.rebuilds.move``), so a step that finds the
+phase, the attempt and the worker (``db.product.rebuilds.move``), so a step that finds the
 rebuild cancelled, finished, restarted or claimed by another worker meanwhile
 changes nothing. Between pages and chunks (``_keep_alive``) a step stops as soon
 as its claim is lost (``RebuildClaimLost``) or the rebuild is finished (a cancel).
@@ -51,7 +51,7 @@ shadow consumer's entry. A restart clears the previous attempt's shadow rows in 
 ``requested`` step, under the claim of the new attempt and before its lease is
 taken (a crash between the two clears them again), so nothing the shadow recorded
 for an older generation can pass for done in the new one. The shadow applies into
-its rebuild's generation only (``db.rebuilds.shadow_generation``) and never makes
+its rebuild's generation only (``db.product.rebuilds.shadow_generation``) and never makes
 its own progress row, so a shadow whose row was cleared under it stops instead of
 writing into a generation that may serve.
 """
@@ -66,11 +66,11 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.exceptions import RebuildClaimLost
-from db.leases import Leases
-from db.rebuilds import RebuildRow
+from db.leadership import Leaderships
+from db.product import rebuilds as sql
+from db.product.rebuilds import RebuildRow
 from db.tables.rebuilds import FINAL_PHASES
 from processors.applier.batch import Applier
 from processors.applier.exceptions import ShadowProgressLost
@@ -117,10 +117,10 @@ class Orchestrator:
     """Waits while the process's live consumers apply a batch (``processors.
     live_first``), before each catch-up page and each chunk loaded."""
     _shadows: dict[str, Applier] = field(default_factory=dict)
-    _claims: Leases = field(init=False)
+    _claims: Leaderships = field(init=False)
 
     def __post_init__(self) -> None:
-        self._claims = Leases(self.product_dsn, f"rebuild-claims:{self.worker}")
+        self._claims = Leaderships(self.product_dsn, f"rebuild-claims:{self.worker}")
 
     def _move(self, row: RebuildRow, phase: str, **changes: object) -> RebuildRow:
         """Move ``row`` on from the phase its step began in; WrongPhase if it is no

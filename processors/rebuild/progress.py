@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from db.rebuilds import RebuildRow
+from db.product.rebuilds import RebuildRow
 
 ASSUMED_CATCHUP_EVENTS_PER_S = 3500.0
 """The shadow's catch-up rate until it measured its own (benchmarks: 7,506 positions

@@ -1,6 +1,6 @@
 """Control commands, carried out once each: a REBUILD becomes a rebuild row (its id is
 the command's), a CANCEL stops one; PAUSE and RESUME are every worker's pause
-watch's (``db.control_listener``), not this module's. ``accept`` is the one place a
+watch's (``db.control.control_listener``), not this module's. ``accept`` is the one place a
 command's kind is dispatched on, by an exhaustive match: a new kind is a type error
 until it is given its own branch, never taken for another.
 
@@ -25,8 +25,8 @@ from typing import assert_never
 import psycopg
 import psycopg.errors
 
-from db import rebuilds as sql
-from db.rebuilds import RebuildRow
+from db.product import rebuilds as sql
+from db.product.rebuilds import RebuildRow
 from schemas.control import ControlCommand
 from schemas.ids import StreamId
 

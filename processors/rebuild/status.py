@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from db.rebuilds import RebuildRow
+from db.product.rebuilds import RebuildRow
 from schemas import control
 from schemas.control import ControlCommand, RebuildStatus
 from schemas.settings import KafkaConnection, client_config

@@ -17,7 +17,7 @@ import psycopg
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from processors.serving.metrics import RequestMetrics
 from processors.serving.routes import router
 from processors.serving.snapshot import SnapshotReader, snapshot_pool

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from db import serving as sql
+from db.product import serving as sql
 
 
 class ServedFrom(BaseModel):

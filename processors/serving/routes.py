@@ -9,7 +9,7 @@ from typing import Annotated, cast
 import psycopg
 from fastapi import APIRouter, Depends, Query, Request
 
-from db import serving as sql
+from db.product import serving as sql
 from processors.serving import cursors
 from processors.serving.exceptions import ProductItemNotFound
 from processors.serving.http_models import (

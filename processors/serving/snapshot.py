@@ -31,9 +31,9 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg_pool import ConnectionPool
 
-from db import serving as sql
-from db.epochs import EpochSource
-from db.pauses import PauseWatch
+from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
+from db.product import serving as sql
 from processors.serving.exceptions import CatalogBeingRestored, CatalogNotServed
 
 T = TypeVar("T")

@@ -6,7 +6,7 @@ API process's background, or wherever it is called):
 
 1. open one ``REPEATABLE READ READ ONLY`` snapshot; read W, the stream's committed
    cursor, in it (never ``max(outbox.position)``), and stream every kind of
-   accepted state out of it as PostgreSQL builds the records (``db.exports.STATE``:
+   accepted state out of it as PostgreSQL builds the records (``db.resolver.exports.STATE``:
    one ``COPY (SELECT json_build_object(…) … ORDER BY <key>) TO STDOUT`` per kind;
    the format is ``schemas.exports``'s); no row is decoded here. The lines go to
    the export's spool file (``producers.exports.spool``, in
@@ -51,9 +51,9 @@ from datetime import UTC, datetime
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
 
-from db import exports as sql
-from db.exports import ExportRow
-from db.retained_events import begin_snapshot
+from db.resolver import exports as sql
+from db.resolver.exports import ExportRow
+from db.resolver.retained_events import begin_snapshot
 from producers.exports.exceptions import (
     ExportAbandoned,
     ExportEpochChanged,

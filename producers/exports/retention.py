@@ -10,7 +10,7 @@ a rebuild may be loading it.
 Deleting one export: 1. delete every object under its prefix; 2. mark the row
 deleted. A crash between the two leaves a row whose objects are gone; the next
 pass deletes nothing more and marks it. A row marked deleted is kept (as history)
-for ``GAPLESS_EXPORT_ROWS_RETENTION_SECONDS``, then deleted (``db.sweeps``).
+for ``GAPLESS_EXPORT_ROWS_RETENTION_SECONDS``, then deleted (``db.resolver.sweeps``).
 
 Each pass also looks through part of the bucket (``ORPHAN_PAGES`` pages of keys, going
 on where the last pass stopped, from the first key again once it reached the end)
@@ -31,10 +31,10 @@ from datetime import UTC, datetime
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
 
-from db import exports as sql
-from db import retention as retention_sql
-from db import sweeps
-from db.exports import ExportRow
+from db.resolver import exports as sql
+from db.resolver import retention as retention_sql
+from db.resolver import sweeps
+from db.resolver.exports import ExportRow
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
 from schemas.errors import GaplessError

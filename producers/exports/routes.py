@@ -7,7 +7,7 @@ from typing import cast
 
 from fastapi import APIRouter, Request, status
 
-from db.exports import ExportRow
+from db.resolver.exports import ExportRow
 from producers.exports import export
 from producers.exports.http_models import Export, ExportRequest
 from producers.exports.runner import ExportRunner

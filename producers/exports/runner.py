@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from db.epochs import EpochSource
-from db.exports import ExportRow
+from db.control.epochs import EpochSource
+from db.resolver.exports import ExportRow
 from producers.exports.export import write
 from producers.exports.settings import ExportSettings
 from producers.exports.spool import clear_left_behind

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from db.exports import Block
+from db.resolver.exports import Block
 from producers.exports.exceptions import ExportError, ExportSpoolFailed
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import psycopg
 from fastapi import Depends, Request
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
-from db.pauses import PauseWatch
+from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
+from db.resolver.commit_notifier import CommitNotifier
 from db.unit_of_work import UnitOfWork
 from schemas.codec import CODEC, EventCodec
 
@@ -40,7 +40,7 @@ class Resources:
 
     def unit_of_work(self) -> UnitOfWork:
         """A unit of work that refuses paused catalogs (``STREAM_PAUSED``, 503) and
-        wakes the relay after its commit (``db.commit_notifier``)."""
+        wakes the relay after its commit (``db.resolver.commit_notifier``)."""
         return UnitOfWork(self.uow_pool, self.epochs, self.codec, self.pauses, self.notifier)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from db.outbox import StoredRow
+from db.resolver.outbox import StoredRow
 from producers.relay.exceptions import PublishFailed
 from schemas.codec import HEADER_EVENT_ID, HEADER_HISTORY_EPOCH, KafkaHeaders
 from schemas.settings import KafkaConnection, client_config

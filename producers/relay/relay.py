@@ -13,7 +13,8 @@ from contextlib import contextmanager
 import psycopg
 from prometheus_client import Counter, Gauge
 
-from db.outbox import (
+from db.control.pauses import PauseWatch
+from db.resolver.outbox import (
     ClaimedStream,
     OutboxRow,
     StoredRow,
@@ -22,7 +23,6 @@ from db.outbox import (
     request_ranges,
     streams_with_unpublished,
 )
-from db.pauses import PauseWatch
 from db.stream_writer import NOTIFY_CHANNEL
 from producers.relay.exceptions import OutboxGap, PublishFailed, RelayError
 from producers.relay.publisher import Publisher
@@ -111,7 +111,7 @@ class Relay:
         ``conn`` is the relay's own connection (``_connection``: autocommit mode; the
         transaction is opened and closed by statements of its own).
 
-        0. leave out the streams of paused catalogs (``db.pauses``), and count the
+        0. leave out the streams of paused catalogs (``db.control.pauses``), and count the
            others as in flight until the batch ends, so a pause is acknowledged only
            once nothing of it is being published;
         1. claim each stream (advisory lock for this transaction) or skip it, and skip

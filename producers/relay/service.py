@@ -8,7 +8,7 @@ import threading
 import time
 from types import FrameType
 
-from db.pauses import PauseWatch
+from db.control.pauses import PauseWatch
 from producers.http.probes import serve
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay

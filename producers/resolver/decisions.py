@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import psycopg.errors
 
-from db import evidence as evidence_rows
 from db.repositories import decisions as decision_rows
 from db.repositories import review_cases as cases
 from db.repositories.decisions import Effect
+from db.resolver import evidence as evidence_rows
 from db.stream_writer import PendingEvent
 from db.unit_of_work import UnitOfWork
 from producers.resolver.exceptions import (

@@ -19,7 +19,7 @@ are kept for it from the stream's first event.
 A report above the committed cursor is refused (``POSITION_BEYOND_COMMITTED``): a
 consumer only ever sees committed positions, so the resolver's history went back
 under it (a restore nobody fenced). Given the control database, the refusal flags
-the stream rewound there (``db.epochs.flag_rewound``), which holds its writes until
+the stream rewound there (``db.control.epochs.flag_rewound``), which holds its writes until
 ``gapless fence-epoch`` fences it; the message names that command.
 """
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import retention as sql
-from db.epochs import REPORT_BEYOND_COMMITTED, EpochSource
+from db.control.epochs import REPORT_BEYOND_COMMITTED, EpochSource
+from db.resolver import retention as sql
 from producers.retention.exceptions import (
     ConsumerNeedsRebuild,
     ConsumerNotFound,

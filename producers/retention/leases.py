@@ -18,8 +18,8 @@ import uuid
 
 import psycopg
 
-from db import retention as sql
-from db.retention import LeaseRow
+from db.resolver import retention as sql
+from db.resolver.retention import LeaseRow
 from producers.retention.exceptions import (
     EpochNotCurrent,
     LeaseExpired,

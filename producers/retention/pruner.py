@@ -8,7 +8,7 @@ holds every stream it has no registration on at 0, so a stream nobody has report
 on yet is kept for it. It never removes a consumer or a lease; a lagging consumer
 holds the floor until an operator deregisters it.
 
-A fenced stream (its history epoch abandoned after a restore, ``db.fencing``) is
+A fenced stream (its history epoch abandoned after a restore, ``db.resolver.fencing``) is
 kept as history, never relabelled: for ``GAPLESS_FENCED_RETENTION_SECONDS`` from
 its ``fenced_at`` (by the database clock) no row of it is pruned, published or not,
 so what the abandoned history said stays readable in the outbox while an operator
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import retention as sql
-from db.outbox import published_position
+from db.resolver import retention as sql
+from db.resolver.outbox import published_position
 from db.settings import FENCED_RETENTION_SECONDS
 from producers.retention.rules import (
     BATCH_SIZE,

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from db import retention as sql
+from db.resolver import retention as sql
 from producers.retention.rules import Holder, consumer_holders, lease_holder, retention_floor
 from schemas.ids import StreamId
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db import retention as sql
-from db.retained_events import EventRow, begin_snapshot, read_events
+from db.resolver import retention as sql
+from db.resolver.retained_events import EventRow, begin_snapshot, read_events
 from producers.retention import leases
 from producers.retention.exceptions import CursorPruned, LeaseEpochMismatch
 from schemas.ids import StreamId

@@ -1,7 +1,7 @@
 """Prometheus metrics of rewound streams, read from the control database at each scrape.
 
 ``gapless_stream_rewound`` is 1 for each stream of a catalog's current epoch whose
-history went back without a fence (``db.epochs``: flagged by the applier on a reused
+history went back without a fence (``db.control.epochs``: flagged by the applier on a reused
 position, or by this API on a report above the committed cursor); its writes are
 refused until ``gapless fence-epoch`` fences it. The alert ``GaplessStreamRewound``
 fires on it. No series at all means no stream is flagged;
@@ -17,7 +17,7 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from db.epochs import Rewound
+from db.control.epochs import Rewound
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ reported (0 until it reports), a live lease through its pin. The floor is the
 lowest of them. Pruning also never passes what the relay has published, and never
 removes more than one batch per transaction.
 
-A fenced stream (an abandoned history epoch, ``db.fencing``) follows its own rule
+A fenced stream (an abandoned history epoch, ``db.resolver.fencing``) follows its own rule
 (``fenced_step``): nothing of it goes while it is kept as history, then all of it,
 whatever its holders say, one batch per transaction.
 """

@@ -10,8 +10,8 @@ from types import FrameType
 
 import psycopg
 
-from db import retention as sql
-from db import sweeps
+from db.resolver import retention as sql
+from db.resolver import sweeps
 from producers.http.probes import Heartbeat, serve
 from producers.retention.consumers import declare_standing
 from producers.retention.pruner import RetentionPolicy, StreamPruned, prune_all
@@ -35,7 +35,7 @@ AfterPass = Callable[[psycopg.Connection], object]
 def prune_once(settings: RetentionSettings, after: AfterPass | None = None) -> list[StreamPruned]:
     """One pass over every stream, on a connection of its own; then the rebuild
     leases ended longer than ``GAPLESS_LEASE_RETENTION_SECONDS`` ago that no export
-    row names (``db.sweeps``; export rows go in ``after``, so a lease whose export
+    row names (``db.resolver.sweeps``; export rows go in ``after``, so a lease whose export
     row goes this pass goes the next); then ``after`` on the same connection (the
     composition root passes export retention)."""
     with psycopg.connect(settings.resolver_dsn, autocommit=True) as conn:

@@ -33,8 +33,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.demo.projection_check import compare
 from infra.demo.workload import run_workload

@@ -179,9 +179,9 @@ def test_the_faust_broker_credentials(
 
 
 def test_the_pause_listener(monkeypatch: pytest.MonkeyPatch, secured: KafkaSettings) -> None:
-    from db.control_listener import ControlListener
+    from db.control.control_listener import ControlListener
 
-    configs = _capture(monkeypatch, "db.control_listener.Consumer")
+    configs = _capture(monkeypatch, "db.control.control_listener.Consumer")
     with pytest.raises(Built):
         ControlListener(None, secured.client_config(), "control")._listen()  # type: ignore[arg-type]
     assert _built(configs).items() >= SECURITY.items()

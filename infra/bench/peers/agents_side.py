@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 from confluent_kafka import Producer
 
-from db.epochs import ensure_epoch
+from db.control.epochs import ensure_epoch
 from infra.bench.applier import BATCH, MessageSource
 from infra.bench.rebuild import LIVE_CONSUMER, process_env
 from infra.bench.sandbox import Echo, Sandbox

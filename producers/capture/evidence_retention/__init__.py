@@ -1,7 +1,7 @@
 """Evidence retention: which captured artifacts are kept, and the sweep that removes
 the rest with every row derived from them.
 
-What keeps a capture (``db.evidence``'s ``KEPT_REASONS``, the first that holds):
+What keeps a capture (``db.resolver.evidence``'s ``KEPT_REASONS``, the first that holds):
 
 - **within window**: it arrived less than ``GAPLESS_EVIDENCE_RETENTION_SECONDS`` ago;
 - **unfinished work**: a job of it is not ``done`` or ``skipped`` (a ``failed`` job

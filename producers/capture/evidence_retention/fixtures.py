@@ -7,7 +7,7 @@ import uuid
 
 import psycopg
 
-from db import evidence as sql
+from db.resolver import evidence as sql
 from db.unit_of_work import Transaction
 from producers.capture.exceptions import CaptureNotFound, ReasonRequired
 

@@ -12,7 +12,7 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from db import evidence as sql
+from db.resolver import evidence as sql
 from db.unit_of_work import Transaction
 
 log = logging.getLogger(__name__)

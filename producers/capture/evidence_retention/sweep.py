@@ -8,7 +8,7 @@ then the object in a transaction of its own that completes that record. So a cra
 leaves either everything, or rows gone with their object and its pending record
 still there, which the next pass finishes (deleting a missing object succeeds: an
 object missing on a later pass is fine when its rows are gone). A capture is never
-deleted while anything keeps it (``db.evidence``'s reasons, checked again under its
+deleted while anything keeps it (``db.resolver.evidence``'s reasons, checked again under its
 locks), and an object never while any capture names it.
 """
 
@@ -22,9 +22,9 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from db import evidence as sql
-from db.evidence import CaptureRef
 from db.repositories import capture_jobs
+from db.resolver import evidence as sql
+from db.resolver.evidence import CaptureRef
 from db.unit_of_work import Transaction
 from producers.capture.evidence import EvidenceStore
 from producers.capture.worker import checkpoints

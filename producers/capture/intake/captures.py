@@ -10,9 +10,9 @@ from datetime import datetime
 
 from psycopg_pool import ConnectionPool
 
-from db import evidence as evidence_sql
-from db import intake as sql
 from db.repositories import capture_jobs
+from db.resolver import evidence as evidence_sql
+from db.resolver import intake as sql
 from db.unit_of_work import Transaction
 from producers.capture import rules
 from producers.capture.evidence import EvidenceStore

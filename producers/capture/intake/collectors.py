@@ -19,7 +19,7 @@ import jwt
 import psycopg
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from db import intake as sql
+from db.resolver import intake as sql
 from producers.capture.intake.exceptions import CollectorKeysUnavailable, CollectorRegistryError
 from producers.capture.settings import IntakeSettings
 from schemas.http.exceptions import TenantScopeDenied, Unauthenticated

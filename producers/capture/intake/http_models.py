@@ -14,7 +14,7 @@ from pydantic import (
     field_validator,
 )
 
-from db.intake import ReceiptRow
+from db.resolver.intake import ReceiptRow
 from producers.capture.rules import SUPPORTED_SCHEMA_VERSIONS
 from schemas.http.fields import UtcDatetime
 

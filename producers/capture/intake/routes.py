@@ -12,7 +12,7 @@ from typing import Annotated, cast
 from fastapi import APIRouter, Depends, Header, Request, Response, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from db import intake as sql
+from db.resolver import intake as sql
 from producers.capture.exceptions import MalformedEnvelope
 from producers.capture.intake import collectors
 from producers.capture.intake.captures import CaptureSubmission, IntakeService

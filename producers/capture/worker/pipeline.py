@@ -20,16 +20,16 @@ from datetime import datetime
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
 from db.exceptions import HistoryRewound, StreamPaused
-from db.pauses import PauseWatch
 from db.repositories import capture_items as items
 from db.repositories import capture_jobs as jobs
 from db.repositories import unknown_jobs
 from db.repositories.capture_items import NewResult, ResultKey, SourceItemVersion
 from db.repositories.capture_jobs import ClaimedJob
 from db.repositories.source_bindings import BindingRow
+from db.resolver.commit_notifier import CommitNotifier
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.capture.adapters import (
     ExtractedProduct,

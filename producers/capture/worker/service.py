@@ -18,10 +18,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
 from db.objects import s3_client
-from db.pauses import PauseWatch
+from db.resolver.commit_notifier import CommitNotifier
 from producers.capture.jobs_metrics import IntakeCollector
 from producers.capture.worker.consumer import JobLoop, due_job_ids, job_consumer
 from producers.capture.worker.metrics import FailuresCollector

@@ -1,4 +1,4 @@
-"""Waking the relay after COMMIT (``db.commit_notifier``) against real PostgreSQL: a
+"""Waking the relay after COMMIT (``db.resolver.commit_notifier``) against real PostgreSQL: a
 committed Unit of Work is announced once it committed and a rolled-back one never;
 the transactions themselves carry no NOTIFY; the commits that follow a send within its
 gathering pause share the next send, which a close sends at once; a notifier whose
@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db.commit_notifier import CommitNotifier
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.resolver.commit_notifier import CommitNotifier
 from db.settings import DatabaseSettings
 from db.stream_writer import NOTIFY_CHANNEL, PendingEvent
 from db.unit_of_work import UnitOfWork

@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.exceptions import StreamFenced
-from db.fencing import Fenced, fence_older_epochs
+from db.resolver.fencing import Fenced, fence_older_epochs
 from db.settings import DatabaseSettings
 from db.stream_writer import lock_cursor
 from db.unit_of_work import UnitOfWork
@@ -173,7 +173,7 @@ def test_a_relay_batch_in_flight_finishes_first_and_nothing_old_is_published_aft
 
 
 def test_the_next_epoch_is_issued_once_with_who_and_why(clean_db: DatabaseSettings) -> None:
-    from db.epochs import issue_next
+    from db.control.epochs import issue_next
     from db.exceptions import EpochNotIssued
 
     with psycopg.connect(clean_db.control_dsn) as conn:

@@ -1,4 +1,4 @@
-"""Pausing a catalog (``db.pauses``) against real PostgreSQL and Kafka: a process's
+"""Pausing a catalog (``db.control.pauses``) against real PostgreSQL and Kafka: a process's
 watch holds the pause and acknowledges it only once the work it had started on the
 catalog ended; a paused catalog's writes are refused with nothing written, the
 relay leaves its rows unpublished, the agents leave its current-epoch events for
@@ -15,12 +15,12 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db import pauses
-from db.epochs import EpochSource, ensure_epoch
+from db.control import pauses
+from db.control.epochs import EpochSource, ensure_epoch
+from db.control.pauses import PauseWatch
 from db.exceptions import StreamPaused
-from db.outbox import published_position
-from db.pauses import PauseWatch
-from db.retention import committed_position
+from db.resolver.outbox import published_position
+from db.resolver.retention import committed_position
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import Applier

@@ -1,4 +1,4 @@
-"""A rebuild step's moves (``db.rebuilds.move``) on real PostgreSQL: only from the
+"""A rebuild step's moves (``db.product.rebuilds.move``) on real PostgreSQL: only from the
 phase and attempt the step began in, under its own claim; never away from a
 recorded swap except to ``done``; a claim another worker holds raises."""
 
@@ -9,8 +9,8 @@ import uuid
 import psycopg
 import pytest
 
-from db import rebuilds as sql
 from db.exceptions import RebuildClaimLost
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from schemas.ids import StreamId
 

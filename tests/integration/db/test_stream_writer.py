@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.exceptions import EpochChanged
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork

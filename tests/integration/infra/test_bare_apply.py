@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import psycopg
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from infra.bench.applier import BARE_TABLE_DDL, CATALOG, MessageSource, bare_apply
 from processors.applier.batch import Applier

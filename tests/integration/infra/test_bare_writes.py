@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.bench.bare_writes import (
     COMMIT,

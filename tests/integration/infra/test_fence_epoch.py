@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.cli.main import main
@@ -194,7 +194,7 @@ def test_fence_all_fences_every_catalog_once_and_a_run_asked_again_changes_nothi
 def test_a_fence_whose_rebuild_was_refused_asks_again_with_the_next_id(
     clean_db: DatabaseSettings, kafka_settings: KafkaSettings, control_topic: str
 ) -> None:
-    from db import rebuilds
+    from db.product import rebuilds
 
     pool = ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=2, open=True)
     epochs = EpochSource(clean_db.control_dsn)

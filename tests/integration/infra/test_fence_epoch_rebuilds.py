@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.product import rebuilds
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.cli.main import main

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
-from db.epochs import (
+from db.control.epochs import (
     POSITION_REUSED,
     REPORT_BEYOND_COMMITTED,
     EpochSource,

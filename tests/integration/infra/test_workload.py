@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.demo.workload import DEFINITIONS, run_workload, streams_for
 

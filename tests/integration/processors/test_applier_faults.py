@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from db import cutover
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
+from db.product import cutover
 from db.settings import DatabaseSettings
 from processors.applier.batch import DEFAULT_CONSUMER, Applier
 from processors.applier.messages import RawMessage

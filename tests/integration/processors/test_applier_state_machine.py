@@ -27,7 +27,7 @@ import psycopg
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.applier.batch import DEFAULT_CONSUMER, Applier, BatchResult
 from processors.applier.messages import RawMessage

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import psycopg
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.applier.batch import Applier
 from schemas.codec import CODEC

@@ -16,10 +16,11 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from db import cutover, pauses
-from db.epochs import EpochSource, ensure_epoch, issue_next
-from db.fencing import fence_older_epochs, settle_old_epochs
-from db.pauses import PauseWatch
+from db.control import pauses
+from db.control.epochs import EpochSource, ensure_epoch, issue_next
+from db.control.pauses import PauseWatch
+from db.product import cutover
+from db.resolver.fencing import fence_older_epochs, settle_old_epochs
 from db.settings import DatabaseSettings
 from infra.demo.workload import run_workload
 from processors.applier import deferred

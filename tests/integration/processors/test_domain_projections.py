@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import DEFAULT_CONSUMER, Applier

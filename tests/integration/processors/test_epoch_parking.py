@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import psycopg
 
-from db import cutover
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
+from db.product import cutover
 from db.settings import DatabaseSettings
 from processors.applier.batch import DEFAULT_CONSUMER, Applier
 from processors.gaps import GapCloser

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import Applier

@@ -20,8 +20,8 @@ import pytest
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource, ensure_epoch
-from db.fencing import fence_older_epochs, settle_old_epochs
+from db.control.epochs import EpochSource, ensure_epoch
+from db.resolver.fencing import fence_older_epochs, settle_old_epochs
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from processors.applier.batch import DEFAULT_CONSUMER, Applier

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from psycopg.types.json import Jsonb
 
-from db import rebuilds as sql
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from processors.agents.metrics import ProductCollector
 from processors.applier.batch import Applier

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.applier.batch import Applier
 from processors.applier.exceptions import EntryNotOpen, QuarantineRepairError

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
-from db import report_refusals
-from db.epochs import EpochSource, issue_next
-from db.fencing import fence_older_epochs
+from db.control.epochs import EpochSource, issue_next
+from db.product import report_refusals
+from db.resolver.fencing import fence_older_epochs
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.cli.main import main

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from db.epochs import (
+from db.control.epochs import (
     POSITION_REUSED,
     EpochSource,
     clear_rewound,
@@ -20,7 +20,7 @@ from db.epochs import (
     issue_next,
     rewound_now,
 )
-from db.fencing import settle_old_epochs
+from db.resolver.fencing import settle_old_epochs
 from db.settings import DatabaseSettings
 from processors.applier.batch import DEFAULT_CONSUMER, Applier
 from processors.applier.repair import Entry, list_entries, retry, skip

@@ -12,7 +12,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from db import batched_delete, rebuilds
+from db import batched_delete
+from db.product import rebuilds
 from db.settings import DatabaseSettings
 from processors.sweeps import SweepPolicy, sweep_once
 from schemas.ids import StreamId

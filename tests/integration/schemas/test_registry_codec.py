@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.processes import free_port

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.processes import Deployed, free_port

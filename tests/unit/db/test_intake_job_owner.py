@@ -71,8 +71,8 @@ def test_the_owner_is_seen_writing() -> None:
     ],
 )
 def test_a_write_from_any_other_module_is_named(source: str) -> None:
-    [problem] = violations("db/intake.py", source)
-    assert problem.startswith("db/intake.py:1: ")
+    [problem] = violations("db/resolver/intake.py", source)
+    assert problem.startswith("db/resolver/intake.py:1: ")
 
 
 @pytest.mark.parametrize(

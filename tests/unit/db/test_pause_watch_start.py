@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from db.pauses import PauseWatch
+from db.control.pauses import PauseWatch
 from infra.processes import free_port
 from tests.fixtures.waits import wait_for
 
@@ -21,7 +21,7 @@ from tests.fixtures.waits import wait_for
 def test_start_waits_for_the_control_database_instead_of_failing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="db.pauses")
+    caplog.set_level(logging.WARNING, logger="db.control.pauses")
     nobody = f"postgresql://postgres@127.0.0.1:{free_port()}/control"
     watch = PauseWatch(nobody, "relay")
     outcome: list[object] = []

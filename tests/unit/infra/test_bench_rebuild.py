@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from db.rebuilds import RebuildRow
+from db.product.rebuilds import RebuildRow
 from infra.bench import rebuild_eta
 from infra.bench.rebuild_check import CHECKS, StreamedComparison, compare_rows
 from infra.bench.rebuild_eta import EtaSample, eta_error_pct

@@ -1,7 +1,7 @@
 """superseded epochs: when the product side settled a fence
 
 ``superseded_epoch`` records, per catalog, the epoch a fence made current and when
-the product side settled it (``db.fencing.settle_old_epochs``): from then on the
+the product side settled it (``db.resolver.fencing.settle_old_epochs``): from then on the
 catalog's older epochs are history here, kept for the fenced retention period and
 then pruned. No existing row changes meaning; a fence settled before this revision
 has no record, so its old epochs stay under the live inbox pruning as before.

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from db.epochs import EpochSource, ensure_epoch
+from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.agents.events import EventsConsumer
 from processors.applier import offsets

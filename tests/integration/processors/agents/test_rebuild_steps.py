@@ -22,10 +22,10 @@ import pytest
 from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.objects import s3_client
-from db.rebuilds import RebuildRow
+from db.product import rebuilds as sql
+from db.product.rebuilds import RebuildRow
 from db.settings import DatabaseSettings
 from infra.demo.workload import run_workload
 from processors.agents.rebuilds import step_each

@@ -20,8 +20,8 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.demo.projection_check import compare
 from infra.demo.workload import run_workload
@@ -470,8 +470,8 @@ def test_after_a_fence_the_catalog_is_rebuilt_at_the_new_epoch_and_goes_on_there
     empty, the rebuild loads the accepted state into a new generation and cuts the
     new epoch's live row over to it; writes continue at epoch 2 from position 1 and
     apply into that generation; late copies of epoch 1 are ignored, audited."""
-    from db.epochs import issue_next
-    from db.fencing import fence_older_epochs, settle_old_epochs
+    from db.control.epochs import issue_next
+    from db.resolver.fencing import fence_older_epochs, settle_old_epochs
     from processors.rebuild.requests import accept
     from schemas.control import ControlCommand
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from db import rebuilds as sql
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from processors.projections import search_documents
 from processors.projections.bulk import LoadTarget

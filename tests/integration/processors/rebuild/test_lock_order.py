@@ -1,5 +1,5 @@
 """One lock order for a catalog's progress rows (issue 29, defect 9), on real
-PostgreSQL: the cutover (``db.cutover.lock_live``, then the swap) locks the live
+PostgreSQL: the cutover (``db.product.cutover.lock_live``, then the swap) locks the live
 consumer's rows of a catalog in the order the applier does (``progress.lock``: older
 epochs first).
 
@@ -17,7 +17,7 @@ import time
 
 import psycopg
 
-from db import cutover as sql
+from db.product import cutover as sql
 from db.settings import DatabaseSettings
 from processors.applier import progress
 from schemas.ids import StreamId

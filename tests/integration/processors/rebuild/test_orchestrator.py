@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.demo.workload import run_workload
 from processors.rebuild.orchestrator import Orchestrator

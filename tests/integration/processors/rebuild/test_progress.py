@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.cli.main import main
 from infra.cli.rebuild import StatusWatch, follow_rebuild

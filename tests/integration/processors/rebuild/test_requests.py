@@ -13,8 +13,8 @@ import psycopg
 from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 
-from db import rebuilds as sql
-from db.epochs import ensure_epoch
+from db.control.epochs import ensure_epoch
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.cli.main import main
 from processors.rebuild.requests import accept

@@ -14,7 +14,7 @@ import uuid
 import psycopg
 import pytest
 
-from db import rebuilds
+from db.product import rebuilds
 from db.settings import DatabaseSettings
 from processors.applier import progress, skips
 from processors.applier.exceptions import ShadowProgressLost

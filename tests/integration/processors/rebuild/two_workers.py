@@ -15,8 +15,8 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db import rebuilds as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.demo.projection_check import compare
 from infra.demo.workload import run_workload

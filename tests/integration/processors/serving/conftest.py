@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from db.epochs import ensure_epoch
+from db.control.epochs import ensure_epoch
 from db.settings import DatabaseSettings
 from processors.projections import registry
 from processors.serving.app import create_app

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 from fastapi.testclient import TestClient
 
-from db import pauses
+from db.control import pauses
 from db.settings import DatabaseSettings
 from tests.fixtures.waits import wait_for
 from tests.integration.processors.serving.conftest import CATALOG, TENANT, Catalog, auth, ok

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
-from db import exports as sql
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
+from db.resolver import exports as sql
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.demo.workload import run_workload

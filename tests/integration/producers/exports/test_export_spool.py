@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from botocore.exceptions import ClientError
 
-from db import exports as sql
-from db.exports import ExportRow
-from db.retained_events import begin_snapshot
+from db.resolver import exports as sql
+from db.resolver.exports import ExportRow
+from db.resolver.retained_events import begin_snapshot
 from db.settings import DatabaseSettings
 from infra.config import ConfigurationError, load
 from producers.exports.export import PUTS_AT_ONCE, begin, write

@@ -15,8 +15,8 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
-from db.outbox import (
+from db.control.epochs import EpochSource
+from db.resolver.outbox import (
     OutboxRow,
     StoredRow,
     mark_published,

@@ -17,7 +17,7 @@ import pytest
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.attributes.facts import DefineAttribute, DefineClass, SetAttributeValue

@@ -7,8 +7,8 @@ import uuid
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
-from db.outbox import mark_published
+from db.control.epochs import EpochSource
+from db.resolver.outbox import mark_published
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from producers.resolver.catalog_items import ItemChange

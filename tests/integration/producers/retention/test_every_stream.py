@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from db import retention as sql
+from db.resolver import retention as sql
 from db.settings import DatabaseSettings
 from producers.retention import consumers
 from producers.retention.exceptions import ConsumerNeedsRebuild, ConsumerNotFound

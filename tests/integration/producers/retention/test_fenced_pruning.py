@@ -16,9 +16,9 @@ import time
 import psycopg
 import pytest
 
-from db.epochs import ensure_epoch
+from db.control.epochs import ensure_epoch
 from db.exceptions import StreamFenced
-from db.fencing import fence_older_epochs
+from db.resolver.fencing import fence_older_epochs
 from db.settings import DatabaseSettings
 from db.stream_writer import lock_cursor
 from producers.retention import consumers, leases

@@ -21,8 +21,8 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db import retention as sql
-from db.retention import pruned_through
+from db.resolver import retention as sql
+from db.resolver.retention import pruned_through
 from db.settings import DatabaseSettings
 from db.tables import table_names
 from producers.retention import consumers, leases

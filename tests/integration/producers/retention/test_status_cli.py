@@ -9,7 +9,7 @@ import psycopg
 from click.testing import CliRunner
 from psycopg.types.json import Jsonb
 
-from db import rebuilds as sql
+from db.product import rebuilds as sql
 from db.settings import DatabaseSettings
 from infra.cli.main import main
 from producers.retention import consumers

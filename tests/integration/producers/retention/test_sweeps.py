@@ -13,8 +13,9 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from db import batched_delete, sweeps
-from db import exports as sql
+from db import batched_delete
+from db.resolver import exports as sql
+from db.resolver import sweeps
 from db.settings import DatabaseSettings
 from producers.exports.retention import ExportRetention, OrphanScan, sweep_orphans
 from producers.exports.settings import ExportSettings

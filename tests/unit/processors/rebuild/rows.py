@@ -6,7 +6,7 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from db.rebuilds import RebuildRow
+from db.product.rebuilds import RebuildRow
 from schemas.ids import StreamId
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
-from db import intake as intake_sql
 from db.repositories import capture_jobs
+from db.resolver import intake as intake_sql
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
 from producers.capture import rules

@@ -11,7 +11,7 @@ import time
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.unit_of_work import UnitOfWork
 from producers.capture.evidence import EvidenceStore
 from producers.capture.evidence_retention.sweep import SweepPolicy, sweep

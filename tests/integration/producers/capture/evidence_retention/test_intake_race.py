@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db import evidence as sql
+from db.resolver import evidence as sql
 from db.unit_of_work import Transaction
 from producers.capture.evidence import EvidenceStore
 from producers.capture.evidence_retention.sweep import SweepPolicy, delete_object, expire_capture

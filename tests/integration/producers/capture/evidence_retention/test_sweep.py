@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from db import evidence as sql
+from db.resolver import evidence as sql
 from db.unit_of_work import Transaction
 from producers.capture.evidence import EvidenceStore
 from producers.capture.evidence_retention import fixtures

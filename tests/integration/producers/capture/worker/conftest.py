@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db.epochs import EpochSource
+from db.control.epochs import EpochSource
 from db.repositories import identity as identity_rows
 from db.repositories.identity import GenerationKey
 from db.settings import DatabaseSettings

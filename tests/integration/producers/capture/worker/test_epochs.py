@@ -21,8 +21,8 @@ from typing import Any
 
 import psycopg
 
-from db.epochs import issue_next
-from db.fencing import Fenced, fence_older_epochs
+from db.control.epochs import issue_next
+from db.resolver.fencing import Fenced, fence_older_epochs
 from db.unit_of_work import UnitOfWork
 from producers.capture.adapters import Extraction
 from producers.capture.worker.outcomes import JOB_GONE

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import psycopg
 
-from db.epochs import REPORT_BEYOND_COMMITTED, clear_rewound
+from db.control.epochs import REPORT_BEYOND_COMMITTED, clear_rewound
 
 from .conftest import Harness, product
 from .test_epochs import fence, outbox

@@ -3,26 +3,26 @@ of its own.
 
 Work that every instance of a process could do, and that is wasted when several do
 it (the agents' progress reports and gap closing), runs only in the instance that
-holds the lease. The lease is ``pg_try_advisory_lock`` on a name, held for as long
+holds the leadership. Leadership is ``pg_try_advisory_lock`` on a name, held for as long
 as the holder's connection lives; nothing is written, so nothing needs cleaning up.
 
 What ends a holding:
 - the holder dies (SIGKILL included): its socket closes, PostgreSQL ends the
-  backend and the lock with it; the next instance to ask takes the lease;
+  backend and the lock with it; the next instance to ask takes the leadership;
 - PostgreSQL restarts: every connection ends; whoever asks first after it takes it;
 - the holder's network goes (no FIN ever arrives): the server's TCP keepalives,
   set short on this connection, end the backend within about
   ``KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_COUNT`` seconds; the holder
   itself finds out at its next check (which fails) and stops doing the work.
 
-A lease makes duplicate work rare, not impossible: a holder whose check passed a
+Leadership makes duplicate work rare, not impossible: a holder whose check passed a
 moment before it lost the connection may finish one pass while another instance
 starts one. The work it guards must stay correct when done twice (the applier's
 progress-row lock and the resolver's monotone progress make the agents' so); the
-lease only saves the time.
+leadership only saves the time.
 
-``Leases`` holds any number of names on one session (one lock per name): a worker's
-claims on the rebuilds it carries out, say, where a ``Lease`` per name would cost a
+``Leaderships`` holds any number of names on one session (one lock per name): a worker's
+claims on the rebuilds it carries out, say, where a ``Leadership`` per name would cost a
 connection per rebuild and worker.
 """
 
@@ -57,8 +57,8 @@ def _session(dsn: str, application_name: str) -> psycopg.Connection[tuple[object
     )
 
 
-class Lease:
-    """``held()`` answers whether this process holds the lease ``name`` now, taking it
+class Leadership:
+    """``held()`` answers whether this process leads ``name`` now, taking it
     when it is free. Safe to call from several threads."""
 
     def __init__(self, dsn: str, name: str) -> None:
@@ -78,7 +78,7 @@ class Lease:
                     return self._check()
                 except psycopg.Error as exc:
                     if self._holding:
-                        log.warning("lease %s lost: %s", self.name, exc)
+                        log.warning("leadership %s lost: %s", self.name, exc)
                     self._drop()
                     if not reused or attempt == 2:
                         return False
@@ -87,7 +87,7 @@ class Lease:
     def _check(self) -> bool:
         if self._conn is None or self._conn.closed:
             self._holding = False
-            self._conn = _session(self._dsn, f"lease:{self.name}")
+            self._conn = _session(self._dsn, f"leader:{self.name}")
         if self._holding:
             # The lock lives as long as this session: one answer proves both.
             self._conn.execute("SELECT 1").fetchone()
@@ -97,7 +97,7 @@ class Lease:
         ).fetchone()
         self._holding = bool(row and row[0])
         if self._holding:
-            log.info("lease %s taken", self.name)
+            log.info("leadership %s taken", self.name)
         return self._holding
 
     def _drop(self) -> None:
@@ -108,16 +108,16 @@ class Lease:
         self._conn = None
 
     def release(self) -> None:
-        """Give the lease up (closing the session frees the lock)."""
+        """Give the leadership up (closing the session frees the lock)."""
         with self._lock:
             self._drop()
 
 
-class Leases:
-    """Several leases on one session of its own, named ``application_name``.
+class Leaderships:
+    """Several leaderships on one session of its own, named ``application_name``.
 
     ``take(name)`` answers whether this process holds ``name`` now, taking it when it
-    is free; ``release(name)`` gives one up. When the session ends, every lease held
+    is free; ``release(name)`` gives one up. When the session ends, every leadership held
     on it ends with it: the next ``take`` asks again on a new session, where another
     instance may have taken it meanwhile. Safe to call from several threads."""
 
@@ -130,7 +130,7 @@ class Leases:
 
     def take(self, name: str) -> bool:
         with self._lock:
-            # As ``Lease.held``: a session that ended while idle is found out by using
+            # As ``Leadership.held``: a session that ended while idle is found out by using
             # it, then one more try on a new one.
             for attempt in (1, 2):
                 reused = self._conn is not None and not self._conn.closed
@@ -138,7 +138,7 @@ class Leases:
                     return self._take(name)
                 except psycopg.Error as exc:
                     if self._held:
-                        log.warning("leases %s lost: %s", sorted(self._held), exc)
+                        log.warning("leaderships %s lost: %s", sorted(self._held), exc)
                     self._drop()
                     if not reused or attempt == 2:
                         return False
@@ -157,7 +157,7 @@ class Leases:
         ).fetchone()
         if row and row[0]:
             self._held.add(name)
-            log.info("lease %s taken", name)
+            log.info("leadership %s taken", name)
             return True
         return False
 
@@ -188,6 +188,6 @@ class Leases:
         self._conn = None
 
     def close(self) -> None:
-        """Give every lease up (closing the session frees the locks)."""
+        """Give every leadership up (closing the session frees the locks)."""
         with self._lock:
             self._drop()

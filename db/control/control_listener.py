@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
-from db.pauses import PauseWatch
+from db.control.pauses import PauseWatch
 from schemas import control
 from schemas.exceptions import CodecError
 from schemas.settings import KafkaConnection, client_config

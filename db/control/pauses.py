@@ -20,7 +20,7 @@ A rebuild is not paused: it is how a restore ends.
 
 The pause is for consistency of what people see, not for safety: a write that
 raced the pause still lands in the epoch the control database names, and the fence
-(``db.fencing``) is what keeps an old epoch's history from being written or applied.
+(``db.resolver.fencing``) is what keeps an old epoch's history from being written or applied.
 
 A crash of a process leaves its acknowledgement and instance row behind; an
 instance not seen for ``LIVE_SECONDS`` is no longer waited for. A crash of the
@@ -245,7 +245,7 @@ class PauseWatch:
     started on the catalog has ended. The thread polls the control database every
     ``poll_seconds`` (the heartbeat too) and wakes early when ``notify`` is called,
     which the process's control-topic listener does on each PAUSE or RESUME
-    (``listen`` starts it and returns its stop; ``db.control_listener.listener``).
+    (``listen`` starts it and returns its stop; ``db.control.control_listener.listener``).
     """
 
     def __init__(

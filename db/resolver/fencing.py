@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from db.outbox import claim_key
+from db.resolver.outbox import claim_key
 from schemas.ids import StreamId
 
 
@@ -88,7 +88,7 @@ def settle_old_epochs(
     ``superseded``. Nothing of an old epoch is ever applied after the fence. The
     settlement is recorded once per catalog and epoch (``superseded_epoch``, the
     first time kept): the old epochs' rows are history from then on
-    (``db.inbox_pruning``)."""
+    (``db.product.inbox_pruning``)."""
     conn.execute(
         "INSERT INTO superseded_epoch (tenant_id, catalog_id, epoch) VALUES (%s, %s, %s)"
         " ON CONFLICT DO NOTHING",

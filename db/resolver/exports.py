@@ -1,7 +1,7 @@
 """Snapshot export SQL: the export rows, and the accepted state read for an export.
 
 The state is read inside the caller's ``REPEATABLE READ READ ONLY`` transaction
-(``db.retained_events.begin_snapshot``): one ``COPY (SELECT <fields> …) TO STDOUT``
+(``db.resolver.retained_events.begin_snapshot``): one ``COPY (SELECT <fields> …) TO STDOUT``
 per kind of record, each in key order, so PostgreSQL spells the records in its own
 text format (``schemas.exports`` documents them) and streams them; the caller cuts
 the lines into chunks as they come, and an export's memory does not grow with the
