@@ -61,15 +61,13 @@ def fold(events: Iterable[Envelope]) -> dict[AggregateKey, ValueState]:
 PROJECTION = TableProjection(
     aggregate=AGGREGATE,
     table="product_attribute_value",
-    id=composite_id(
-        (Column("item_id", "text"), Column("attribute_key", "text")), parse_value_id, value_id
-    ),
+    id=composite_id((Column("item_id"), Column("attribute_key")), parse_value_id, value_id),
     columns=(
-        Column("definition_version", "int8"),
-        Column("value_type", "text"),
-        Column("value", "text"),
-        Column("item_revision", "int8"),
-        Column("decision_id", "uuid"),
+        Column("definition_version"),
+        Column("value_type"),
+        Column("value"),
+        Column("item_revision"),
+        Column("decision_id"),
     ),
     row=ValueState,
     fold=fold,

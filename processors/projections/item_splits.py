@@ -67,8 +67,8 @@ PROJECTION = TableProjection(
     table="product_item_split",
     id=uuid_id("split_id"),
     columns=(
-        Column("source_item_id", "text"),
-        Column("source_revision", "int8"),
+        Column("source_item_id"),
+        Column("source_revision"),
         # One JSON array per row, stored as text[]: PostgreSQL arrays of arrays must be
         # rectangular, and splits have different numbers of successors.
         Column(
@@ -77,8 +77,8 @@ PROJECTION = TableProjection(
             encode=jsonb_list,
             select="ARRAY(SELECT jsonb_array_elements_text({}))",
         ),
-        Column("remaps", "jsonb", encode=Jsonb),
-        Column("decision_id", "uuid"),
+        Column("remaps", encode=Jsonb),
+        Column("decision_id"),
     ),
     row=SplitState,
     fold=fold,

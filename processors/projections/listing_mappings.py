@@ -55,9 +55,9 @@ PROJECTION = TableProjection(
     table="product_listing_mapping",
     id=plain_id("listing_id"),
     columns=(
-        Column("item_id", "text"),
-        Column("item_revision", "int8"),
-        Column("decision_id", "uuid"),
+        Column("item_id"),
+        Column("item_revision"),
+        Column("decision_id"),
     ),
     row=MappingState,
     fold=fold,

@@ -5,9 +5,11 @@ Every such table is keyed by ``(generation, tenant_id, catalog_id, <id columns>)
 where the id columns are what the aggregate id names (a plain id, a uuid, or the
 parts of a composite id), and ends in ``revision`` (the aggregate's), ``position``
 (the stream position of the event that wrote the row) and ``updated_at``. The
-description adds the table, the id, the other columns with their PostgreSQL types
-and the fold (events -> rows); a row is a dataclass whose fields are named after the
-columns. So a new projection is a new description, not a copy of the SQL.
+description adds the table, the id, the other columns and the fold (events -> rows);
+a row is a dataclass whose fields are named after the columns. A column's type is
+the table's (``db.tables.product``, the one description of the schema), unless its
+values are sent as another and converted by its ``select``. So a new projection is a
+new description, not a copy of the SQL or of the table.
 
 The description also gives the statement a rebuild's load copies an export chunk
 of the aggregate type with (``copy``: each of the record's fields, ``schemas.
@@ -39,7 +41,9 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
+from sqlalchemy.dialects import postgresql
 
+from db.tables.product import metadata
 from processors.projections.bulk import LoadTarget, copy_chunk, copy_statement
 from schemas.events import Envelope
 from schemas.exports import KINDS
@@ -50,13 +54,14 @@ Parts = tuple[Any, ...]
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """A column, its PostgreSQL type (its values go as one binary array of that type),
-    how a row's value becomes a parameter (``encode``, default as it is), and the SQL
-    that turns the unnested value into the stored one (``select``, with ``{}`` for the
+    """A column; the PostgreSQL type its values are sent as (they go as one binary
+    array of that type; default: the column's type in ``db.tables.product``); how a
+    row's value becomes a parameter (``encode``, default as it is); and the SQL that
+    turns the unnested value into the stored one (``select``, with ``{}`` for the
     value; default the value itself)."""
 
     name: str
-    type: str
+    type: str | None = None
     encode: Callable[[Any], object] | None = None
     select: str | None = None
 
@@ -149,8 +154,12 @@ class TableProjection:
     _changed: tuple[Column, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        key = (Column("tenant_id", "text"), Column("catalog_id", "text"), *self.id.columns)
-        whole = (*key, *self.columns, *_TAIL)
+        key = _typed(
+            self.table,
+            (Column("tenant_id", "text"), Column("catalog_id", "text"), *self.id.columns),
+        )
+        columns = _typed(self.table, self.columns)
+        whole = (*key, *columns, *_TAIL)
         _check_fields(self.row, whole)
         set_ = object.__setattr__
         set_(self, "_whole", whole)
@@ -160,7 +169,7 @@ class TableProjection:
         set_(self, "update", None)
         set_(self, "_changed", ())
         if self.partial is not None:
-            by_name = {c.name: c for c in self.columns}
+            by_name = {c.name: c for c in columns}
             unknown = [n for n in self.partial.columns if n not in by_name]
             if unknown:
                 raise ValueError(f"{self.table}: partial update of unknown columns {unknown}")
@@ -210,6 +219,27 @@ class TableProjection:
         if self.copy is None:
             raise ValueError(f"{self.table}: no export kind is {self.aggregate!r}")
         return copy_chunk(conn, self.copy, target, chunk)
+
+
+_DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
+
+
+def _typed(table: str, columns: tuple[Column, ...]) -> tuple[Column, ...]:
+    """``columns``, each with the type its values are sent as: its own if it names one,
+    else its column's in ``db.tables.product``."""
+    described = metadata.tables.get(table)
+    typed = []
+    for column in columns:
+        if column.type is None:
+            if described is None or column.name not in described.c:
+                raise ValueError(
+                    f"{table}.{column.name}: no such column in db.tables.product to take"
+                    " its type from"
+                )
+            sql_type = described.c[column.name].type.compile(dialect=_DIALECT).lower()
+            column = dataclasses.replace(column, type=sql_type)
+        typed.append(column)
+    return tuple(typed)
 
 
 def _check_fields(row: type, columns: tuple[Column, ...]) -> None:

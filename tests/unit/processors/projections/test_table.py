@@ -106,3 +106,10 @@ def test_each_export_field_is_copied_into_the_column_of_its_name_the_id_into_the
             row=_Wider,
             fold=_fold,
         )
+
+
+def test_a_column_without_a_type_takes_its_tables_and_an_unknown_one_is_refused() -> None:
+    assert [c.type for c in listing_mappings.PROJECTION.columns] == [None, None, None]
+    assert "%b::bigint[], %b::uuid[]" in listing_mappings.PROJECTION.upsert
+    with pytest.raises(ValueError, match=r"product_thing\.colour: no such column"):
+        _thing(Column("colour"))
