@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools \
-	image image-test containers-test fault-proxy
+	image image-test containers-test fault-proxy docs-picture
 
 # Offline validators of infra/deploy (the Helm chart), built once with `go install` into
 # the local state directory; a version stamp makes a second run a no-op and a new
@@ -102,6 +102,15 @@ $(CRDS)/.prometheus-operator-$(PROMETHEUS_OPERATOR_VERSION):
 	  install -m 0644 $$dir/example/prometheus-operator-crd/monitoring.coreos.com_$$kind.yaml $(CRDS)/; \
 	done
 	@touch $@
+
+# The picture of the processes, databases and topics (README), from its Graphviz source;
+# the image is committed, so only whoever changes the source needs Graphviz
+# (Debian's graphviz package).
+docs-picture: docs/architecture.svg
+
+docs/architecture.svg: docs/architecture.dot
+	@command -v dot >/dev/null || { echo "docs-picture needs Graphviz: apt-get install graphviz" >&2; exit 1; }
+	dot -Tsvg $< -o $@
 
 clean: down
 	rm -rf .local

@@ -153,3 +153,20 @@ def test_every_variable_the_docs_name_is_read() -> None:
     read = set(read_by_settings()) | READ_ELSEWHERE | in_source() | in_tests
     named = {(doc.name, v) for doc in DOCS for v in VARIABLE.findall(doc.read_text())}
     assert sorted(n for n in named if n[1] not in read) == []
+
+
+def test_the_committed_picture_is_rendered_from_its_source() -> None:
+    """Graphviz titles each node and edge of the SVG with its ids: those of the source
+    and of the image are the same (``make docs-picture`` renders it again)."""
+    source = (ROOT / "docs" / "architecture.dot").read_text()
+    source = re.sub(r"//[^\n]*|\[[^\]]*\]", "", source)
+    nodes = set(re.findall(r"^\s*(\w+)\s*;", source, re.MULTILINE)) - {"graph", "node", "edge"}
+    edges = set(re.findall(r"^\s*(\w+)\s*->\s*(\w+)\s*;", source, re.MULTILINE))
+    image = (ROOT / "docs" / "architecture.svg").read_text()
+    titles = set(re.findall(r"<title>([^<]*)</title>", image))
+    assert nodes and edges
+    drawn_edges = {tuple(t.split("&#45;&gt;")) for t in titles if "&#45;&gt;" in t}
+    assert (nodes | {n for e in edges for n in e}) == titles - {"gapless"} - {
+        t for t in titles if "&#45;&gt;" in t
+    }
+    assert drawn_edges == edges
