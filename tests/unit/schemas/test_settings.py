@@ -1,10 +1,10 @@
-"""Every setting a process reads is in the README's configuration table, and every
-variable in the table is read.
+"""Every setting a process reads is in the configuration table (``docs/configuration.md``),
+and every variable in the table is read.
 
 Imports every ``settings.py`` module of the packages, walks the subclasses of
 ``GaplessSettings`` (every settings class derives from it, which this test also
 holds) and collects each field's variables, deprecated aliases included. The
-README side is the first column of the table under "## Configuration". Variables
+documented side is the first column of the table in ``docs/configuration.md``. Variables
 read outside settings classes are listed in ``READ_ELSEWHERE``; they must be in the
 table too, and found in the packages' source.
 """
@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from schemas.settings import ENV_PREFIX, GaplessSettings
 from tests.unit.table_writes import ROOT, package_modules, relative
 
-README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 VARIABLE = re.compile(rf"\b{ENV_PREFIX}[A-Z0-9_]*[A-Z0-9]\b")
 
 READ_ELSEWHERE = {
@@ -81,12 +81,10 @@ def read_by_settings() -> dict[str, str]:
     return found
 
 
-def in_readme() -> set[str]:
-    """The variables in the first column of the README's configuration table."""
-    text = README.read_text()
-    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| ")]
-    assert len(rows) > 10, "the README has no configuration table"
+def in_docs() -> set[str]:
+    """The variables in the first column of the configuration table."""
+    rows = [line for line in CONFIGURATION.read_text().splitlines() if line.startswith("| ")]
+    assert len(rows) > 10, "docs/configuration.md has no configuration table"
     return {v for row in rows for v in VARIABLE.findall(row.split(" | ", 1)[0])}
 
 
@@ -96,12 +94,12 @@ def in_source() -> set[str]:
 
 def test_every_variable_read_is_documented_and_every_documented_one_is_read() -> None:
     read = read_by_settings()
-    documented = in_readme()
+    documented = in_docs()
     undocumented = sorted(f"{v} ({read[v]})" for v in read.keys() - documented)
     unread = sorted(documented - read.keys() - READ_ELSEWHERE)
     missing_elsewhere = sorted(READ_ELSEWHERE - documented)
     assert (undocumented, unread, missing_elsewhere) == ([], [], []), (
-        f"read but not in the README's table: {undocumented}; in the table but read by"
+        f"read but not in docs/configuration.md's table: {undocumented}; in the table but read by"
         f" no settings class nor allowed in READ_ELSEWHERE: {unread}; allowed but not in"
         f" the table: {missing_elsewhere}"
     )
@@ -109,7 +107,7 @@ def test_every_variable_read_is_documented_and_every_documented_one_is_read() ->
 
 def test_variables_outside_settings_classes_are_the_allowed_ones() -> None:
     """A variable the packages name that no settings class reads is read some other
-    way: it belongs in ``READ_ELSEWHERE`` (and so in the README)."""
+    way: it belongs in ``READ_ELSEWHERE`` (and so in docs/configuration.md)."""
     named = in_source()
     assert sorted(named - read_by_settings().keys() - READ_ELSEWHERE) == []
     assert sorted(READ_ELSEWHERE - named) == [], "allowed, but nothing names it any more"
