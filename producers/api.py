@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import psycopg
 from fastapi import FastAPI, Response
@@ -17,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
+from db.control.pauses import PauseWatch
 from db.resolver.commit_notifier import CommitNotifier
 from producers.capture.adapters import CLAIM_FIELDS
 from producers.capture.evidence import EvidenceStore
@@ -69,63 +71,22 @@ without a fence; the message names the `gapless fence-epoch` that fixes it),
 
 def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = None) -> FastAPI:
     """The resolver API; ``exports_settings`` default to the environment's."""
-    pool = ConnectionPool(
-        settings.resolver_dsn,
-        min_size=1,
-        max_size=settings.api_pool_size,
-        kwargs={"autocommit": True},
-        open=False,
-        name="resolver-api",
-    )
-    uow_pool = ConnectionPool(
-        settings.resolver_dsn,
-        min_size=1,
-        max_size=settings.api_pool_size,
-        open=False,
-        name="resolver-api-uow",
-    )
-    epochs = EpochSource(settings.control_dsn)
-    notifier = CommitNotifier(settings.resolver_dsn, "resolver-api-notifier")
-    pauses = settings.pause_watch("resolver-api")
-    exports = ExportRunner(
-        settings.resolver_dsn, settings.control_dsn, exports_settings or ExportSettings()
-    )
-    enqueuer = JobEnqueuer(
-        settings.client_config(), settings.jobs_topic, settings.enqueue_timeout_seconds
-    )
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        pool.open()
-        uow_pool.open()
-        notifier.start()
-        pauses.start()
-        try:
-            yield
-        finally:
-            pauses.stop()
-            notifier.close()
-            enqueuer.close()
-            exports.close()
-            uow_pool.close()
-            pool.close()
-            epochs.close()
-
+    backends = _Backends.build(settings, exports_settings)
     app = FastAPI(
         title="gapless resolver API",
         version="1",
         description=DESCRIPTION,
-        lifespan=lifespan,
+        lifespan=backends.lifespan,
     )
     app.state.grants = settings.grants()
     app.state.resources = Resources(
-        pool,
-        uow_pool,
-        epochs,
+        backends.pool,
+        backends.uow_pool,
+        backends.epochs,
         settings.lease_max_ttl_seconds,
         CLAIM_FIELDS,
-        pauses,
-        notifier,
+        backends.pauses,
+        backends.notifier,
         codec_for(settings),
     )
     install_error_handlers(
@@ -133,15 +94,89 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
         unavailable=(psycopg.OperationalError,),  # PoolTimeout is one
         bad_values=(psycopg.DataError,),
     )
+    _include_domain_routers(app, backends.exports)
+    _include_intake(app, settings, backends)
+    _add_operations_routes(app, _metrics_registry(backends))
+    return app
+
+
+@dataclass(frozen=True)
+class _Backends:
+    """What the process opens at start-up and closes at shutdown (``lifespan``)."""
+
+    pool: ConnectionPool
+    uow_pool: ConnectionPool
+    epochs: EpochSource
+    notifier: CommitNotifier
+    pauses: PauseWatch
+    exports: ExportRunner
+    enqueuer: JobEnqueuer
+
+    @classmethod
+    def build(cls, settings: ApiSettings, exports_settings: ExportSettings | None) -> _Backends:
+        """Every backend, none opened yet."""
+        pool = ConnectionPool(
+            settings.resolver_dsn,
+            min_size=1,
+            max_size=settings.api_pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name="resolver-api",
+        )
+        uow_pool = ConnectionPool(
+            settings.resolver_dsn,
+            min_size=1,
+            max_size=settings.api_pool_size,
+            open=False,
+            name="resolver-api-uow",
+        )
+        epochs = EpochSource(settings.control_dsn)
+        notifier = CommitNotifier(settings.resolver_dsn, "resolver-api-notifier")
+        pauses = settings.pause_watch("resolver-api")
+        exports = ExportRunner(
+            settings.resolver_dsn, settings.control_dsn, exports_settings or ExportSettings()
+        )
+        enqueuer = JobEnqueuer(
+            settings.client_config(), settings.jobs_topic, settings.enqueue_timeout_seconds
+        )
+        return cls(pool, uow_pool, epochs, notifier, pauses, exports, enqueuer)
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        self.pool.open()
+        self.uow_pool.open()
+        self.notifier.start()
+        self.pauses.start()
+        try:
+            yield
+        finally:
+            self.pauses.stop()
+            self.notifier.close()
+            self.enqueuer.close()
+            self.exports.close()
+            self.uow_pool.close()
+            self.pool.close()
+            self.epochs.close()
+
+
+def _include_domain_routers(app: FastAPI, exports: ExportRunner) -> None:
+    """Retention, exports, decisions and review cases, identity, attributes (in this
+    order: the first match of a path wins)."""
     app.include_router(retention_router)
     app.state.exports = exports
     app.include_router(exports_router)  # after retention's /v1/exports/events
     app.include_router(resolver_router)
     app.include_router(identity_router)
     app.include_router(attribute_router)
+
+
+def _include_intake(app: FastAPI, settings: ApiSettings, backends: _Backends) -> None:
+    """Capture intake: collectors' signed posts, bounded in size before they are read."""
     app.state.intake = IntakeResources(
         CollectorVerifier(settings),
-        IntakeService(pool, EvidenceStore.from_settings(settings), enqueuer, settings),
+        IntakeService(
+            backends.pool, EvidenceStore.from_settings(settings), backends.enqueuer, settings
+        ),
         settings.content_types(),
         settings.intake_max_artifact_bytes,
     )
@@ -152,10 +187,18 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     )
     app.include_router(intake_router)
 
+
+def _metrics_registry(backends: _Backends) -> CollectorRegistry:
+    """The app's own Prometheus registry: retention, intake, rewound streams."""
     registry = CollectorRegistry()
-    registry.register(RetentionCollector(pool.connection))
-    registry.register(IntakeCollector(pool.connection))
-    registry.register(RewoundCollector(epochs.rewound_now))
+    registry.register(RetentionCollector(backends.pool.connection))
+    registry.register(IntakeCollector(backends.pool.connection))
+    registry.register(RewoundCollector(backends.epochs.rewound_now))
+    return registry
+
+
+def _add_operations_routes(app: FastAPI, registry: CollectorRegistry) -> None:
+    """Liveness, readiness and metrics (unauthenticated, tagged ``operations``)."""
 
     @app.get("/healthz", tags=["operations"], response_class=Response)
     def healthz() -> Response:
@@ -177,5 +220,3 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
         """Prometheus metrics: retention positions, consumer lag, lease expiry, the
         intake job backlog, streams flagged rewound (control database)."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    return app

@@ -12,7 +12,7 @@ DEFAULT_BATCH_SIZE = 5000
 Each batch pays a fixed price (a Kafka round trip for its delivery reports, a COMMIT
 with its WAL flush, the claim and the position read); it is read ``READ_CHUNK`` rows
 at a time, each chunk sent while the next is read. A crash re-publishes at most one
-batch of a stream. docs/benchmarks.md has the measurements behind both numbers.
+batch of a stream. docs/benchmarks-log.md has the measurements behind both numbers.
 """
 READ_CHUNK = 1000
 """Rows per read of a batch: one statement, then handed to the producer at once."""

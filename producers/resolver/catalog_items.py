@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from db.repositories import catalog_items as items
 from db.repositories import identity as identity_keys
-from db.repositories.catalog_items import ItemRow, ItemWrite
-from db.stream_writer import PendingEvent
-from db.unit_of_work import UnitOfWork
+from db.repositories.catalog_items import ItemRow, ItemState, ItemWrite
+from db.stream_writer import PendingEvent, StreamWriter
+from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.attributes.class_changes import refuse_class_change
 from producers.resolver.exceptions import (
     InvalidDecision,
@@ -111,6 +111,20 @@ def record_items(
     states = items.states(tx, t, c, [ch.item_id for ch in changes])
     parent_ids = [ch.parent_item_id for ch in changes if ch.parent_item_id is not None]
     parents = items.get_many_for_share(tx, t, c, parent_ids)
+    dependencies = _check_changes(uow, t, c, changes, states, parents)
+    return _write_items(tx, writer, t, c, changes, states, dependencies, decision_id)
+
+
+def _check_changes(
+    uow: UnitOfWork,
+    t: str,
+    c: str,
+    changes: Sequence[ItemChange],
+    states: dict[str, ItemState],
+    parents: dict[str, ItemRow],
+) -> list[tuple[AggregateRef, ...]]:
+    """Step 3 of ``record_items``: check each change in order, the first failure
+    refused; returns each one's event dependencies (its parent's revision, if any)."""
     dependencies: list[tuple[AggregateRef, ...]] = []
     for change in changes:
         if (change.tenant_id, change.catalog_id) != (t, c):
@@ -134,6 +148,21 @@ def record_items(
             )
         if state is not None and state.status == "split":
             raise ItemWasSplit(f"item {change.item_id!r} was split; its successors carry it on")
+    return dependencies
+
+
+def _write_items(
+    tx: Transaction,
+    writer: StreamWriter,
+    t: str,
+    c: str,
+    changes: Sequence[ItemChange],
+    states: dict[str, ItemState],
+    dependencies: list[tuple[AggregateRef, ...]],
+    decision_id: uuid.UUID,
+) -> list[int]:
+    """Step 4 of ``record_items``: write every item's next revision naming the
+    decision and queue their events in order; returns the revisions."""
     writes = [
         ItemWrite(ch.item_id, ch.class_id, "active", ch.title, ch.parent_item_id, ch.attributes)
         for ch in changes

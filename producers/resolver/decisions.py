@@ -18,7 +18,7 @@ from db.repositories import review_cases as cases
 from db.repositories.decisions import Effect
 from db.resolver import evidence as evidence_rows
 from db.stream_writer import PendingEvent
-from db.unit_of_work import UnitOfWork
+from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.exceptions import (
     CaseNotFound,
     EvidenceExpired,
@@ -139,23 +139,54 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     no case revision, decision, fact, effect, outbox row or position is consumed.
     """
     d = decision
-    writer = uow.stream(d.tenant_id, d.catalog_id)
+    writer = uow.stream(d.tenant_id, d.catalog_id)  # 1. the cursor lock
     tx = uow.tx
+    case_revision = _advance_case(tx, d)  # 2.
+    _insert_decision(tx, d)  # 3.
+    writer.append(_recorded_event(d))  # 5. the decision's event, first
 
-    case_revision: int | None = None
-    if d.case is not None:
-        case_revision = cases.advance(
-            tx, d.tenant_id, d.catalog_id, d.case.case_id, d.case.expected_revision, "decided"
+    # 4. (and 5.) each run of facts, queuing its events as it is applied
+    scope = DecisionScope(d.tenant_id, d.catalog_id, d.decision_id)
+    for run in fact_runs(d.facts):
+        accept_run(uow, scope, run)
+
+    # 6.
+    decision_rows.insert_effects(
+        tx, d.tenant_id, d.catalog_id, d.decision_id, effects(writer.pending)
+    )
+    # 7. a deferred constraint's violation is raised as the fact's domain error
+    try:
+        envelopes = uow.commit()
+    except psycopg.errors.IntegrityError as exc:
+        error = commit_violation(exc)
+        if error is None:
+            raise
+        raise error from exc
+    return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))
+
+
+def _advance_case(tx: Transaction, d: Decision) -> int | None:
+    """Step 2 of ``record_decision``: the review case's new revision (None: no case),
+    or ``CaseNotFound`` / ``StaleRevision`` (INV-04) when the UPDATE matched no row."""
+    if d.case is None:
+        return None
+    case_revision = cases.advance(
+        tx, d.tenant_id, d.catalog_id, d.case.case_id, d.case.expected_revision, "decided"
+    )
+    if case_revision is None:
+        current = cases.get(tx, d.tenant_id, d.catalog_id, d.case.case_id)
+        if current is None:
+            raise CaseNotFound(f"no case {d.case.case_id!r} in {d.tenant_id}/{d.catalog_id}")
+        raise StaleRevision(
+            f"case {d.case.case_id!r} is at revision {current.revision}, "
+            f"the decision was made against {d.case.expected_revision}"
         )
-        if case_revision is None:
-            current = cases.get(tx, d.tenant_id, d.catalog_id, d.case.case_id)
-            if current is None:
-                raise CaseNotFound(f"no case {d.case.case_id!r} in {d.tenant_id}/{d.catalog_id}")
-            raise StaleRevision(
-                f"case {d.case.case_id!r} is at revision {current.revision}, "
-                f"the decision was made against {d.case.expected_revision}"
-            )
+    return case_revision
 
+
+def _insert_decision(tx: Transaction, d: Decision) -> None:
+    """Step 3 of ``record_decision``: hold the cited captures, check the prior
+    decisions exist, insert the immutable decision row (INV-05)."""
     # The captures cited stay until this commits: evidence retention waits for it.
     gone = evidence_rows.hold_cited(tx, d.tenant_id, _capture_ids(d.evidence))
     if gone:
@@ -180,34 +211,20 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
         case_revision=d.case.expected_revision if d.case else None,
         prior_decision_ids=d.prior_decision_ids,
     )
-    writer.append(
-        PendingEvent(
-            aggregate=AggregateRef(type=AGGREGATE, id=str(d.decision_id), revision=1),
-            payload=DecisionRecorded(
-                action=d.action,
-                actor=d.actor,
-                actor_kind=d.actor_kind,
-                rationale=d.rationale,
-                evidence=d.evidence,
-                prior_decision_ids=d.prior_decision_ids,
-                case_id=d.case.case_id if d.case else None,
-                case_revision=d.case.expected_revision if d.case else None,
-            ),
-        )
-    )
 
-    scope = DecisionScope(d.tenant_id, d.catalog_id, d.decision_id)
-    for run in fact_runs(d.facts):
-        accept_run(uow, scope, run)
 
-    decision_rows.insert_effects(
-        tx, d.tenant_id, d.catalog_id, d.decision_id, effects(writer.pending)
+def _recorded_event(d: Decision) -> PendingEvent:
+    """The decision's own event (``DecisionRecorded``), revision 1 of its aggregate."""
+    return PendingEvent(
+        aggregate=AggregateRef(type=AGGREGATE, id=str(d.decision_id), revision=1),
+        payload=DecisionRecorded(
+            action=d.action,
+            actor=d.actor,
+            actor_kind=d.actor_kind,
+            rationale=d.rationale,
+            evidence=d.evidence,
+            prior_decision_ids=d.prior_decision_ids,
+            case_id=d.case.case_id if d.case else None,
+            case_revision=d.case.expected_revision if d.case else None,
+        ),
     )
-    try:
-        envelopes = uow.commit()
-    except psycopg.errors.IntegrityError as exc:
-        error = commit_violation(exc)
-        if error is None:
-            raise
-        raise error from exc
-    return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))

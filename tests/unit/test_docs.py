@@ -23,7 +23,7 @@ from tests.unit.table_writes import ROOT
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 PACKAGES = ("schemas", "db", "producers", "processors", "infra", "tests")
-TOP_LEVEL = (*PACKAGES, "docs", "deploy", "scripts", ".ci")
+TOP_LEVEL = (*PACKAGES, "docs", ".ci")
 
 CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 FENCE = re.compile(r"^```(?:sh|bash|shell|console)?\n(.*?)^```", re.MULTILINE | re.DOTALL)

@@ -15,18 +15,24 @@ Field names (what ``list_source_fields`` answers): a Product's fields as dotted 
 statements); any other node as ``node:<Type>``; OpenGraph and ``product:`` meta tags as
 ``meta:<property>``; microdata as ``microdata:<itemprop>``; the offers part's fields as
 ``offers:<path>``; a part of any other role as ``part:<role>``.
+
+Reading the parts (HTML, JSON-LD, the offers JSON) is ``html_jsonld_parts``'; this
+module maps what they state to products and to field names, under its inventory.
 """
 
 from __future__ import annotations
 
-import codecs
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass
-from html.parser import HTMLParser
 from typing import Any, Final, Literal, TypedDict, get_args
 
 from producers.capture.adapters.base import ExtractedProduct, Extraction, RejectedItem
+from producers.capture.adapters.html_jsonld_parts import (
+    OFFERS_ROLE,
+    Node,
+    Page,
+    offers_body,
+    offers_by_sku,
+    read_page,
+)
 from producers.capture.adapters.inventory import (
     Disposition,
     PendingInventory,
@@ -40,7 +46,6 @@ from producers.capture.adapters.normalize import (
     currency,
     gtin,
     leaf_paths,
-    pointer,
     price,
     required_text,
     text,
@@ -52,7 +57,6 @@ from producers.capture.exceptions import (
     DuplicateItem,
     InvalidField,
     ItemProblem,
-    MalformedCapture,
     MissingField,
     MultipleOffers,
     NoProducts,
@@ -67,7 +71,6 @@ from producers.capture.raw import (
 )
 
 NAME: Final = "html-jsonld"
-OFFERS_ROLE: Final = "offers"
 _DOCUMENT_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
 _JSONLD_SYNTAX: Final = frozenset({"@context", "@type"})
 _GTIN_FIELDS: Final = ("gtin", "gtin8", "gtin12", "gtin13", "gtin14")
@@ -299,148 +302,12 @@ DISPOSITIONS: Final[HtmlJsonLdDispositions] = {
 INVENTORY: Final = inventory(FIELDS, DISPOSITIONS)
 
 
-class _PageReader(HTMLParser):
-    """Collects JSON-LD blocks, OpenGraph/product meta properties and microdata
-    item properties of an HTML page."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.blocks: list[str] = []
-        self.meta: set[str] = set()
-        self.itemprops: set[str] = set()
-        self._block: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {name: value or "" for name, value in attrs}
-        if "itemprop" in values and values["itemprop"].strip():
-            self.itemprops.update(values["itemprop"].split())
-        if tag == "script" and media_essence(values.get("type", "")) == "application/ld+json":
-            self._block = []
-        elif tag == "meta" and values.get("content", "").strip():
-            key = (values.get("property") or values.get("name") or "").strip().lower()
-            if key.startswith(("og:", "product:")):
-                self.meta.add(key)
-
-    def handle_data(self, data: str) -> None:
-        if self._block is not None:
-            self._block.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "script" and self._block is not None:
-            self.blocks.append("".join(self._block))
-            self._block = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Node:
-    locator: str
-    value: dict[str, Any]
-
-    @property
-    def types(self) -> tuple[str, ...]:
-        declared = self.value.get("@type")
-        names = declared if isinstance(declared, list) else [declared]
-        return tuple(_short_type(n) for n in names if isinstance(n, str) and n.strip())
-
-    @property
-    def is_product(self) -> bool:
-        return "Product" in self.types
-
-
-def _short_type(name: str) -> str:
-    for prefix in ("https://schema.org/", "http://schema.org/", "schema:"):
-        if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
-
-
-@dataclass(frozen=True, slots=True)
-class _Page:
-    nodes: tuple[_Node, ...]
-    meta: frozenset[str]
-    itemprops: frozenset[str]
-
-
-def _read_page(part: RawPart) -> _Page:
+def _read_page(part: RawPart) -> Page:
+    """The page the ``document`` part holds, refused unless it is an HTML document."""
     essence = media_essence(part.content_type)
     if essence not in _DOCUMENT_TYPES:
         raise UnsupportedContent(f"{NAME} reads HTML documents, not {essence!r}")
-    html = _decode(part)
-    reader = _PageReader()
-    reader.feed(html)
-    reader.close()
-    nodes: list[_Node] = []
-    for index, block in enumerate(reader.blocks):
-        try:
-            data = json.loads(block)
-        except (ValueError, RecursionError) as exc:
-            raise MalformedCapture(f"JSON-LD block {index} of the page is not JSON: {exc}") from exc
-        nodes.extend(_nodes(data, f"{DOCUMENT_ROLE}#script[{index}]"))
-    return _Page(tuple(nodes), frozenset(reader.meta), frozenset(reader.itemprops))
-
-
-def _decode(part: RawPart) -> str:
-    charset = "utf-8"
-    for param in part.content_type.split(";")[1:]:
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "charset" and value.strip():
-            charset = value.strip().strip('"').lower()
-    try:
-        encoding = codecs.lookup(charset).name
-        return part.body.decode("utf-8-sig" if encoding == "utf-8" else encoding)
-    except (LookupError, UnicodeDecodeError) as exc:
-        raise MalformedCapture(f"the page does not decode as {charset}: {exc}") from exc
-
-
-def _nodes(data: Any, locator: str) -> Iterator[_Node]:
-    """Top-level nodes of one JSON-LD block: the node itself, each node of a list or of
-    ``@graph``, and a node's ``mainEntity``; a bare ``{"@id"}`` reference is skipped."""
-    if isinstance(data, list):
-        for index, item in enumerate(data):
-            yield from _nodes(item, f"{locator}{pointer(index)}")
-    elif isinstance(data, dict):
-        graph = data.get("@graph")
-        if isinstance(graph, list):
-            for index, item in enumerate(graph):
-                yield from _nodes(item, f"{locator}{pointer('@graph', index)}")
-            return
-        if set(data) == {"@id"}:
-            return  # a reference to a node stated elsewhere, not a node
-        node = _Node(locator, data)
-        yield node
-        entity = data.get("mainEntity")
-        if not node.is_product and isinstance(entity, dict | list):
-            yield from _nodes(entity, f"{locator}{pointer('mainEntity')}")
-    else:
-        raise MalformedCapture(f"{locator}: a JSON-LD node is an object, not {type(data).__name__}")
-
-
-def _live_offers(envelope: RawEnvelope) -> dict[str, list[dict[str, Any]]]:
-    """The offers part's entries by sku; empty when the capture has no offers part."""
-    part = envelope.get(OFFERS_ROLE)
-    if part is None:
-        return {}
-    body = _offers_body(part)
-    by_sku: dict[str, list[dict[str, Any]]] = {}
-    for index, item in enumerate(body["items"]):
-        if not isinstance(item, dict):
-            raise MalformedCapture(f"offers item {index} is not an object")
-        sku = item.get("sku")
-        if isinstance(sku, str) and sku.strip():
-            by_sku.setdefault(sku.strip(), []).append(item)
-    return by_sku
-
-
-def _offers_body(part: RawPart) -> dict[str, Any]:
-    if media_essence(part.content_type) != "application/json":
-        raise UnsupportedContent(f"the offers part is application/json, not {part.content_type!r}")
-    try:
-        body = json.loads(part.body)
-    except (ValueError, RecursionError) as exc:
-        raise MalformedCapture(f"the offers part is not JSON: {exc}") from exc
-    if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-        raise MalformedCapture("the offers part is an object with an items list")
-    return body
+    return read_page(part)
 
 
 def _one(value: Any, name: str) -> dict[str, Any]:
@@ -475,7 +342,7 @@ def _gtin(node: dict[str, Any]) -> str | None:
     return distinct.pop() if distinct else None
 
 
-def _product(node: _Node, live_offers: dict[str, list[dict[str, Any]]]) -> ExtractedProduct:
+def _product(node: Node, live_offers: dict[str, list[dict[str, Any]]]) -> ExtractedProduct:
     item = node.value
     name = required_text(item.get("name"), "name")
     sku = text(item.get("sku"), "sku")
@@ -549,7 +416,7 @@ class HtmlJsonLdAdapter:
 
     def parse(self, envelope: RawEnvelope) -> Extraction:
         page = _read_page(envelope.part(DOCUMENT_ROLE))
-        live_offers = _live_offers(envelope)
+        live_offers = offers_by_sku(envelope)
         candidates = [node for node in page.nodes if node.is_product]
         if not candidates:
             raise NoProducts("the page states no schema.org Product in JSON-LD")
@@ -582,7 +449,7 @@ class HtmlJsonLdAdapter:
         stated.update(f"microdata:{prop}" for prop in page.itemprops)
         for role in envelope.roles:
             if role == OFFERS_ROLE:
-                body = _offers_body(envelope.part(role))
+                body = offers_body(envelope.part(role))
                 stated.update(f"{role}:{path}" for path in leaf_paths(body))
             elif role != DOCUMENT_ROLE:
                 stated.add(f"part:{role}")

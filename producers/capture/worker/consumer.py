@@ -27,7 +27,7 @@ from psycopg_pool import ConnectionPool
 from db.repositories import capture_jobs as jobs
 from db.unit_of_work import Transaction
 from producers.capture.worker import metrics
-from producers.capture.worker.pipeline import RunReport
+from producers.capture.worker.runs import RunReport
 from schemas.exceptions import CodecError
 from schemas.jobs import JobMessage
 from schemas.logs import event_fields

@@ -4,7 +4,8 @@ A run never holds a database transaction across the object store or the parser.
 Each product is settled in a transaction of its own that also moves the job's
 checkpoint by one (compare-and-set), so the checkpoint and the products' outcomes
 are always committed together; see ``CaptureWorker.run`` for the steps and what a
-crash between them leaves behind.
+crash between them leaves behind. The products' transactions are ``settling``'s; the
+run's state and report are ``runs``'.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
@@ -26,20 +26,17 @@ from db.exceptions import HistoryRewound, StreamPaused
 from db.repositories import capture_items as items
 from db.repositories import capture_jobs as jobs
 from db.repositories import unknown_jobs
-from db.repositories.capture_items import NewResult, ResultKey, SourceItemVersion
 from db.repositories.capture_jobs import ClaimedJob
-from db.repositories.source_bindings import BindingRow
 from db.resolver.commit_notifier import CommitNotifier
-from db.unit_of_work import Transaction, UnitOfWork
+from db.unit_of_work import Transaction
 from producers.capture.adapters import (
-    ExtractedProduct,
     Extraction,
     RejectedItem,
     adapter_named,
     reparse_stored_raw,
 )
 from producers.capture.worker import checkpoints, metrics, sources
-from producers.capture.worker.checkpoints import CheckpointLost, CheckpointRef
+from producers.capture.worker.checkpoints import CheckpointLost
 from producers.capture.worker.objects import EvidenceReader
 from producers.capture.worker.outcomes import (
     JOB_GONE,
@@ -49,12 +46,11 @@ from producers.capture.worker.outcomes import (
     sanitize,
 )
 from producers.capture.worker.replays import REPLAY_KINDS
-from producers.capture.worker.resolution import ItemWork, Resolve
+from producers.capture.worker.resolution import Resolve
 from producers.capture.worker.retries import RetryPolicy
-from producers.resolver.decisions import record_decision
-from producers.resolver.review_cases import open_case
+from producers.capture.worker.runs import Run, RunReport
+from producers.capture.worker.settling import Settler
 from schemas.codec import EventCodec
-from schemas.events import Envelope
 from schemas.jobs import CAPTURE_JOB, JobMessage
 from schemas.logs import event_fields
 
@@ -76,96 +72,9 @@ def parse_capture(adapter: str, artifact: bytes, content_type: str, source_url: 
     return extraction
 
 
-def claims_of(product: ExtractedProduct) -> list[tuple[str, str, str]]:
-    """Every field the product states, as (field, value, locator) claims."""
-    found = [
-        ("class_id", product.class_id, product.locator),
-        ("title", product.title, product.locator),
-    ]
-    for prefix, values in (
-        ("identifiers", product.identifiers),
-        ("attributes", product.attributes),
-        ("offer", product.offer),
-    ):
-        found.extend((f"{prefix}.{name}", value, product.locator) for name, value in values.items())
-    return found
-
-
-@dataclass
-class RunReport:
-    """How one run ended: ``done``, ``retrying``, ``failed`` (the job's new status),
-    ``not_claimed`` (finished, under another live claim, or not due), ``stale``
-    (another run moved the checkpoint first), ``paused`` (its catalog is paused: the
-    job is ``retrying`` and counts no attempt), ``claim_lost``, ``aborted``, or
-    ``unknown_job`` (the database holds no row of the job: ``JOB_GONE``)."""
-
-    job_id: uuid.UUID
-    result: str
-    outcomes: dict[str, int] = field(default_factory=dict)
-    checkpoint: int | None = None
-    error_code: str | None = None
-
-    def count(self, outcome: str) -> None:
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-        metrics.ITEMS.labels(outcome).inc()
-
-
 class ClaimLost(Exception):
     """This worker's claim on the job ran out and another run claimed it (or an
     operator acted on it): the run stops writing."""
-
-
-class _ItemUnit(UnitOfWork):
-    """A Unit of Work whose commit first moves the job's checkpoint (when given a
-    move), so a product's outcome and the checkpoint past it commit together."""
-
-    def __init__(
-        self,
-        pool: ConnectionPool,
-        epochs: EpochSource,
-        codec: EventCodec,
-        move: Callable[[Transaction], None] | None,
-        pauses: PauseWatch | None = None,
-        notifier: CommitNotifier | None = None,
-    ) -> None:
-        super().__init__(pool, epochs, codec, pauses, notifier)
-        self._move = move
-
-    def commit(self) -> list[Envelope]:
-        if self._move is not None:
-            self._move(self.tx)
-        return super().commit()
-
-
-@dataclass
-class _Run:
-    job: ClaimedJob
-    binding: BindingRow
-    adapter: str
-    parser_version: int
-    products: Sequence[ExtractedProduct]
-    report: RunReport
-    renewed_at: float
-
-    @property
-    def ref(self) -> CheckpointRef:
-        return CheckpointRef(self.job.tenant_id, self.job.job_id, self.parser_version)
-
-    def new_result(
-        self, index: int | None, source_item_id: str, fingerprint: str, locator: str
-    ) -> NewResult:
-        j = self.job
-        return NewResult(
-            key=ResultKey(j.tenant_id, j.capture_id, source_item_id, self.parser_version),
-            job_id=j.job_id,
-            source=j.source,
-            catalog_id=self.binding.catalog_id,
-            adapter=self.adapter,
-            item_index=index,
-            schema_version=j.schema_version,
-            fingerprint=fingerprint,
-            locator=locator,
-        )
 
 
 class CaptureWorker:
@@ -192,17 +101,13 @@ class CaptureWorker:
         notifier: CommitNotifier | None = None,
     ) -> None:
         self._pool = pool  # autocommit connections for the short job transactions
-        self._notifier = notifier
-        self._pauses = pauses
-        self._uow_pool = uow_pool
-        self._epochs = epochs
-        self._codec = codec
         self._reader = reader
         self._parse = parse
-        self._resolve = resolve
+        self._settler = Settler(
+            uow_pool, epochs, codec, resolve, item_retries, pauses=pauses, notifier=notifier
+        )
         self.owner = owner
         self._claim_seconds = claim_seconds
-        self._item_retries = item_retries
         self._job_retries = job_retries
 
     @contextmanager
@@ -223,7 +128,8 @@ class CaptureWorker:
         4. Load the checkpoint: every product before it is settled or has a durable
            retry record.
         5. Settle the due retries before the checkpoint, then every product from
-           the checkpoint on, each in one transaction with the checkpoint's move.
+           the checkpoint on, each in one transaction with the checkpoint's move
+           (``Settler.settle``).
         6. End the run: ``retrying`` at the earliest product retry, ``failed`` when
            products ran out of retries, ``done`` otherwise.
         A crash anywhere leaves the job ``running`` under a claim that expires; the
@@ -327,7 +233,7 @@ class CaptureWorker:
         except Exception as exc:  # every failure before the products is the job's
             self._fail_job(job, report, classify(exc))
             return
-        run = _Run(
+        run = Run(
             job,
             binding,
             extraction.adapter,
@@ -348,11 +254,11 @@ class CaptureWorker:
             for row in retries:
                 if (index := where.get(row.source_item_id)) is not None:
                     self._renew_if_old(run)
-                    self._settle(run, index, None)
+                    self._settler.settle(run, index, None)
             for index in range(start, len(run.products)):
                 self._renew_if_old(run)
                 try:
-                    self._settle(run, index, (held, index + 1))
+                    self._settler.settle(run, index, (held, index + 1))
                 except CheckpointLost as lost:
                     # Another run got further first: never write over its progress.
                     report.checkpoint = lost.winner
@@ -384,7 +290,7 @@ class CaptureWorker:
             if not jobs.renew(tx, job.job_id, self.owner, self._claim_seconds):
                 raise ClaimLost(str(job.job_id))
 
-    def _renew_if_old(self, run: _Run) -> None:
+    def _renew_if_old(self, run: Run) -> None:
         if time.monotonic() - run.renewed_at > self._claim_seconds / 4:
             self._renew(run.job)
             run.renewed_at = time.monotonic()
@@ -439,7 +345,7 @@ class CaptureWorker:
             extra=event_fields(job_id=job.job_id),
         )
 
-    def _end(self, run: _Run) -> None:
+    def _end(self, run: Run) -> None:
         with self._short() as tx:
             standing = items.outcomes(tx, run.job.job_id, run.parser_version)
         report = run.report
@@ -459,9 +365,9 @@ class CaptureWorker:
             report.result = "done"
             self._finish(run.job, "done")
 
-    # --- products -----------------------------------------------------------------
+    # --- products (their settling is ``settling.Settler``'s) ------------------------
 
-    def _record_rejections(self, run: _Run, rejected: Sequence[RejectedItem]) -> None:
+    def _record_rejections(self, run: Run, rejected: Sequence[RejectedItem]) -> None:
         """The adapter's refused products, as terminal ``rejected`` results keyed by
         their locator (they have no usable source item id). Idempotent."""
         if not rejected:
@@ -471,187 +377,3 @@ class CaptureWorker:
                 new = run.new_result(None, f"@{r.locator}", "", r.locator)
                 if items.insert_rejected(tx, new, r.code, sanitize(r.message)):
                     run.report.count("rejected")
-
-    def _unit(self, run: _Run, move: tuple[int, int] | None) -> _ItemUnit:
-        def advance(tx: Transaction) -> None:
-            assert move is not None
-            checkpoints.advance(tx, run.ref, *move)
-
-        return _ItemUnit(
-            self._uow_pool,
-            self._epochs,
-            self._codec,
-            advance if move else None,
-            self._pauses,
-            self._notifier,
-        )
-
-    def _settle(self, run: _Run, index: int, move: tuple[int, int] | None) -> None:
-        """Give product ``index`` an outcome, moving the checkpoint by ``move`` in the
-        same transaction. A failure rolls the attempt back, then a second
-        transaction records it (with the move): ``rejected`` for a domain refusal,
-        ``retryable`` or, the budget spent, ``failed`` otherwise. When even that
-        cannot be written, the run aborts with the checkpoint where it was."""
-        product = run.products[index]
-        new = run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
-        try:
-            outcome = self._attempt(run, new, product, move)
-        except (CheckpointLost, StreamPaused, HistoryRewound):
-            raise
-        except Exception as exc:
-            failure = classify(exc)
-            log.info(
-                "product %s of job %s failed: %s %s",
-                product.source_item_id,
-                run.job.job_id,
-                failure.code,
-                failure.message,
-            )
-            try:
-                outcome = self._record_failure(run, new, move, failure)
-            except CheckpointLost:
-                raise
-            except Exception as again:
-                raise RunAborted(
-                    f"the outcome of {product.source_item_id!r} could not be recorded:"
-                    f" {classify(again).message}"
-                ) from again
-        if outcome is not None:
-            run.report.count(outcome)
-
-    def _attempt(
-        self, run: _Run, new: NewResult, product: ExtractedProduct, move: tuple[int, int] | None
-    ) -> str | None:
-        """Settle one product in one transaction; returns its outcome (None: nothing
-        was left to do).
-
-        1. lock the result row (created if new); a settled or failed result, or a
-           retry not yet due, skips to 7;
-        2. lock the stream's cursor (through the Unit of Work, before any exported
-           state is read; the decision, if any, is written under it);
-        3. newer work on the source item already applied: ``superseded``, skip to 7;
-        4. resolve the product (identity in the pinned generation) into a plan;
-        5. write its claims, its outcome and the source item's newest version;
-        6. record the decision (``record_decision``) or open the review case;
-        7. move the checkpoint (compare-and-set), write the outbox rows, COMMIT.
-        A crash or error anywhere before COMMIT leaves nothing of it: no outcome, no
-        decision, no event, no checkpoint move. Lock order is the result row, the
-        cursor, then what the facts lock; every writer of a result keeps it.
-        """
-        job = run.job
-        with self._unit(run, move) as uow:
-            locked = items.lock(uow.tx, new)
-            if not locked.workable:
-                uow.commit()  # settled, failed, or a retry not due: only the checkpoint moves
-                return None
-            uow.stream(job.tenant_id, run.binding.catalog_id)
-            work = ItemWork(
-                key=new.key,
-                tenant_id=job.tenant_id,
-                catalog_id=run.binding.catalog_id,
-                source=job.source,
-                capture_id=job.capture_id,
-                captured_at=job.captured_at,
-                arrived_at=job.created_at,
-                product=product,
-            )
-            tx = uow.tx
-            newest = items.source_item(tx, job.tenant_id, job.source, product.source_item_id)
-            if newest is not None and _newer(newest, run):
-                items.save_claims(tx, new.key, claims_of(product))
-                items.settle(tx, new.key, "superseded", item_id=newest.item_id)
-                uow.commit()
-                return "superseded"
-            plan = self._resolve(uow, work)
-            items.save_claims(tx, new.key, claims_of(product))
-            items.settle(
-                tx,
-                new.key,
-                plan.outcome,
-                item_id=plan.item_id,
-                decision_id=plan.decision.decision_id if plan.decision else None,
-                case_id=work.case_id if plan.case else None,
-                error_code=plan.case.code if plan.case else None,
-                error=sanitize(plan.case.reason) if plan.case else None,
-            )
-            # Under the cursor lock this always succeeds; the compare-and-set is the guard.
-            if plan.item_id is not None and not items.advance_source_item(
-                tx, self._version(run, work, plan.item_id)
-            ):
-                raise RuntimeError("newer work on the source item was applied meanwhile")
-            if plan.decision is not None:
-                record_decision(uow, plan.decision)
-            else:
-                if plan.case is not None:
-                    open_case(
-                        uow,
-                        job.tenant_id,
-                        run.binding.catalog_id,
-                        work.case_id,
-                        plan.case.subject_type,
-                        plan.case.subject_id,
-                    )
-                uow.commit()
-            return plan.outcome
-
-    def _record_failure(
-        self, run: _Run, new: NewResult, move: tuple[int, int] | None, failure: Classified
-    ) -> str | None:
-        """Record a failed attempt in a transaction of its own.
-
-        1. lock the result row (created again if the attempt's creation rolled back);
-           if someone settled it meanwhile, skip to 3;
-        2. a terminal failure makes it ``rejected``; a retryable one counts an attempt
-           and schedules the next after a jittered backoff, or, the budget spent,
-           makes it ``failed``;
-        3. move the checkpoint past it and COMMIT: a durable retry record is enough
-           for the checkpoint to pass. A crash before COMMIT leaves the checkpoint
-           where it was, and the product is attempted again.
-        """
-        with self._unit(run, move) as uow:
-            locked = items.lock(uow.tx, new)
-            if not locked.workable:
-                uow.commit()  # settled by someone else meanwhile
-                return None
-            if not failure.retryable:
-                items.settle(
-                    uow.tx, new.key, "rejected", error_code=failure.code, error=failure.message
-                )
-                outcome = "rejected"
-            else:
-                delay = self._item_retries.delay_after(locked.row.attempts + 1)
-                items.record_failure(uow.tx, new.key, failure.code, failure.message, delay)
-                outcome = "retryable" if delay is not None else "failed"
-            uow.commit()
-            return outcome
-
-    def _version(self, run: _Run, work: ItemWork, item_id: str) -> SourceItemVersion:
-        return SourceItemVersion(
-            tenant_id=work.tenant_id,
-            source=work.source,
-            source_item_id=work.product.source_item_id,
-            catalog_id=work.catalog_id,
-            captured_at=work.captured_at,
-            capture_created_at=work.arrived_at,
-            capture_id=work.capture_id,
-            parser_version=run.parser_version,
-            schema_version=run.job.schema_version,
-            fingerprint=work.product.fingerprint,
-            item_id=item_id,
-        )
-
-
-def _newer(newest: SourceItemVersion, run: _Run) -> bool:
-    """Whether the applied result ``newest`` is newer than this run's would be."""
-    j = run.job
-    return (
-        newest.captured_at,
-        newest.capture_created_at,
-        newest.capture_id.bytes,
-        newest.parser_version,
-    ) > (
-        j.captured_at,
-        j.created_at,
-        j.capture_id.bytes,
-        run.parser_version,
-    )

@@ -3,8 +3,9 @@ review case.
 
 ``identify`` answers which catalog item the product is (an existing one, a new one
 with the facts that give it its identity, or no automatic answer, with the reason);
-``plan`` turns that into the decision's facts. Both only read: the pipeline writes
-the plan, in the product's Unit of Work, after the stream's cursor lock is taken.
+``plan`` turns that into the decision's facts. Both only read: settling writes the
+plan (``producers.capture.worker.settling``), in the product's Unit of Work, after the
+stream's cursor lock is taken.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class Plan:
 
 
 # Resolve one product into a plan. Runs inside the product's Unit of Work after the
-# stream's cursor lock is taken; reads only (the pipeline writes).
+# stream's cursor lock is taken; reads only (settling writes).
 Resolve = Callable[[UnitOfWork, ItemWork], Plan]
 
 

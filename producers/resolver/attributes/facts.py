@@ -29,7 +29,7 @@ from db.repositories.attributes import DefinitionRow, ValueWrite
 from db.repositories.catalog_items import ItemRow
 from db.stream_writer import PendingEvent
 from db.tables.attributes import VALUE_TYPES
-from db.unit_of_work import UnitOfWork
+from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.attributes.rules import (
     KEY,
     MAX_ID,
@@ -310,9 +310,38 @@ def set_attribute_values(
     writer = uow.stream(scope.tenant_id, scope.catalog_id)
     tx = uow.tx
     t, c = scope.tenant_id, scope.catalog_id
-    where = f"{t}/{c}"
     definitions = rows.get_definitions(tx, t, c, [(f.attribute_key, f.version) for f in facts])
     found = items.get_many_for_share(tx, t, c, [f.item_id for f in facts])
+    checked = _check_values(tx, t, c, facts, definitions, found)
+    revisions = rows.save_values(
+        tx,
+        t,
+        c,
+        [
+            ValueWrite(f.item_id, f.attribute_key, f.version, value, item.revision)
+            for f, _, item, value in checked
+        ],
+        scope.decision_id,
+    )
+    saved: list[int] = []
+    for fact, definition, item, value in checked:
+        revision = revisions[(fact.item_id, fact.attribute_key)]
+        saved.append(revision)
+        writer.append(_value_set_event(fact, definition, item, value, revision, scope))
+    return saved
+
+
+def _check_values(
+    tx: Transaction,
+    t: str,
+    c: str,
+    facts: Sequence[SetAttributeValue],
+    definitions: dict[tuple[str, int], DefinitionRow],
+    found: dict[str, ItemRow],
+) -> list[tuple[SetAttributeValue, DefinitionRow, ItemRow, str]]:
+    """Step 4 of ``set_attribute_values``: check each fact in order, the first failure
+    refused; returns each with its definition, its item and its canonical value."""
+    where = f"{t}/{c}"
     lineages: dict[str, list[str]] = {}
     checked: list[tuple[SetAttributeValue, DefinitionRow, ItemRow, str]] = []
     for fact in facts:
@@ -337,45 +366,41 @@ def set_attribute_values(
             )
         value = canonical_value(definition.value_type, definition.allowed_values, fact.value)
         checked.append((fact, definition, item, value))
-    revisions = rows.save_values(
-        tx,
-        t,
-        c,
-        [
-            ValueWrite(f.item_id, f.attribute_key, f.version, value, item.revision)
-            for f, _, item, value in checked
-        ],
-        scope.decision_id,
+    return checked
+
+
+def _value_set_event(
+    fact: SetAttributeValue,
+    definition: DefinitionRow,
+    item: ItemRow,
+    value: str,
+    revision: int,
+    scope: DecisionScope,
+) -> PendingEvent:
+    """A value's event, depending on the item revision it saw and on the published
+    definition revision."""
+    return PendingEvent(
+        aggregate=AggregateRef(
+            type=VALUE, id=value_id(fact.item_id, fact.attribute_key), revision=revision
+        ),
+        dependencies=(
+            AggregateRef(type=ITEM, id=item.item_id, revision=item.revision),
+            AggregateRef(
+                type=DEFINITION,
+                id=definition_id(fact.attribute_key, fact.version),
+                revision=definition.revision,
+            ),
+        ),
+        payload=AttributeValueSet(
+            item_id=fact.item_id,
+            item_revision=item.revision,
+            attribute_key=fact.attribute_key,
+            definition_version=fact.version,
+            value_type=definition.value_type,
+            value=value,
+            decision_id=scope.decision_id,
+        ),
     )
-    saved: list[int] = []
-    for fact, definition, item, value in checked:
-        revision = revisions[(fact.item_id, fact.attribute_key)]
-        saved.append(revision)
-        writer.append(
-            PendingEvent(
-                aggregate=AggregateRef(
-                    type=VALUE, id=value_id(fact.item_id, fact.attribute_key), revision=revision
-                ),
-                dependencies=(
-                    AggregateRef(type=ITEM, id=item.item_id, revision=item.revision),
-                    AggregateRef(
-                        type=DEFINITION,
-                        id=definition_id(fact.attribute_key, fact.version),
-                        revision=definition.revision,
-                    ),
-                ),
-                payload=AttributeValueSet(
-                    item_id=fact.item_id,
-                    item_revision=item.revision,
-                    attribute_key=fact.attribute_key,
-                    definition_version=fact.version,
-                    value_type=definition.value_type,
-                    value=value,
-                    decision_id=scope.decision_id,
-                ),
-            )
-        )
-    return saved
 
 
 def _defined_event(definition: DefinitionRow) -> PendingEvent:
