@@ -42,9 +42,10 @@ from db.control.epochs import FIRST_EPOCH
 from db.control.pauses import PauseWatch
 from db.product.inbox_pruning import superseded_catalogs
 from processors.applier import deferred
-from processors.applier.batch import Applier, BatchResult
+from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from processors.applier.progress import Stream
+from processors.applier.tallies import BatchResult
 from processors.exceptions import ResolverUnavailable, RetainedEventsGone
 from processors.reporter import NEEDS_REBUILD
 from processors.resolver_client import ResolverClient

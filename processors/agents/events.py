@@ -54,8 +54,9 @@ from prometheus_client import Counter, Gauge
 
 from db.control.epochs import EpochSource
 from db.control.pauses import PauseWatch
-from processors.applier.batch import Applier, BatchResult
+from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
+from processors.applier.tallies import BatchResult
 from processors.live_first import NO_LIVE_WORK, LiveFirst
 from processors.settings import AgentSettings
 from schemas.backoff import Reconnect

@@ -106,25 +106,26 @@ async def carry_out(
             await asyncio.sleep(retry_seconds)
 
 
-def register(
-    app: Any, settings: AgentSettings, client: ResolverClient, live_first: LiveFirst = NO_LIVE_WORK
-) -> None:
-    topic = app.topic(
-        settings.control_topic,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-    )
-    epochs = EpochSource(settings.control_dsn)
+def _export_fetcher(settings: AgentSettings) -> Callable[[str], bytes]:
+    """Reads an export's object by its key (the orchestrator's ``fetch``)."""
     s3 = s3_client(settings)
 
     def fetch(key: str) -> bytes:
         body: bytes = s3.get_object(Bucket=settings.exports_bucket, Key=key)["Body"].read()
         return body
 
-    status = StatusPublisher(settings.client_config(), settings.rebuild_status_topic)
-    orchestrator = Orchestrator(
+    return fetch
+
+
+def _orchestrator(
+    settings: AgentSettings,
+    client: ResolverClient,
+    fetch: Callable[[str], bytes],
+    status: StatusPublisher,
+    live_first: LiveFirst,
+) -> Orchestrator:
+    """This worker's orchestrator of rebuilds, as the settings configure it."""
+    return Orchestrator(
         settings.product_dsn,
         client,
         fetch,
@@ -141,6 +142,22 @@ def register(
         on_change=status.row_changed,
         yield_to_live=live_first.yield_to_live,
     )
+
+
+def register(
+    app: Any, settings: AgentSettings, client: ResolverClient, live_first: LiveFirst = NO_LIVE_WORK
+) -> None:
+    topic = app.topic(
+        settings.control_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    epochs = EpochSource(settings.control_dsn)
+    fetch = _export_fetcher(settings)
+    status = StatusPublisher(settings.client_config(), settings.rebuild_status_topic)
+    orchestrator = _orchestrator(settings, client, fetch, status, live_first)
 
     def current_epoch(tenant: str, catalog: str) -> int | None:
         return epochs.epochs([(tenant, catalog)], refresh=True).get((tenant, catalog))

@@ -1,8 +1,10 @@
-"""A message as the agent received it: bytes plus where it came from."""
+"""A message as the agent received it: bytes plus where it came from; and decoded."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from schemas.events import Envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,3 +21,11 @@ class RawMessage:
     value: bytes | None
     stream: tuple[str, str, int] | None = None
     position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A message whose bytes decoded, with its event."""
+
+    message: RawMessage
+    event: Envelope

@@ -84,73 +84,94 @@ def plan_batch(
     terminal outcome ``ignored_old_epoch`` instead.
     """
     events = sorted(new_events, key=lambda e: (e.stream, e.position))
-    plan = Plan()
-    waiting: dict[AggregateKey, list[tuple[Envelope, bool]]] = defaultdict(list)
-    loaded_for: set[AggregateKey] = {aggregate_key(e) for e in events}
-    decided: set[uuid.UUID] = set()
-    parked_here: dict[uuid.UUID, Envelope] = {}
-    applied_keys: list[AggregateKey] = []
+    planning = _Planning(revisions, load_parked, superseded_epoch)
+    planning.loaded_for.update(aggregate_key(e) for e in events)
+    for p in parked:
+        planning.wait(p.event)
+    for p in recheck:
+        planning.consider(p.event, from_store=True)
+        planning.release()
+    for event in events:
+        planning.consider(event, from_store=False)
+        planning.release()
+    return planning.finish()
 
-    def unmet(event: Envelope) -> tuple[AggregateRef, ...]:
+
+@dataclass(slots=True)
+class _Planning:
+    """One ``plan_batch`` under way: the plan so far, and what waits on what."""
+
+    revisions: dict[AggregateKey, int]
+    load_parked: ParkedLoader
+    superseded_epoch: Callable[[Envelope], bool]
+    plan: Plan = field(default_factory=Plan)
+    # Each aggregate's waiting events, and whether each is a stored parked one.
+    waiting: defaultdict[AggregateKey, list[tuple[Envelope, bool]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    loaded_for: set[AggregateKey] = field(default_factory=set)  # parked events loaded
+    decided: set[uuid.UUID] = field(default_factory=set)
+    parked_here: dict[uuid.UUID, Envelope] = field(default_factory=dict)  # new ones
+    applied_keys: list[AggregateKey] = field(default_factory=list)  # to release on
+
+    def unmet(self, event: Envelope) -> tuple[AggregateRef, ...]:
         return tuple(
             dep
             for dep in event.dependencies
-            if revisions.get(aggregate_key(event, dep), 0) < dep.revision
+            if self.revisions.get(aggregate_key(event, dep), 0) < dep.revision
         )
 
-    def decide(event: Envelope, from_store: bool, outcome: str) -> None:
-        (plan.released if from_store else plan.outcomes)[event.event_id] = outcome
-        decided.add(event.event_id)
-        parked_here.pop(event.event_id, None)
+    def wait(self, stored: Envelope) -> None:
+        """A stored parked event waits on what it misses (or all it names)."""
+        for dep in self.unmet(stored) or stored.dependencies:
+            self.waiting[aggregate_key(stored, dep)].append((stored, True))
 
-    def consider(event: Envelope, from_store: bool) -> None:
-        if event.event_id in decided:
+    def decide(self, event: Envelope, from_store: bool, outcome: str) -> None:
+        (self.plan.released if from_store else self.plan.outcomes)[event.event_id] = outcome
+        self.decided.add(event.event_id)
+        self.parked_here.pop(event.event_id, None)
+
+    def consider(self, event: Envelope, from_store: bool) -> None:
+        if event.event_id in self.decided:
             return
-        if from_store and superseded_epoch(event):
-            decide(event, from_store, IGNORED_OLD_EPOCH)
+        if from_store and self.superseded_epoch(event):
+            self.decide(event, from_store, IGNORED_OLD_EPOCH)
             return
         key = aggregate_key(event)
-        if event.aggregate.revision <= revisions.get(key, 0):
-            decide(event, from_store, IGNORED_STALE)
+        if event.aggregate.revision <= self.revisions.get(key, 0):
+            self.decide(event, from_store, IGNORED_STALE)
             return
-        missing = unmet(event)
+        missing = self.unmet(event)
         if missing:
             if not from_store:
-                parked_here[event.event_id] = event
+                self.parked_here[event.event_id] = event
             for dep in missing:
-                waiting[aggregate_key(event, dep)].append((event, from_store))
+                self.waiting[aggregate_key(event, dep)].append((event, from_store))
             return
-        revisions[key] = event.aggregate.revision
-        plan.to_apply.append(event)
-        decide(event, from_store, APPLIED)
-        applied_keys.append(key)
+        self.revisions[key] = event.aggregate.revision
+        self.plan.to_apply.append(event)
+        self.decide(event, from_store, APPLIED)
+        self.applied_keys.append(key)
 
-    def release() -> None:
-        while applied_keys:
-            key = applied_keys.pop(0)
-            if key not in loaded_for:
-                loaded_for.add(key)
-                more, more_revisions = load_parked([key])
+    def release(self) -> None:
+        """Consider again what waits on each aggregate applied, loading the stored
+        parked events that wait on it the first time."""
+        while self.applied_keys:
+            key = self.applied_keys.pop(0)
+            if key not in self.loaded_for:
+                self.loaded_for.add(key)
+                more, more_revisions = self.load_parked([key])
                 for k, rev in more_revisions.items():
-                    revisions.setdefault(k, rev)
+                    self.revisions.setdefault(k, rev)
                 for p in more:
-                    if p.event.event_id not in decided:
-                        for dep in unmet(p.event) or p.event.dependencies:
-                            waiting[aggregate_key(p.event, dep)].append((p.event, True))
-            for event, from_store in waiting.pop(key, []):
-                consider(event, from_store)
+                    if p.event.event_id not in self.decided:
+                        self.wait(p.event)
+            for event, from_store in self.waiting.pop(key, []):
+                self.consider(event, from_store)
 
-    for p in parked:
-        for dep in unmet(p.event) or p.event.dependencies:
-            waiting[aggregate_key(p.event, dep)].append((p.event, True))
-    for p in recheck:
-        consider(p.event, from_store=True)
-        release()
-    for event in events:
-        consider(event, from_store=False)
-        release()
-
-    for event_id, event in parked_here.items():
-        plan.outcomes[event_id] = PARKED
-        plan.to_park.append((event, unmet(event)))
-    return plan
+    def finish(self) -> Plan:
+        """The plan, with the new events left waiting parked."""
+        for event_id, event in self.parked_here.items():
+            self.plan.outcomes[event_id] = PARKED
+            self.plan.to_park.append((event, self.unmet(event)))
+        return self.plan

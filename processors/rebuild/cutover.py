@@ -112,25 +112,16 @@ def cut_over(
             target = _shadow_progress(conn, shadow, row)
             if row.target_position is not None and target < row.target_position:
                 raise psycopg.Rollback()  # not through the chosen H: more catching up first
-            while target < live.received_through:
-                left = pause_budget_seconds - (time.monotonic() - paused)
-                if left <= 0:
-                    raise psycopg.Rollback()
-                try:
-                    n, _last, _committed, after = fetch_and_apply(
-                        client.once(left), shadow, str(row.lease_id), row.stream, target, page_size
-                    )
-                except ResolverUnavailable as exc:
-                    log.warning(
-                        "rebuild %s: no answer from the resolver within the pause (%s);"
-                        " the cutover is rolled back and tried again later",
-                        rebuild_id,
-                        exc,
-                    )
-                    raise psycopg.Rollback() from exc
-                if n == 0:  # short of R with nothing more to fetch: blocked
-                    raise psycopg.Rollback()
-                target = max(target, after)
+            target = _catch_up_in_pause(
+                client,
+                shadow,
+                row,
+                target,
+                live.received_through,
+                paused,
+                pause_budget_seconds,
+                page_size,
+            )
             epoch = current_epoch()
             if epoch != row.stream.history_epoch:
                 raise EpochNotCurrentForRebuild(
@@ -179,6 +170,42 @@ def _check(
         raise WrongPhase(f"rebuild {rebuild_id} started over meanwhile (attempt {row.attempt})")
     if worker is not None and row.claimed_by != worker:
         raise RebuildClaimLost(f"rebuild {rebuild_id} is claimed by {row.claimed_by}, not {worker}")
+
+
+def _catch_up_in_pause(
+    client: ResolverClient,
+    shadow: Applier,
+    row: RebuildRow,
+    target: int,
+    received_through: int,
+    paused: float,
+    pause_budget_seconds: float,
+    page_size: int,
+) -> int:
+    """Step 4's catch-up: shadow pages from H until H >= R, each within what is left of
+    the pause budget; the new H. Rolls the cutover back (``psycopg.Rollback``) when
+    the budget is spent, the resolver does not answer in time or there is nothing
+    more to fetch short of R."""
+    while target < received_through:
+        left = pause_budget_seconds - (time.monotonic() - paused)
+        if left <= 0:
+            raise psycopg.Rollback()
+        try:
+            n, _last, _committed, after = fetch_and_apply(
+                client.once(left), shadow, str(row.lease_id), row.stream, target, page_size
+            )
+        except ResolverUnavailable as exc:
+            log.warning(
+                "rebuild %s: no answer from the resolver within the pause (%s);"
+                " the cutover is rolled back and tried again later",
+                row.rebuild_id,
+                exc,
+            )
+            raise psycopg.Rollback() from exc
+        if n == 0:  # short of R with nothing more to fetch: blocked
+            raise psycopg.Rollback()
+        target = max(target, after)
+    return target
 
 
 def _shadow_progress(conn: psycopg.Connection, shadow: Applier, row: RebuildRow) -> int:

@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 
 from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
-from processors.applier.batch import DEFAULT_CONSUMER, Applier, BatchResult
+from processors.applier.batch import DEFAULT_CONSUMER, Applier
 from processors.applier.messages import RawMessage
+from processors.applier.tallies import BatchResult
 from schemas.codec import CODEC
 from schemas.events import (
     AggregateRef,

@@ -17,8 +17,9 @@ from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.agents.events import EventsConsumer
 from processors.applier import offsets
-from processors.applier.batch import Applier, BatchResult
+from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
+from processors.applier.tallies import BatchResult
 from processors.settings import AgentSettings
 from schemas.codec import CODEC
 from schemas.events import AggregateRef, CatalogItemUpserted, Envelope
