@@ -33,13 +33,13 @@ from producers.exports.routes import router as exports_router
 from producers.exports.runner import ExportRunner
 from producers.exports.settings import ExportSettings
 from producers.http.deps import Res, Resources
-from producers.http.settings import ApiSettings
 from producers.resolver.attributes.routes import router as attribute_router
 from producers.resolver.identity.routes import router as identity_router
 from producers.resolver.routes import router as resolver_router
 from producers.retention.metrics import RetentionCollector
 from producers.retention.rewound_metrics import RewoundCollector
 from producers.retention.routes import router as retention_router
+from producers.settings import ApiSettings
 from schemas.http.errors import ErrorBody, error_response, install_error_handlers
 from schemas.registry_codec import codec_for
 

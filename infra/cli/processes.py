@@ -31,7 +31,7 @@ def resolver_api() -> None:
 
     from producers.api import create_app
     from producers.exports.settings import ExportSettings
-    from producers.http.settings import ApiSettings
+    from producers.settings import ApiSettings
 
     process_logging()
     settings = guarded(lambda: load(ApiSettings))

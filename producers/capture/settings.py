@@ -3,7 +3,7 @@
 ``JobQueueSettings`` is shared by the API (its enqueue after commit) and the pending-job
 sweeper; ``IntakeSettings`` (with ``schemas.settings.ObjectStoreSettings``)
 adds what only the API needs (collector tokens, limits).
-``producers.http.settings.ApiSettings`` includes ``IntakeSettings``.
+``producers.settings.ApiSettings`` includes ``IntakeSettings``.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from infra.processes import free_port
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from producers.api import create_app
-from producers.http.settings import ApiSettings
 from producers.resolver.review_cases import open_case
+from producers.settings import ApiSettings
 from schemas.codec import AVRO_DIR, CODEC, ENVELOPE, MAGIC
 from schemas.events import AggregateRef, CatalogItemUpserted, Envelope, StreamKey
 from schemas.exceptions import (

@@ -30,7 +30,7 @@ def test_valid_variables_load(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_secret_settings_never_echo_what_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    from producers.http.settings import ApiSettings
+    from producers.settings import ApiSettings
 
     monkeypatch.setenv("GAPLESS_API_TOKENS", "a-raw-token-pasted-by-mistake")
     with pytest.raises(ConfigurationError, match="GAPLESS_API_TOKENS") as caught:

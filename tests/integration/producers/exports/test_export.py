@@ -26,10 +26,10 @@ from producers.exports.export import begin, write
 from producers.exports.retention import sweep_exports
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
-from producers.http.settings import ApiSettings
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.exceptions import DomainError
 from producers.retention import leases
+from producers.settings import ApiSettings
 from schemas.codec import CODEC
 from schemas.events import (
     AttributeDefined,

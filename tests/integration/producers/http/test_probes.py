@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from db.settings import DatabaseSettings
 from infra.processes import free_port
 from producers.api import create_app
-from producers.http.settings import ApiSettings
+from producers.settings import ApiSettings
 from schemas.http.auth import token_hash
 
 

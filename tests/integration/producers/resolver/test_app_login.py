@@ -15,10 +15,10 @@ from db.tables.domain import APP_ROLE
 from producers.api import create_app
 from producers.capture.settings import SweeperSettings
 from producers.http.deps import Resources
-from producers.http.settings import ApiSettings
 from producers.relay.settings import RelaySettings
 from producers.resolver.splits import SplitItem, Successor
 from producers.retention.settings import RetentionSettings
+from producers.settings import ApiSettings
 from schemas.http.auth import token_hash
 from tests.integration.producers.resolver.conftest import UowFactory, add_item
 from tests.integration.producers.resolver.test_decisions import decide

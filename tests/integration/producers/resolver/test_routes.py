@@ -16,8 +16,8 @@ from pydantic import SecretStr
 
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.http.settings import ApiSettings
 from producers.resolver.review_cases import open_case
+from producers.settings import ApiSettings
 from schemas.codec import CODEC
 from schemas.http.auth import token_hash
 from tests.integration.producers.resolver.conftest import (

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.http.settings import ApiSettings
+from producers.settings import ApiSettings
 from schemas.http.auth import token_hash
 
 T1_TOKEN = "token-of-tenant-t1"  # may act on t1 and t3

@@ -25,7 +25,7 @@ from db.objects import s3_client
 from db.settings import DatabaseSettings
 from producers.api import create_app
 from producers.capture.intake import collectors
-from producers.http.settings import ApiSettings
+from producers.settings import ApiSettings
 from schemas.http.auth import token_hash
 
 if TYPE_CHECKING:

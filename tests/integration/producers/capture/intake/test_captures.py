@@ -21,7 +21,7 @@ from producers.capture.raw import (
     RawPart,
     encode_raw_envelope,
 )
-from producers.http.settings import ApiSettings
+from producers.settings import ApiSettings
 
 from .conftest import bearer, capture_body, counts, object_bytes, post
 

@@ -25,7 +25,7 @@ from schemathesis.generation import GenerationMode
 
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.http.settings import ApiSettings
+from producers.settings import ApiSettings
 
 from .conftest import CollectorKey, bearer, register
 

@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from db.settings import DatabaseSettings
 from producers.api import create_app
-from producers.http.settings import ApiSettings
 from producers.resolver.catalog_items import ItemChange
+from producers.settings import ApiSettings
 from schemas.http.auth import token_hash
 from tests.fixtures.decisions import accept
 from tests.integration.producers.resolver.conftest import UowFactory

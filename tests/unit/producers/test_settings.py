@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from infra.config import ConfigurationError, load
-from producers.http.settings import ApiSettings
 from producers.retention.settings import RetentionSettings
+from producers.settings import ApiSettings
 from schemas.http.auth import token_hash
 
 

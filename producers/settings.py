@@ -1,4 +1,5 @@
-"""Resolver API settings from ``GAPLESS_*`` environment variables."""
+"""The resolver API process's settings, from ``GAPLESS_*`` environment variables: its
+listener and pool, and the settings of the features it serves (pauses, intake, tokens)."""
 
 from __future__ import annotations
 
