@@ -169,6 +169,124 @@ def _rebuild_phase(product_dsn: str, rebuild_id: uuid.UUID) -> str | None:
     return None if row is None else row.phase
 
 
+class _Laps:
+    """The seconds each stage of the procedure took, into a report's ``seconds``."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self._seconds = seconds
+        self._clock = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self._seconds[name] = now - self._clock
+        self._clock = now
+
+
+def _found_complete(
+    databases: DatabaseSettings, consumer: str, report: FenceReport, echo: Echo
+) -> bool:
+    """Before step 1: the epoch to fence must be there (``EpochNotIssued``: nothing to
+    pause for a typo); True, with the report filled in, when the procedure is complete
+    already (``_completed``)."""
+    tenant_id, catalog_id = report.tenant_id, report.catalog_id
+    superseded = report.superseded_epoch
+    with psycopg.connect(databases.control_dsn) as conn:  # nothing to pause for a typo
+        current = current_epochs(conn, [(tenant_id, catalog_id)]).get((tenant_id, catalog_id))
+    if current is None or current < superseded:
+        raise EpochNotIssued(
+            f"{tenant_id}/{catalog_id} has no epoch {superseded} to fence"
+            f" (current: {current or 'none'})"
+        )
+    complete = (
+        _completed(databases, consumer, tenant_id, catalog_id, superseded + 1)
+        if current > superseded
+        else None
+    )
+    if complete is None:
+        return False
+    report.paused, done = complete
+    report.rebuild_id, report.rebuild_phase = done.rebuild_id, done.phase
+    echo(
+        f"{tenant_id}/{catalog_id}: epoch {superseded + 1} issued, rebuild"
+        f" {done.rebuild_id} done, resumed ({report.paused.pause_id}): nothing left to do"
+    )
+    return True
+
+
+def _issue_epoch(
+    control_dsn: str, report: FenceReport, actor: str, reason: str, echo: Echo
+) -> None:
+    """Step 2: the next epoch issued (or found issued) and the older epochs' REWOUND
+    flags cleared, in one transaction of the control database."""
+    tenant_id, catalog_id = report.tenant_id, report.catalog_id
+    with psycopg.connect(control_dsn) as conn:
+        issued = issue_next(conn, tenant_id, catalog_id, report.superseded_epoch, actor, reason)
+        # With the epoch: a stream flagged rewound (an unfenced restore) is fenced now.
+        cleared = clear_rewound(conn, tenant_id, catalog_id, issued.epoch, actor)
+        conn.commit()
+    report.epoch, report.issued_now = issued.epoch, issued.issued_now
+    echo(
+        f"2/6 epoch {issued.epoch} of {tenant_id}/{catalog_id}"
+        f" {'issued' if issued.issued_now else 'was already issued'}"
+        + (f"; its REWOUND flag cleared ({cleared})" if cleared else "")
+    )
+
+
+def _fence_older(resolver_owner_dsn: str, report: FenceReport, echo: Echo) -> None:
+    """Step 3: the catalog's streams of epochs before the issued one fenced in the
+    resolver database."""
+    with psycopg.connect(resolver_owner_dsn) as conn:
+        report.fenced = fence_older_epochs(conn, report.tenant_id, report.catalog_id, report.epoch)
+        conn.commit()
+    for f in report.fenced:
+        echo(
+            f"3/6 fenced {f.stream}: its history ends at {f.position}"
+            f" ({f.position - f.published} rows never published, kept)"
+        )
+    if not report.fenced:
+        echo("3/6 no stream left to fence")
+
+
+def _settle(product_dsn: str, consumer: str, report: FenceReport, echo: Echo) -> None:
+    """Step 4: what the live consumer holds open of the older epochs settled in the
+    product database."""
+    with psycopg.connect(product_dsn) as conn:
+        report.settled = settle_old_epochs(
+            conn, consumer, report.tenant_id, report.catalog_id, report.epoch
+        )
+        conn.commit()
+    echo(
+        f"4/6 {report.settled.parked} parked old-epoch event(s) ignored,"
+        f" {report.settled.quarantined} quarantine entr(ies) superseded"
+    )
+
+
+def _request_rebuild(
+    kafka: KafkaSettings,
+    consumer: str,
+    report: FenceReport,
+    rebuild_id: uuid.UUID,
+    actor: str,
+    reason: str,
+    echo: Echo,
+) -> None:
+    """Step 5: the rebuild at the new epoch requested on the control topic, unless the
+    agents have it already (``report.rebuild_phase``)."""
+    if report.rebuild_phase is None:
+        command = rebuild_command(
+            report.tenant_id,
+            report.catalog_id,
+            actor,
+            f"fence of epoch {report.superseded_epoch}: {reason}",
+            consumer,
+            rebuild_id,
+        )
+        publish(kafka.client_config(), command, kafka.control_topic)
+        echo(f"5/6 rebuild at epoch {report.epoch} requested: {rebuild_id}")
+    else:
+        echo(f"5/6 rebuild at epoch {report.epoch}: {rebuild_id} is {report.rebuild_phase}")
+
+
 def fence_epoch(
     databases: DatabaseSettings,
     kafka: KafkaSettings,
@@ -182,37 +300,15 @@ def fence_epoch(
     follow: Callable[[uuid.UUID], str | None] | None = None,
     pause_timeout_s: float = 60.0,
 ) -> FenceReport:
-    """Steps 1-6 above, each committed before the next. ``follow`` waits for the
-    rebuild to end and returns its last phase; without it the procedure resumes
+    """Steps 1-6 above, each committed before the next; before step 1,
+    ``_found_complete`` checks the epoch and ends here when the procedure is complete.
+    Steps 2-5 are ``_issue_epoch``, ``_fence_older``, ``_settle`` and
+    ``_request_rebuild``, each recording what it did in the report. ``follow`` waits
+    for the rebuild to end and returns its last phase; without it the procedure resumes
     only when it finds the rebuild done already (run it again later)."""
-    clock = time.monotonic()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.monotonic()
-        report.seconds[name] = now - clock
-        clock = now
-
     report = FenceReport(tenant_id, catalog_id, superseded, superseded + 1, False)
-    with psycopg.connect(databases.control_dsn) as conn:  # nothing to pause for a typo
-        current = current_epochs(conn, [(tenant_id, catalog_id)]).get((tenant_id, catalog_id))
-    if current is None or current < superseded:
-        raise EpochNotIssued(
-            f"{tenant_id}/{catalog_id} has no epoch {superseded} to fence"
-            f" (current: {current or 'none'})"
-        )
-    complete = (
-        _completed(databases, consumer, tenant_id, catalog_id, superseded + 1)
-        if current > superseded
-        else None
-    )
-    if complete is not None:
-        report.paused, done = complete
-        report.rebuild_id, report.rebuild_phase = done.rebuild_id, done.phase
-        echo(
-            f"{tenant_id}/{catalog_id}: epoch {superseded + 1} issued, rebuild"
-            f" {done.rebuild_id} done, resumed ({report.paused.pause_id}): nothing left to do"
-        )
+    lap = _Laps(report.seconds)
+    if _found_complete(databases, consumer, report, echo):
         return report
     paused = pause_catalog(
         databases,
@@ -228,54 +324,17 @@ def fence_epoch(
     report.paused = paused
     lap("pause")
     echo(f"1/6 {tenant_id}/{catalog_id} {paused.state}")
-    with psycopg.connect(databases.control_dsn) as conn:
-        issued = issue_next(conn, tenant_id, catalog_id, superseded, actor, reason)
-        # With the epoch: a stream flagged rewound (an unfenced restore) is fenced now.
-        cleared = clear_rewound(conn, tenant_id, catalog_id, issued.epoch, actor)
-        conn.commit()
-    report.epoch, report.issued_now = issued.epoch, issued.issued_now
-    echo(
-        f"2/6 epoch {issued.epoch} of {tenant_id}/{catalog_id}"
-        f" {'issued' if issued.issued_now else 'was already issued'}"
-        + (f"; its REWOUND flag cleared ({cleared})" if cleared else "")
-    )
-    with psycopg.connect(databases.resolver_owner_dsn) as conn:
-        report.fenced = fence_older_epochs(conn, tenant_id, catalog_id, issued.epoch)
-        conn.commit()
-    for f in report.fenced:
-        echo(
-            f"3/6 fenced {f.stream}: its history ends at {f.position}"
-            f" ({f.position - f.published} rows never published, kept)"
-        )
-    if not report.fenced:
-        echo("3/6 no stream left to fence")
-    with psycopg.connect(databases.product_dsn) as conn:
-        report.settled = settle_old_epochs(conn, consumer, tenant_id, catalog_id, issued.epoch)
-        conn.commit()
-    echo(
-        f"4/6 {report.settled.parked} parked old-epoch event(s) ignored,"
-        f" {report.settled.quarantined} quarantine entr(ies) superseded"
-    )
+    _issue_epoch(databases.control_dsn, report, actor, reason, echo)
+    _fence_older(databases.resolver_owner_dsn, report, echo)
+    _settle(databases.product_dsn, consumer, report, echo)
     lap("fence")
-    rebuild_id = _fence_rebuild_id(databases.product_dsn, tenant_id, catalog_id, issued.epoch)
+    rebuild_id = _fence_rebuild_id(databases.product_dsn, tenant_id, catalog_id, report.epoch)
     report.rebuild_id = rebuild_id
     report.rebuild_phase = _rebuild_phase(databases.product_dsn, rebuild_id)
     if paused.state == "resumed":
         echo("5/6 the rebuild was done before; 6/6 resumed before: nothing left to do")
         return report
-    if report.rebuild_phase is None:
-        command = rebuild_command(
-            tenant_id,
-            catalog_id,
-            actor,
-            f"fence of epoch {superseded}: {reason}",
-            consumer,
-            rebuild_id,
-        )
-        publish(kafka.client_config(), command, kafka.control_topic)
-        echo(f"5/6 rebuild at epoch {issued.epoch} requested: {rebuild_id}")
-    else:
-        echo(f"5/6 rebuild at epoch {issued.epoch}: {rebuild_id} is {report.rebuild_phase}")
+    _request_rebuild(kafka, consumer, report, rebuild_id, actor, reason, echo)
     if follow is not None and report.rebuild_phase not in ("done", "failed", "cancelled"):
         report.rebuild_phase = follow(rebuild_id)
     lap("rebuild")
@@ -291,7 +350,7 @@ def fence_epoch(
         databases, kafka, tenant_id, catalog_id, actor, echo, pause_timeout_s
     )
     lap("resume")
-    echo(f"6/6 {tenant_id}/{catalog_id} resumed at epoch {issued.epoch}")
+    echo(f"6/6 {tenant_id}/{catalog_id} resumed at epoch {report.epoch}")
     return report
 
 

@@ -302,6 +302,41 @@ class _Seek:
         )
 
 
+def _reader(kafka: KafkaConnection) -> Consumer:
+    """A consumer that joins no group and commits nothing (the group id is a throwaway
+    librdkafka needs), and reports each partition's end."""
+    return Consumer(
+        client_config(
+            kafka,
+            {
+                "group.id": f"gapless-tail-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+            },
+        )
+    )
+
+
+def _assign(
+    consumer: Consumer, topic: str, start: Start, progress: Callable[[str], None]
+) -> list[int]:
+    """Every partition of ``topic`` assigned at its ``start`` offset (said on
+    ``progress`` for the end and a time); returns the partitions."""
+    described = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if described is None or described.error is not None:
+        raise RuntimeError(f"topic {topic} not found: {described.error if described else ''}")
+    partitions = sorted(described.partitions)
+    assigned = _start_offsets(consumer, topic, partitions, start)
+    if not isinstance(start, StreamPosition) and start != "beginning":
+        since = "the end" if start == "end" else start.isoformat()
+        progress(
+            f"from {since}: " + ", ".join(f"p{tp.partition} offset {tp.offset}" for tp in assigned)
+        )
+    consumer.assign(assigned)
+    return partitions
+
+
 def tail(
     kafka: KafkaConnection,
     topic: str,
@@ -328,30 +363,9 @@ def tail(
         raise ValueError("a stream position needs the tenant and the catalog")
     if codec is None:
         codec = codec_for(SchemaRegistrySettings())
-    consumer = Consumer(
-        client_config(
-            kafka,
-            {
-                "group.id": f"gapless-tail-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-            },
-        )
-    )
+    consumer = _reader(kafka)
     try:
-        described = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if described is None or described.error is not None:
-            raise RuntimeError(f"topic {topic} not found: {described.error if described else ''}")
-        partitions = sorted(described.partitions)
-        assigned = _start_offsets(consumer, topic, partitions, start)
-        if not isinstance(start, StreamPosition) and start != "beginning":
-            since = "the end" if start == "end" else start.isoformat()
-            progress(
-                f"from {since}: "
-                + ", ".join(f"p{tp.partition} offset {tp.offset}" for tp in assigned)
-            )
-        consumer.assign(assigned)
+        partitions = _assign(consumer, topic, start, progress)
         seek = _Seek(
             consumer,
             topic,

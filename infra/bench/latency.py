@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -157,6 +158,63 @@ def _wait_for(log: _Log, event_ids: set[str], timeout: float) -> bool:
     return False
 
 
+def _write_paced(
+    write: Callable[[str, str], str], log: _Log, tenants: list[str], rate: float, seconds: float
+) -> tuple[set[str], float]:
+    """``WRITERS`` threads, one per tenant, staggered evenly, each writing one decision
+    per ``WRITERS / rate`` seconds for ``seconds``: the ids of the item events written
+    (the timed ones), and how long the writing took. A writer's error goes to the log."""
+    timed: set[str] = set()
+    timed_lock = threading.Lock()
+    interval = WRITERS / rate
+    start = time.monotonic() + 0.05
+    end = start + seconds
+
+    def writer(index: int) -> None:
+        due = start + index * interval / WRITERS
+        n = 0
+        try:
+            while due < end:
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                event_id = write(tenants[index], f"e2e-{n}")
+                with timed_lock:
+                    timed.add(event_id)
+                due += interval
+                n += 1
+        except BaseException as exc:
+            log.errors.append(exc)
+
+    writers = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    return timed, time.monotonic() - start
+
+
+def _figures(log: _Log, timed: set[str], rate: float, written_for: float) -> LatencyFigures:
+    """The timed events' latencies, whole and split at the Kafka CreateTime."""
+    total, relay_part, apply_part = [], [], []
+    for event_id in timed:
+        committed, committed_wall = log.committed[event_id]
+        applied, applied_wall, created_ms = log.applied[event_id]
+        total.append((applied - committed) * 1000)
+        relay_part.append(created_ms - committed_wall * 1000)
+        apply_part.append(applied_wall * 1000 - created_ms)
+    return LatencyFigures(
+        offered_per_second=rate,
+        achieved_per_second=len(timed) / written_for,
+        events=len(timed),
+        p50_ms=percentile(total, 50),
+        p99_ms=percentile(total, 99),
+        max_ms=max(total),
+        relay_p50_ms=percentile(relay_part, 50),
+        consume_apply_p50_ms=percentile(apply_part, 50),
+    )
+
+
 def measure_latency(
     box: Sandbox,
     pool: ConnectionPool,
@@ -179,6 +237,9 @@ def measure_latency(
         except BaseException as exc:
             log.errors.append(exc)
 
+    def write(tenant: str, item_id: str) -> str:
+        return _write_one(pool, epochs, log, tenant, item_id, notifier)
+
     threads = [
         threading.Thread(target=consumer.run, args=(stop,), daemon=True),
         threading.Thread(target=run_relay, daemon=True),
@@ -190,42 +251,12 @@ def measure_latency(
         echo("end-to-end: waiting for the consumer's partitions and a first event")
         if not consumer.assigned.wait(ASSIGN_TIMEOUT_S):
             raise RuntimeError(f"no partitions assigned within {ASSIGN_TIMEOUT_S}s")
-        warm = {
-            _write_one(pool, epochs, log, tenant, f"warm-{i}", notifier)
-            for i, tenant in enumerate(tenants)
-        }
+        warm = {write(tenant, f"warm-{i}") for i, tenant in enumerate(tenants)}
         if not _wait_for(log, warm, ASSIGN_TIMEOUT_S):
             raise RuntimeError("warm-up events did not reach the projection")
 
         echo(f"end-to-end: {rate:.0f} decisions/s (2 events each) offered for {seconds:.1f}s")
-        timed: set[str] = set()
-        timed_lock = threading.Lock()
-        interval = WRITERS / rate
-        start = time.monotonic() + 0.05
-        end = start + seconds
-
-        def writer(index: int) -> None:
-            due = start + index * interval / WRITERS
-            n = 0
-            try:
-                while due < end:
-                    pause = due - time.monotonic()
-                    if pause > 0:
-                        time.sleep(pause)
-                    event_id = _write_one(pool, epochs, log, tenants[index], f"e2e-{n}", notifier)
-                    with timed_lock:
-                        timed.add(event_id)
-                    due += interval
-                    n += 1
-            except BaseException as exc:
-                log.errors.append(exc)
-
-        writers = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
-        for t in writers:
-            t.start()
-        for t in writers:
-            t.join()
-        written_for = time.monotonic() - start
+        timed, written_for = _write_paced(write, log, tenants, rate, seconds)
         if log.errors:
             raise log.errors[0]
         if not _wait_for(log, timed, DRAIN_TIMEOUT_S):
@@ -237,21 +268,4 @@ def measure_latency(
             t.join(timeout=10)
         publisher.close()
         notifier.close()
-
-    total, relay_part, apply_part = [], [], []
-    for event_id in timed:
-        committed, committed_wall = log.committed[event_id]
-        applied, applied_wall, created_ms = log.applied[event_id]
-        total.append((applied - committed) * 1000)
-        relay_part.append(created_ms - committed_wall * 1000)
-        apply_part.append(applied_wall * 1000 - created_ms)
-    return LatencyFigures(
-        offered_per_second=rate,
-        achieved_per_second=len(timed) / written_for,
-        events=len(timed),
-        p50_ms=percentile(total, 50),
-        p99_ms=percentile(total, 99),
-        max_ms=max(total),
-        relay_p50_ms=percentile(relay_part, 50),
-        consume_apply_p50_ms=percentile(apply_part, 50),
-    )
+    return _figures(log, timed, rate, written_for)

@@ -11,7 +11,9 @@ swap's H) are the exception: the shadow applied them, and the live consumer serv
 them from the swap's COMMIT on without an inbox row of its own, so their apply time
 is the swap's (the rebuild row's ``updated_at`` as the swap wrote it, just before its
 COMMIT). Any other event with no inbox row is an error, not a fast one. Nothing is
-written.
+written. While the bench follows the rebuild, ``SwapSeen`` keeps that swap from the
+rebuild row and ``PhaseClock`` when the rebuild entered each phase (the window's p99
+per phase).
 
 Two windows are compared: the rebuild's (from its request to ``done``) and a
 baseline at the same rate just before it, with no rebuild running. Their p99s'
@@ -22,10 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import psycopg
 
+from db.product.rebuilds import RebuildRow
 from infra.bench.latency import percentile
 
 P99_RATIO_TARGET = 2.0
@@ -63,6 +66,31 @@ class Swap:
 
     target: int
     at: datetime
+
+
+class SwapSeen:
+    """The swap as the rebuild row recorded it: H, and its ``updated_at`` in the swap's
+    transaction (read before the rebuild moves on; once ``done`` is all there is, its
+    time is a little later than the swap's)."""
+
+    def __init__(self) -> None:
+        self.swap: Swap | None = None
+
+    def observe(self, row: RebuildRow) -> None:
+        if self.swap is None and row.previous_generation is not None:
+            assert row.target_position is not None
+            self.swap = Swap(row.target_position, row.updated_at)
+
+
+class PhaseClock:
+    """When the bench first saw the rebuild in each phase (its poll's resolution)."""
+
+    def __init__(self) -> None:
+        self.entered: list[tuple[str, datetime]] = []
+
+    def observe(self, row: RebuildRow) -> None:
+        if not self.entered or self.entered[-1][0] != row.phase:
+            self.entered.append((row.phase, datetime.now(UTC)))
 
 
 def server_now(dsn: str) -> datetime:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from infra.cli.output import actor, echo, emit, fail, guarded
 from infra.config import load
+
+if TYPE_CHECKING:
+    from db.settings import DatabaseSettings
+    from infra.fence import FenceReport
+    from schemas.settings import KafkaSettings
+
+Follow = Callable[[uuid.UUID], str | None]
+"""Follows a rebuild to its end and returns its last phase (``--wait``)."""
 
 
 @click.command("fence-epoch")
@@ -76,9 +86,8 @@ def fence_epoch(
     still paused (the rebuild is not done yet)."""
     from db.exceptions import EpochNotIssued
     from db.settings import DatabaseSettings
-    from infra.cli.rebuild import StatusWatch, follow_rebuild
     from infra.control import ControlTopicUnavailable
-    from infra.fence import FenceRunNotFound, FenceRunUnfinished, fence_all
+    from infra.fence import FenceRunNotFound, FenceRunUnfinished
     from infra.fence import fence_epoch as run
     from infra.pause import PauseNotAcknowledged
     from processors.settings import AgentSettings
@@ -90,40 +99,19 @@ def fence_epoch(
     databases = guarded(lambda: load(DatabaseSettings))
     kafka = guarded(lambda: load(KafkaSettings))
     agents = guarded(lambda: load(AgentSettings))
-    answers = StatusWatch() if wait else None
-
-    def follow(rebuild_id: uuid.UUID) -> str | None:
-        import psycopg
-
-        from db.product import rebuilds
-
-        assert answers is not None
-        follow_rebuild(rebuild_id, answers, timeout, as_json)
-        with psycopg.connect(databases.product_dsn) as conn:
-            row = rebuilds.get(conn, rebuild_id)
-        return None if row is None else row.phase
-
+    follow = _follower(databases.product_dsn, timeout, as_json) if wait else None
     try:
         if not one:
-            every_report = fence_all(
+            _fence_all(
                 databases,
                 kafka,
                 consumer or agents.agents_consumer,
-                actor(),
                 reason,
-                echo,
-                follow if wait else None,
+                follow,
                 pause_timeout,
                 run_id,
-            )
-            emit(
                 as_json,
-                every_report.as_dict(),
-                f"fence run {every_report.run_id}: {len(every_report.catalogs)} catalog(s)"
-                f" {'resumed' if every_report.resumed else 'paused'}",
             )
-            phases = {r.rebuild_phase for r in every_report.catalogs}
-            sys.exit(1 if phases & {"failed", "cancelled"} else 0 if every_report.resumed else 3)
         assert tenant is not None and catalog is not None and epoch is not None
         report = run(
             databases,
@@ -135,7 +123,7 @@ def fence_epoch(
             actor(),
             reason,
             echo,
-            follow if wait else None,
+            follow,
             pause_timeout,
         )
     except (EpochNotIssued, ControlTopicUnavailable, FenceRunNotFound, FenceRunUnfinished) as exc:
@@ -143,6 +131,12 @@ def fence_epoch(
     except PauseNotAcknowledged as exc:
         click.secho(f"error: {exc.code}: {exc}", fg="red", err=True)
         sys.exit(1)
+    _outcome(report, as_json)
+
+
+def _outcome(report: FenceReport, as_json: bool) -> None:
+    """One catalog's outcome; exits 1 when the rebuild failed or was cancelled, 3 when
+    the catalog stays paused, and returns when it is resumed (now or before)."""
     state = "resumed" if report.resumed else "paused"
     emit(
         as_json,
@@ -155,3 +149,58 @@ def fence_epoch(
         sys.exit(1)
     if report.resumed is None:
         sys.exit(3)
+
+
+def _follower(product_dsn: str, timeout: float, as_json: bool) -> Follow:
+    """``--wait``: follow a rebuild to its end as ``gapless rebuild status --wait`` does
+    (listening on the status topic from now on), then read its last phase."""
+    from infra.cli.rebuild import StatusWatch, follow_rebuild
+
+    answers = StatusWatch()
+
+    def follow(rebuild_id: uuid.UUID) -> str | None:
+        import psycopg
+
+        from db.product import rebuilds
+
+        follow_rebuild(rebuild_id, answers, timeout, as_json)
+        with psycopg.connect(product_dsn) as conn:
+            row = rebuilds.get(conn, rebuild_id)
+        return None if row is None else row.phase
+
+    return follow
+
+
+def _fence_all(
+    databases: DatabaseSettings,
+    kafka: KafkaSettings,
+    consumer: str,
+    reason: str,
+    follow: Follow | None,
+    pause_timeout: float,
+    run_id: uuid.UUID | None,
+    as_json: bool,
+) -> NoReturn:
+    """``--all`` (or ``--run``): the procedure for every catalog; exits 1 when a
+    rebuild failed or was cancelled, else 0 when every catalog is resumed, else 3."""
+    from infra.fence import fence_all
+
+    every_report = fence_all(
+        databases,
+        kafka,
+        consumer,
+        actor(),
+        reason,
+        echo,
+        follow,
+        pause_timeout,
+        run_id,
+    )
+    emit(
+        as_json,
+        every_report.as_dict(),
+        f"fence run {every_report.run_id}: {len(every_report.catalogs)} catalog(s)"
+        f" {'resumed' if every_report.resumed else 'paused'}",
+    )
+    phases = {r.rebuild_phase for r in every_report.catalogs}
+    sys.exit(1 if phases & {"failed", "cancelled"} else 0 if every_report.resumed else 3)

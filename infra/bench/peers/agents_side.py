@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 
 from db.control.epochs import ensure_epoch
 from infra.bench.applier import BATCH, MessageSource
-from infra.bench.rebuild import LIVE_CONSUMER, process_env
+from infra.bench.rebuild_deployed import LIVE_CONSUMER, process_env
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate
 from infra.processes import Deployed, free_port

@@ -48,7 +48,7 @@ from infra.bench.peers.twin_outbox import (
     write_backlog,
     write_paced,
 )
-from infra.bench.rebuild import process_env
+from infra.bench.rebuild_deployed import process_env
 from infra.bench.sandbox import Echo, Sandbox
 from infra.processes import Deployed, free_port
 
