@@ -1,7 +1,8 @@
 """Every write of ``intake_job``: the one owner of a job's state, and its reads.
 
-Only this module writes ``intake_job`` rows (``tests/unit/db/test_intake_job_owner.py``
-reads every module to hold that). The transitions, and who makes them:
+Only this module writes ``intake_job`` rows
+(``tests/unit/db/repositories/test_capture_jobs_owner.py`` reads every module to hold
+that). The transitions, and who makes them:
 
 * intake (``producers.capture.intake``): a new job is ``pending`` (``insert_pending``;
   replays of stored captures too) until the jobs topic confirms its message

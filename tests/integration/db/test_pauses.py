@@ -32,7 +32,7 @@ from schemas.ids import StreamId
 from schemas.settings import KafkaSettings
 from tests.fixtures.decisions import accept
 from tests.fixtures.waits import wait_for
-from tests.integration.processors.test_applier_faults import Partition, cut_over, upsert
+from tests.integration.processors.applier.test_applier_faults import Partition, cut_over, upsert
 
 TENANT, CATALOG = "applier-faults", "c1"  # the tenant the applier helpers write
 STREAM = StreamId(TENANT, CATALOG, 1)

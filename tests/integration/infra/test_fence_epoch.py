@@ -28,7 +28,7 @@ from schemas import control
 from schemas.codec import CODEC
 from schemas.settings import KafkaSettings
 from tests.fixtures.decisions import accept
-from tests.integration.processors.test_applier_faults import Partition, on, upsert
+from tests.integration.processors.applier.test_applier_faults import Partition, on, upsert
 
 TENANT, CATALOG = "applier-faults", "c1"  # the tenant the applier helpers write
 

@@ -20,7 +20,7 @@ from processors.agents.metrics import ProductCollector
 from processors.applier.batch import Applier
 from schemas.codec import CODEC
 from schemas.ids import StreamId
-from tests.integration.processors.test_applier_faults import TENANT, Partition, on, upsert
+from tests.integration.processors.applier.test_applier_faults import TENANT, Partition, on, upsert
 
 
 @pytest.fixture()

@@ -39,16 +39,16 @@ from schemas.topics import EVENTS_TOPIC
 from tests.fixtures.applier_crash import AFTER_COMMIT, BEFORE_COMMIT
 from tests.fixtures.resolver_api import RunningApi
 from tests.fixtures.waits import wait_for
-from tests.integration.processors.rebuild import test_cutover as cutover_tests
-from tests.integration.processors.rebuild.test_cutover import Rig
-from tests.integration.processors.serving.conftest import auth, read_api_settings
-from tests.integration.processors.test_applier_faults import (
+from tests.integration.processors.applier.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,
     run_and_die,
     upsert,
 )
+from tests.integration.processors.rebuild import test_cutover as cutover_tests
+from tests.integration.processors.rebuild.test_cutover import Rig
+from tests.integration.processors.serving.conftest import auth, read_api_settings
 
 rig = cutover_tests.rig  # writers, a live applier and an orchestrator on one catalog
 

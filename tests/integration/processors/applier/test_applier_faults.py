@@ -29,7 +29,7 @@ from schemas.ids import StreamId
 from schemas.topics import EVENTS_TOPIC
 from tests.fixtures.applier_crash import AFTER_COMMIT, BEFORE_COMMIT, encode_messages
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 TENANT, CATALOG = "applier-faults", "c1"
 ITEM = "catalog_item"
 

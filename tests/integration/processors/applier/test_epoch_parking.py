@@ -17,7 +17,7 @@ from processors.resolver_client import ResolverClient
 from schemas.codec import CODEC
 from schemas.ids import StreamId
 from tests.fixtures.resolver_api import RunningApi
-from tests.integration.processors.test_applier_faults import (
+from tests.integration.processors.applier.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,

@@ -26,7 +26,7 @@ from processors.applier.batch import DEFAULT_CONSUMER, Applier
 from processors.applier.repair import Entry, list_entries, retry, skip
 from processors.applier.rewound import STREAM_REWOUND
 from schemas.codec import CODEC
-from tests.integration.processors.test_applier_faults import (
+from tests.integration.processors.applier.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,

@@ -13,7 +13,7 @@ from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from processors.applier.batch import Applier
 from schemas.codec import CODEC
-from tests.integration.processors.test_applier_faults import (
+from tests.integration.processors.applier.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,

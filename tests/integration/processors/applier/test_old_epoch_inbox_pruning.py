@@ -36,7 +36,7 @@ from schemas.codec import CODEC
 from schemas.ids import StreamId
 from tests.fixtures.decisions import accept
 from tests.fixtures.resolver_api import RunningApi
-from tests.integration.processors.test_applier_faults import (
+from tests.integration.processors.applier.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,

@@ -14,7 +14,7 @@ from db.settings import DatabaseSettings
 from processors.applier.batch import Applier
 from processors.applier.inbox_pruning import InboxPruner, InboxRetention
 from schemas.codec import CODEC
-from tests.integration.processors.test_applier_faults import (
+from tests.integration.processors.applier.test_applier_faults import (
     CATALOG,
     TENANT,
     Partition,

@@ -17,7 +17,7 @@ from infra.cli.main import main
 from processors.applier.batch import Applier
 from processors.applier.repair import list_entries
 from schemas.codec import CODEC
-from tests.integration.processors.test_applier_faults import TENANT, Partition, on, upsert
+from tests.integration.processors.applier.test_applier_faults import TENANT, Partition, on, upsert
 
 
 @pytest.fixture()

@@ -29,7 +29,7 @@ from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC, MAGIC
 from tests.fixtures.decisions import accept
 from tests.fixtures.resolver_api import RunningApi
-from tests.integration.processors.test_applier_faults import (
+from tests.integration.processors.applier.test_applier_faults import (
     TENANT,
     Partition,
     on,
