@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from infra.bench.live_writer import LiveWriter
 from infra.bench.rebuild_seed import EPOCH
-from infra.bench.sandbox import Echo, Sandbox
+from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.bench.writer import CATALOG
 from infra.processes import Deployed, free_port
 from schemas.ids import StreamId
@@ -40,19 +40,11 @@ POLL_S = 0.1
 
 
 def process_env(box: Sandbox, api_port: int, web_port: int) -> dict[str, str]:
-    """The environment of every deployed process: this one's (local services, S3
-    keys, tokens), pointed at the sandbox's databases, topics and ports."""
-    dbs = box.databases
+    """The environment of every deployed process of a rebuild run: the sandbox's
+    (``deployed_env``, with its events topic), plus the resolver API's and the agents'
+    ports, the live consumer and the bench's rebuild pace."""
     return {
-        **os.environ,
-        "GAPLESS_RESOLVER_DSN": dbs.resolver_dsn,
-        "GAPLESS_RESOLVER_MIGRATION_DSN": dbs.resolver_owner_dsn,
-        "GAPLESS_PRODUCT_DSN": dbs.product_dsn,
-        "GAPLESS_CONTROL_DSN": dbs.control_dsn,
-        "GAPLESS_KAFKA_BOOTSTRAP": box.bootstrap,
-        "GAPLESS_EVENTS_TOPIC": box.topic("events"),
-        "GAPLESS_CONTROL_TOPIC": box.topic("control"),
-        "GAPLESS_REBUILD_STATUS_TOPIC": box.topic("status"),
+        **deployed_env(box, box.topic("events")),
         "GAPLESS_RESOLVER_API_PORT": str(api_port),
         "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{api_port}",
         "GAPLESS_AGENTS_WEB_PORT": str(web_port),
