@@ -55,7 +55,8 @@ def chaos(
     printing the seed that reproduces it. Services on GAPLESS_CHAOS_PORT_BASE
     (default 17100) and the next 95 ports.
     """
-    from infra.chaos.campaign import Settings, render, run_campaign
+    from infra.chaos.campaign import Settings, run_campaign
+    from infra.chaos.report import render
 
     chosen = seed if seed is not None else random.SystemRandom().randrange(1, 2**31)
     settings = Settings(

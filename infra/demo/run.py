@@ -22,20 +22,20 @@
 7. end with a restore drill on one stream of its own (``infra.drill.restore``: a
    ``pg_dump`` under load restored in place, the epoch fenced, the catalog rebuilt
    and resumed), unless ``--no-drill``;
-8. print the summary; the last line is ``demo: OK`` or ``demo: FAILED``.
+8. print the summary (``infra.demo.summary``); the last line is ``demo: OK`` or
+   ``demo: FAILED``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import psycopg
 from psycopg_pool import ConnectionPool
 
@@ -43,8 +43,9 @@ from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from infra.config import load, use_local_services
 from infra.demo import captures as demo_captures
-from infra.demo.projection_check import Comparison, compare_serving
+from infra.demo.projection_check import compare_serving
 from infra.demo.rebuild import LIVE_CONSUMER, DemoRebuild
+from infra.demo.summary import capture_summary, print_summary, summarize
 from infra.demo.workload import WorkloadStats, run_workload, streams_for
 from infra.processes import Deployed, Launch
 from schemas.ids import StreamId
@@ -72,11 +73,6 @@ def run_demo(
     ``demo_drill``; the CLI passes it), its summary added to the demo's. ``launch``
     makes the demo's processes: on this host, or as containers of the image
     (``infra.image.containers.launcher``, as ``make image-test`` runs it)."""
-
-    def _process(name: str, log: Path, **env: str) -> Deployed:
-        """A demo process: the demo's environment, and ``env`` on top."""
-        return launch(name, [name], {**os.environ, **env}, log)
-
     from infra.local.services import down, status, up
     from infra.provision import provision
 
@@ -88,71 +84,137 @@ def run_demo(
     settings = load(DatabaseSettings)
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    api = _process("resolver-api", logs / "demo-resolver-api.log")
-    relay = _process("relay", logs / "demo-relay.log")
-    agents = _process(
-        "agents", logs / "demo-agents.log", GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS="0.5"
-    )
-    # A killed worker's job waits for its claim to expire; keep that short here.
-    worker = _process(
-        "resolver-worker",
-        logs / "demo-resolver-worker.log",
-        GAPLESS_WORKER_CLAIM_SECONDS="5",
-        GAPLESS_WORKER_SCAN_INTERVAL_SECONDS="1",
-        GAPLESS_WORKER_ORPHANED_AFTER_SECONDS="10",
-    )
+    processes = _Processes.of(launch, logs)
     run_id = f"demo{uuid.uuid4().hex[:6]}"
     streams = streams_for(run_id, tenants)
     echo(f"run {run_id}: {len(streams)} streams, {events} events, {writers} writers")
-    api.start()
-    relay.start()
-    agents.start()
-    worker.start()
+    processes.start()
     began = time.monotonic()
     try:
-        _wait_for_api(api)
-        captures = _collect(chaos, settings, streams, worker, echo)
-        rebuild = DemoRebuild(settings, streams[0], echo)
-        stats = _write(chaos, settings, streams, events, writers, relay, agents, echo, rebuild)
-        echo("waiting for the rebuild to cut over…")
-        rebuilt = rebuild.wait(timeout=max(180.0, events / 50))
-        echo("waiting for the capture worker to settle every capture job…")
-        settled = demo_captures.wait_settled(settings, run_id, captures.posted, timeout=120.0)
-        echo("waiting for every stream's durable progress to reach its committed cursor…")
-        caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
-        elapsed = time.monotonic() - began
-        comparison = compare_serving(
-            settings.resolver_dsn, settings.product_dsn, f"{run_id}-%", LIVE_CONSUMER
-        )
-        mismatches = [str(d) for d in comparison.differences]
-        echo("waiting for the agents to report their progress to the resolver…")
-        reported = _wait_reported(settings, run_id, timeout=30.0)
-        summary = _summary(settings, run_id, stats, elapsed, caught_up, comparison)
-        summary["rebuild"] = rebuild.summary(rebuilt, comparison)
-        summary.update(_capture_summary(settings, run_id, captures, settled))
-        summary["progress_reported"] = reported
-        summary["events_pruned"] = _prune(settings, run_id)
+        run = _run(chaos, settings, run_id, streams, events, writers, processes, began, echo)
     finally:
-        worker.stop()
-        agents.stop()
-        relay.stop()
-        api.stop()
+        processes.stop()
         if started_here and not keep_running and drill is None:
             down(echo)
+    summary = run.summary
     if drill is not None:
         try:
             summary["restore_drill"] = drill(echo)
         finally:
             if started_here and not keep_running:
                 down(echo)
-    summary["workload_events"] = stats.events
+    summary["workload_events"] = run.stats.events
+    checks = _checks(run, drill is not None)
+    summary["failed_checks"] = [name for name, passed in checks.items() if not passed]
+    ok = not summary["failed_checks"]
+    print_summary(summary, run.mismatches, ok, as_json)
+    return ok
+
+
+@dataclass(frozen=True)
+class _Processes:
+    """The demo's processes (step 2), each logging to a file of its own."""
+
+    api: Deployed
+    relay: Deployed
+    agents: Deployed
+    worker: Deployed
+
+    @classmethod
+    def of(cls, launch: Launch, logs: Path) -> _Processes:
+        def process(name: str, log: Path, **env: str) -> Deployed:
+            """A demo process: the demo's environment, and ``env`` on top."""
+            return launch(name, [name], {**os.environ, **env}, log)
+
+        return cls(
+            api=process("resolver-api", logs / "demo-resolver-api.log"),
+            relay=process("relay", logs / "demo-relay.log"),
+            agents=process(
+                "agents", logs / "demo-agents.log", GAPLESS_AGENTS_REBUILD_INTERVAL_SECONDS="0.5"
+            ),
+            # A killed worker's job waits for its claim to expire; keep that short here.
+            worker=process(
+                "resolver-worker",
+                logs / "demo-resolver-worker.log",
+                GAPLESS_WORKER_CLAIM_SECONDS="5",
+                GAPLESS_WORKER_SCAN_INTERVAL_SECONDS="1",
+                GAPLESS_WORKER_ORPHANED_AFTER_SECONDS="10",
+            ),
+        )
+
+    def start(self) -> None:
+        self.api.start()
+        self.relay.start()
+        self.agents.start()
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.agents.stop()
+        self.relay.stop()
+        self.api.stop()
+
+
+@dataclass
+class _Run:
+    """What steps 3-6 leave for the checks and the summary."""
+
+    stats: WorkloadStats
+    captures: demo_captures.CaptureStats
+    caught_up: bool
+    mismatches: list[str]
+    summary: dict[str, Any]
+
+
+def _run(
+    chaos: bool,
+    settings: DatabaseSettings,
+    run_id: str,
+    streams: list[tuple[str, str]],
+    events: int,
+    writers: int,
+    processes: _Processes,
+    began: float,
+    echo: Echo,
+) -> _Run:
+    """Steps 3-6, the processes running."""
+    _wait_for_api(processes.api)
+    captures = _collect(chaos, settings, streams, processes.worker, echo)
+    rebuild = DemoRebuild(settings, streams[0], echo)
+    stats = _write(
+        chaos, settings, streams, events, writers, processes.relay, processes.agents, echo, rebuild
+    )
+    echo("waiting for the rebuild to cut over…")
+    rebuilt = rebuild.wait(timeout=max(180.0, events / 50))
+    echo("waiting for the capture worker to settle every capture job…")
+    settled = demo_captures.wait_settled(settings, run_id, captures.posted, timeout=120.0)
+    echo("waiting for every stream's durable progress to reach its committed cursor…")
+    caught_up = _wait_caught_up(settings, run_id, echo, timeout=max(120.0, events / 50))
+    elapsed = time.monotonic() - began
+    comparison = compare_serving(
+        settings.resolver_dsn, settings.product_dsn, f"{run_id}-%", LIVE_CONSUMER
+    )
+    mismatches = [str(d) for d in comparison.differences]
+    echo("waiting for the agents to report their progress to the resolver…")
+    reported = _wait_reported(settings, run_id, timeout=30.0)
+    summary = summarize(settings, run_id, stats, elapsed, caught_up, comparison)
+    summary["rebuild"] = rebuild.summary(rebuilt, comparison)
+    summary.update(capture_summary(settings, run_id, captures, settled))
+    summary["progress_reported"] = reported
+    summary["events_pruned"] = _prune(settings, run_id)
+    return _Run(stats, captures, caught_up, mismatches, summary)
+
+
+def _checks(run: _Run, drilled: bool) -> dict[str, bool]:
+    """Step 8's verdict, check by check (``failed_checks`` names the ones that failed)."""
+    summary, stats = run.summary, run.stats
     checks = {
-        "caught_up": caught_up,
+        "caught_up": run.caught_up,
         "progress_reported": summary["progress_reported"],
-        "rows_match": not mismatches,
+        "rows_match": not run.mismatches,
         "nothing_quarantined": summary["quarantined"] == 0,
         "captures_done": summary["captures_settled"]
-        and summary["capture_jobs"].get("done", 0) == captures.posted,
+        and summary["capture_jobs"].get("done", 0) == run.captures.posted,
         "every_event_committed": summary["events_committed"]
         == stats.events + summary["capture_events"]
         > 0,
@@ -163,12 +225,9 @@ def run_demo(
         "rebuild_done": summary["rebuild"]["phase"] == "done",
         "rebuild_cutover": summary["rebuild"]["cutover_check"],
     }
-    if drill is not None:
+    if drilled:
         checks["restore_drill"] = bool(summary["restore_drill"]["drill_ok"])
-    summary["failed_checks"] = [name for name, passed in checks.items() if not passed]
-    ok = not summary["failed_checks"]
-    _print(summary, mismatches, ok, as_json)
-    return ok
+    return checks
 
 
 def _write(
@@ -248,19 +307,6 @@ def _collect(
     return demo_captures.post_feeds(
         url, lambda client: mint(layout, client), tenants, DEMO_FEEDS, DEMO_PRODUCTS, echo, crash
     )
-
-
-def _capture_summary(
-    settings: DatabaseSettings, run_id: str, captures: demo_captures.CaptureStats, settled: bool
-) -> dict[str, Any]:
-    return {
-        "captures_posted": captures.posted,
-        "capture_reposts_answered_with_the_same_receipt": captures.repeated_posts,
-        "captures_settled": settled,
-        "capture_jobs": demo_captures.job_counts(settings, run_id),
-        "capture_products": demo_captures.product_outcomes(settings, run_id),
-        "capture_events": demo_captures.capture_path_events(settings, run_id),
-    }
 
 
 def _wait_caught_up(settings: DatabaseSettings, run_id: str, echo: Echo, timeout: float) -> bool:
@@ -344,99 +390,3 @@ def _progress(settings: DatabaseSettings, run_id: str) -> dict[tuple[str, str, i
             (f"{run_id}-%",),
         ).fetchall()
     return {(t, c, e): p for t, c, e, p in rows}
-
-
-def _summary(
-    settings: DatabaseSettings,
-    run_id: str,
-    stats: WorkloadStats,
-    elapsed: float,
-    caught_up: bool,
-    comparison: Comparison,
-) -> dict[str, Any]:
-    like = (f"{run_id}-%",)
-    with psycopg.connect(settings.resolver_dsn) as conn:
-        committed = (
-            conn.execute("SELECT count(*) FROM outbox WHERE tenant_id LIKE %s", like).fetchone()
-            or (0,)
-        )[0]
-        # Positions start at 1 and are gapless, so a stream's published position is
-        # the number of its events in Kafka.
-        published = (
-            conn.execute(
-                "SELECT coalesce(sum(published_position), 0)::bigint FROM stream_publication"
-                " WHERE tenant_id LIKE %s",
-                like,
-            ).fetchone()
-            or (0,)
-        )[0]
-        row = conn.execute("SELECT count(*) FROM catalog_item WHERE tenant_id LIKE %s", like)
-        items = (row.fetchone() or (0,))[0]
-    with psycopg.connect(settings.product_dsn) as conn:
-        counts = conn.execute(
-            "SELECT coalesce(sum(applied_count), 0), coalesce(sum(duplicate_count), 0),"
-            " coalesce(sum(parked_count), 0), coalesce(sum(released_count), 0),"
-            " coalesce(sum(ignored_count), 0), coalesce(sum(loaded_count), 0)"
-            " FROM stream_progress WHERE tenant_id LIKE %s",
-            like,
-        ).fetchone() or (0, 0, 0, 0, 0, 0)
-        quarantined = conn.execute(
-            "SELECT count(*) FROM quarantine WHERE tenant_id LIKE %s OR tenant_id IS NULL",
-            like,
-        ).fetchone()
-    return {
-        "run_id": run_id,
-        "events_committed": committed,
-        "events_published": published,
-        "events_applied": int(counts[0]),
-        "duplicates_absorbed": int(counts[1]),
-        "parked": int(counts[2]),
-        "released": int(counts[3]),
-        "ignored_stale": int(counts[4]),
-        "loaded_by_rebuild": int(counts[5]),
-        "quarantined": int(quarantined[0]) if quarantined else 0,
-        "transactions_committed": stats.transactions,
-        "transactions_rolled_back": stats.rolled_back + stats.rejected,
-        "rolled_back_on_purpose": stats.rolled_back,
-        "rejected": stats.rejected,
-        "rejected_by_code": dict(sorted(stats.rejected_by_code.items())),
-        "decisions_by_operation": dict(sorted(stats.decisions.items())),
-        "review_cases_opened": stats.cases_opened,
-        "items": items,
-        "rows_compared": comparison.rows,
-        "caught_up": caught_up,
-        "mismatched_rows": len(comparison.differences),
-        "elapsed_s": round(elapsed, 2),
-        "events_per_s": round(committed / elapsed, 1) if elapsed else 0.0,
-    }
-
-
-def _print(summary: dict[str, Any], mismatches: list[str], ok: bool, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps({**summary, "ok": ok}))
-    else:
-        width = max(len(k) for k in summary)
-        for key, value in summary.items():
-            if key in ("rebuild", "restore_drill") and isinstance(value, dict):
-                for part, figure in value.items():  # one line per figure
-                    label = part.removeprefix("drill_").replace("_", " ")
-                    name = f"{key.replace('_', ' ')} {label}"
-                    click.echo(f"{name:<{width}}  {figure}")
-                continue
-            click.echo(f"{key.replace('_', ' '):<{width}}  {value}")
-        for line in mismatches[:20]:
-            click.echo(f"mismatch: {line}")
-    verdict = "demo: OK" if ok else "demo: FAILED"
-    detail = (
-        f"{summary['events_committed']} events, projection matches accepted state,"
-        f" {summary['rebuild']['stream']} rebuilt and cut over"
-        + (
-            f", restore drill recovered in {summary['restore_drill']['drill_recovery_s']} s"
-            if "restore_drill" in summary
-            else ""
-        )
-        if ok
-        else f"failed: {', '.join(summary['failed_checks'])}; mismatched_rows="
-        f"{summary['mismatched_rows']} quarantined={summary['quarantined']}"
-    )
-    click.echo(f"{verdict} ({detail})")

@@ -34,13 +34,14 @@ from db.exceptions import HistoryRewound
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.cli.main import main
-from infra.drill.restore import _pg, _restore_in_place
+from infra.drill.backup import pg_tool as _pg
+from infra.drill.backup import restore_in_place as _restore_in_place
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from processors.applier.rewound import STREAM_REWOUND
 from producers.api import create_app
-from producers.http.settings import ApiSettings
 from producers.resolver.review_cases import open_case
+from producers.settings import ApiSettings
 from schemas.codec import CODEC
 from schemas.http.auth import token_hash
 from schemas.ids import StreamId

@@ -9,7 +9,8 @@ from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
-from infra.demo.workload import DEFINITIONS, run_workload, streams_for
+from infra.demo.taxonomy import DEFINITIONS
+from infra.demo.workload import run_workload, streams_for
 
 ATTRIBUTE_CODES = ("ATTRIBUTE_NOT_PUBLISHED", "ATTRIBUTE_VALUE_INVALID", "ATTRIBUTE_NOT_APPLICABLE")
 
