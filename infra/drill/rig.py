@@ -52,16 +52,22 @@ class Rig:
         self.writers = Writers(self.box, self.tenant, tag, pace_seconds)
 
     def stop_writers(self) -> None:
-        assert self.writers is not None
-        self.writers.stop()
-        self.writers = None
+        """Stop the writers, raising their failure if they had one (they are gone
+        either way, so ``stop`` does not stop them again)."""
+        writers, self.writers = self.writers, None
+        assert writers is not None
+        writers.stop()
 
     def stop(self) -> None:
-        """The writers if they run, then every process, the last started first."""
-        if self.writers is not None:
-            self.writers.stop()
-        for p in reversed(self.live):
-            p.stop()
+        """The writers if they run, then every process, the last started first: the
+        processes are stopped even when the writers' failure is raised."""
+        writers, self.writers = self.writers, None
+        try:
+            if writers is not None:
+                writers.stop()
+        finally:
+            for p in reversed(self.live):
+                p.stop()
 
 
 def build_rig(box: Sandbox, agents_workers: int) -> Rig:
