@@ -60,6 +60,8 @@ class Layout:
     proxy_port: int = 18470
     """The first of sixteen ports a TCP fault proxy takes when a test starts one
     (``infra.chaos.proxy.PortBlock``); nothing listens there otherwise."""
+    registry_database: str = "registry"
+    """The database of the local PostgreSQL that keeps the schema registry's data."""
 
     @property
     def logs(self) -> Path:

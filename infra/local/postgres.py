@@ -226,8 +226,9 @@ def _accepts_connections(layout: Layout) -> bool:
 
 
 def _create_databases(layout: Layout, echo: Callable[[str], None]) -> None:
+    """gapless's three databases, and the schema registry's (its own SQL storage)."""
     with _connect(layout) as connection:
-        for database in DATABASES:
+        for database in (*DATABASES, layout.registry_database):
             found = connection.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
             ).fetchone()

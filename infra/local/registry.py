@@ -4,9 +4,13 @@ The application comes from Maven Central as one tarball
 (``io.apicurio:apicurio-registry-app:<version>:tar.gz:all``, a Quarkus application)
 fetched with ``mvn dependency:get`` into ``~/.m2`` and unpacked under
 ``.local/registry/<version>``; it needs Java 21 or later, looked up under
-``/usr/lib/jvm`` (or ``GAPLESS_LOCAL_REGISTRY_JAVA``). Storage is the registry's
-in-memory default: schemas are lost on ``down``, and a writer registers its subjects
-again on first use. The Confluent API is at ``<address>/apis/ccompat/v7``.
+``/usr/lib/jvm`` (or ``GAPLESS_LOCAL_REGISTRY_JAVA``). It keeps its data in the
+local PostgreSQL, in a database of its own (``Layout.registry_database``, created by
+``gapless up`` with the others), through Apicurio's own SQL storage, which creates
+and upgrades its tables itself: every schema id it handed out survives ``gapless
+down`` and ``up``, so messages already in Kafka keep naming the schemas they were
+written with. It starts after PostgreSQL and stops before it. The Confluent API is
+at ``<address>/apis/ccompat/v7``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from infra.local.errors import ServiceError
 from infra.local.layout import HOST, Layout
 from infra.local.ports import require_free
+from infra.local.postgres import SUPERUSER
 from infra.local.processes import (
     alive,
     log_tail,
@@ -136,6 +141,11 @@ def _unpack(layout: Layout, echo: Callable[[str], None]) -> Path:
     return home
 
 
+def storage_url(layout: Layout) -> str:
+    """The JDBC URL of the registry's database in the local PostgreSQL."""
+    return f"jdbc:postgresql://{HOST}:{layout.pg_port}/{layout.registry_database}"
+
+
 def _command(layout: Layout, java: str, home: Path) -> list[str]:
     return [
         java,
@@ -144,6 +154,12 @@ def _command(layout: Layout, java: str, home: Path) -> list[str]:
         f"-Dquarkus.http.port={layout.registry_port}",
         f"-Dquarkus.management.host={HOST}",
         f"-Dquarkus.management.port={layout.registry_management_port}",
+        # Apicurio's SQL storage in PostgreSQL (trust authentication on loopback).
+        "-Dapicurio.storage.kind=sql",
+        "-Dapicurio.storage.sql.kind=postgresql",
+        f"-Dapicurio.datasource.url={storage_url(layout)}",
+        f"-Dapicurio.datasource.username={SUPERUSER}",
+        "-Dapicurio.datasource.password=",
         "-jar",
         str(home / MARKER),
     ]
@@ -210,7 +226,8 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
 
 
 def stop(layout: Layout, echo: Callable[[str], None]) -> None:
-    """SIGTERM the registry gapless started, SIGKILL after 30 s (its storage is memory)."""
+    """SIGTERM the registry gapless started, SIGKILL after 30 s (what it stored is in
+    PostgreSQL, committed as each request was answered)."""
     pid_file = layout.pid_file(NAME)
     pid = _our_pid(layout)
     if pid is None:
@@ -233,4 +250,10 @@ def status(layout: Layout) -> ServiceStatus:
         return ServiceStatus(NAME, listening, where, None, detail)
     if not listening:
         return ServiceStatus(NAME, False, where, pid, "process up, API port closed")
-    return ServiceStatus(NAME, True, where, pid, f"started by gapless (API {CCOMPAT_PATH})")
+    return ServiceStatus(
+        NAME,
+        True,
+        where,
+        pid,
+        f"started by gapless (API {CCOMPAT_PATH}; schemas in database {layout.registry_database})",
+    )
