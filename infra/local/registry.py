@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tarfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -191,6 +192,29 @@ def _wait_ready(layout: Layout, running: Callable[[], bool]) -> None:
         )
 
 
+def _ready_file(layout: Layout) -> Path:
+    """``<pid> <seconds>``: how long the registry gapless started took to answer."""
+    return layout.pids / f"{NAME}.ready"
+
+
+def _startup_s(layout: Layout, pid: int) -> float | None:
+    try:
+        recorded_pid, seconds = _ready_file(layout).read_text().split()
+    except (OSError, ValueError):
+        return None
+    return float(seconds) if int(recorded_pid) == pid else None
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _our_pid(layout: Layout) -> int | None:
     pid = read_pid(layout.pid_file(NAME))
     return pid if pid is not None and alive(pid, MARKER) else None
@@ -215,6 +239,7 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
     java = _java()
     home = _unpack(layout, echo)
     echo(f"registry: starting on {address(layout)}")
+    began = time.monotonic()
     process = spawn(
         _command(layout, java, home),
         log=_stdout_log(layout),
@@ -222,7 +247,9 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
         cwd=home,
     )
     _wait_ready(layout, lambda: process.poll() is None)
-    echo(f"registry: ready on {address(layout)} (pid {process.pid})")
+    seconds = time.monotonic() - began
+    _ready_file(layout).write_text(f"{process.pid} {seconds:.2f}\n")
+    echo(f"registry: ready on {address(layout)} (pid {process.pid}) in {seconds:.1f}s")
 
 
 def stop(layout: Layout, echo: Callable[[str], None]) -> None:
@@ -237,8 +264,9 @@ def stop(layout: Layout, echo: Callable[[str], None]) -> None:
     else:
         echo(f"registry: stopping (pid {pid})")
         terminate(pid, MARKER, grace=30)
-    with contextlib.suppress(FileNotFoundError):
-        pid_file.unlink()
+    for stale in (pid_file, _ready_file(layout)):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
 
 
 def status(layout: Layout) -> ServiceStatus:
@@ -250,10 +278,20 @@ def status(layout: Layout) -> ServiceStatus:
         return ServiceStatus(NAME, listening, where, None, detail)
     if not listening:
         return ServiceStatus(NAME, False, where, pid, "process up, API port closed")
+    startup, rss = _startup_s(layout, pid), _rss_mb(pid)
+    measured = "".join(
+        [
+            f"; ready in {startup:.1f} s" if startup is not None else "",
+            f"; {rss:.0f} MB resident" if rss is not None else "",
+        ]
+    )
     return ServiceStatus(
         NAME,
         True,
         where,
         pid,
-        f"started by gapless (API {CCOMPAT_PATH}; schemas in database {layout.registry_database})",
+        f"started by gapless (API {CCOMPAT_PATH}; schemas in database"
+        f" {layout.registry_database}{measured})",
+        startup_s=startup,
+        rss_mb=None if rss is None else round(rss, 1),
     )

@@ -19,3 +19,7 @@ class ServiceStatus:
     address: str
     pid: int | None
     detail: str
+    startup_s: float | None = None
+    """Seconds from its start to answering, where the launcher measured them."""
+    rss_mb: float | None = None
+    """Its resident memory now, where the launcher reads it."""

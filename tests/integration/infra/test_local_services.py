@@ -158,3 +158,12 @@ def test_up_twice_leaves_running_services_alone(env: dict[str, str]) -> None:
     assert [s.pid for s in after] == [s.pid for s in before]
     assert not any("starting" in message for message in messages), messages
     assert local_environment() == env
+
+
+def test_status_reports_the_registrys_start_up_time_and_memory(env: dict[str, str]) -> None:
+    (found,) = [s for s in status() if s.name == "registry"]
+    assert found.running and found.pid is not None
+    assert found.startup_s is not None, "started before this was measured: gapless down && up"
+    assert 0 < found.startup_s < 120  # the launcher's ready timeout
+    assert found.rss_mb is not None and found.rss_mb > 50  # a JVM
+    assert f"ready in {found.startup_s:.1f} s" in found.detail
