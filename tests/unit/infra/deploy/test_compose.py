@@ -96,5 +96,10 @@ def test_the_backing_services_are_the_ones_the_system_needs() -> None:
     assert images["kafka"].startswith("apache/kafka:4.")
     assert images["s3"].startswith("versity/versitygw:")
     assert images["registry"].startswith("apicurio/apicurio-registry:3.")
+    registry = _services()["registry"]["environment"]
+    assert registry["APICURIO_STORAGE_KIND"] == "sql"  # durable: ids survive a restart
+    assert registry["APICURIO_DATASOURCE_URL"] == "jdbc:postgresql://postgres:5432/registry"
+    databases = (COMPOSE.parent / "compose" / "databases.sql").read_text()
+    assert "CREATE DATABASE registry;" in databases
     kafka = _services()["kafka"]["environment"]
     assert kafka["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper
