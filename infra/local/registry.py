@@ -49,6 +49,8 @@ ARTIFACT = f"io.apicurio:apicurio-registry-app:{VERSION}:tar.gz:all"
 MARKER = "quarkus-run.jar"  # on the registry's command line; see processes.alive
 CCOMPAT_PATH = "/apis/ccompat/v7"
 READY_TIMEOUT = 120.0
+POOL_MIN = 2  # the registry's PostgreSQL connections: held from start
+POOL_MAX = 8  # and at most
 JVM_DIR = Path("/usr/lib/jvm")
 JAVA_VARIABLE = "GAPLESS_LOCAL_REGISTRY_JAVA"
 JAVA_HINT = (
@@ -161,6 +163,13 @@ def _command(layout: Layout, java: str, home: Path) -> list[str]:
         f"-Dapicurio.datasource.url={storage_url(layout)}",
         f"-Dapicurio.datasource.username={SUPERUSER}",
         "-Dapicurio.datasource.password=",
+        # Apicurio's pool holds 20 connections from start and may grow to 100, the
+        # local PostgreSQL's whole max_connections: a registry that serves a few
+        # schema lookups a second needs few, and the relay, agents, drills and test
+        # sandboxes need the rest.
+        f"-Dapicurio.datasource.jdbc.initial-size={POOL_MIN}",
+        f"-Dapicurio.datasource.jdbc.min-size={POOL_MIN}",
+        f"-Dapicurio.datasource.jdbc.max-size={POOL_MAX}",
         "-jar",
         str(home / MARKER),
     ]

@@ -43,7 +43,10 @@ def test_the_restore_drill_fences_rebuilds_resumes_and_loses_nothing_it_kept(
     lines = done.stdout.decode().strip().splitlines()
     assert lines, stderr[-4000:]
     report = json.loads(lines[-1])
-    assert done.returncode == 0 and report["drill_ok"], (report, stderr[-4000:])
+    assert done.returncode == 0 and report["drill_ok"], (
+        f"failures: {report['failures']}\nmismatches: {report['mismatches'][:20]}\n"
+        f"report: {report}\nstderr: {stderr[-4000:]}"
+    )
     # Each check the drill made, held here too.
     assert report["failures"] == []
     assert report["old_epoch_applied"] == 0
