@@ -24,9 +24,9 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from infra.demo.projection_check import compare_serving
-from schemas.codec import CODEC
 from schemas.errors import GaplessError
-from schemas.settings import KafkaSettings
+from schemas.registry_codec import codec_for
+from schemas.settings import KafkaSettings, SchemaRegistrySettings
 
 Stream = tuple[str, str, int]
 TERMINAL_JOB_STATES = ("done", "failed", "skipped")
@@ -252,7 +252,9 @@ def topic_positions(
     kafka: KafkaSettings, topic: str, tenant_like: str
 ) -> tuple[dict[Stream, set[int]], int]:
     """Every position of the run's streams on ``topic`` (from the beginning to the end
-    each partition had when this started), and how many messages did not decode."""
+    each partition had when this started), and how many messages did not decode
+    (either framing: the registry's when the settings name one)."""
+    codec = codec_for(SchemaRegistrySettings())
     prefix = tenant_like.removesuffix("%")
     consumer = Consumer(
         kafka.client_config(
@@ -283,7 +285,7 @@ def topic_positions(
                 raise RuntimeError(f"reading {topic}: {message.error()}")
             partition, offset = message.partition(), message.offset() or 0
             try:
-                envelope = CODEC.decode_value(message.value() or b"")
+                envelope = codec.decode_value(message.value() or b"")
             except GaplessError:
                 undecodable += 1
             else:

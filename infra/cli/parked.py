@@ -178,11 +178,17 @@ def parked_skip(event_id: uuid.UUID, reason: str, as_json: bool) -> None:
     from processors.applier.exceptions import ParkedRepairError, QuarantineRepairError
     from processors.applier.parked_repair import skip
     from processors.settings import AgentSettings
+    from schemas.registry_codec import codec_for
 
     settings = guarded(lambda: load(AgentSettings))
     try:
         entry_id, done = skip(
-            settings.product_dsn, settings.agents_consumer, event_id, reason, actor()
+            settings.product_dsn,
+            settings.agents_consumer,
+            event_id,
+            reason,
+            actor(),
+            codec_for(settings),
         )
     except (ParkedRepairError, QuarantineRepairError) as exc:
         _refused(as_json, event_id, exc)

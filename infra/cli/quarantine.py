@@ -114,10 +114,11 @@ def quarantine_skip(entry_id: int, reason: str, as_json: bool) -> None:
     from processors.applier.exceptions import QuarantineRepairError
     from processors.applier.repair import skip_entry
     from processors.settings import AgentSettings
+    from schemas.registry_codec import codec_for
 
     settings = guarded(lambda: load(AgentSettings))
     try:
-        done = skip_entry(settings.product_dsn, entry_id, reason, actor())
+        done = skip_entry(settings.product_dsn, entry_id, reason, actor(), codec_for(settings))
     except QuarantineRepairError as exc:
         if as_json:
             emit(True, {"id": entry_id, "error": exc.code, "message": str(exc)}, "")

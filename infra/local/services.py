@@ -109,6 +109,8 @@ def local_environment() -> dict[str, str]:
         "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
         "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
         "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),
+        # Events in the Confluent framing, through the registry `up` starts.
+        "GAPLESS_SCHEMA_REGISTRY_URL": registry.url(layout),
         "GAPLESS_S3_ENDPOINT": s3.endpoint(layout),
         "GAPLESS_S3_ACCESS_KEY": creds.access_key,
         "GAPLESS_S3_SECRET_KEY": creds.secret_key,

@@ -3,7 +3,9 @@ projections.
 
 Runs ``gapless demo`` (relay and agents as separate processes, each killed with -9
 once midway) on its own topic and consumer group, against the test databases, with the
-resolver's processes logged in as the application login.
+resolver's processes logged in as the application login, and through the schema
+registry as ``gapless up`` configures it: every event on the topic is in the Confluent
+framing.
 """
 
 from __future__ import annotations
@@ -18,11 +20,17 @@ import pytest
 
 from db.settings import DatabaseSettings
 from infra.processes import free_port
+from schemas.registry_codec import CONFLUENT_MAGIC
+from schemas.settings import KafkaSettings
+from tests.fixtures.kafka_reading import topic_values
 
 
 @pytest.mark.slow
-def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) -> None:
+def test_demo_converges_after_crashes(
+    clean_db: DatabaseSettings, topic: str, registry_url: str, kafka_settings: KafkaSettings
+) -> None:
     env = dict(os.environ)
+    env["GAPLESS_SCHEMA_REGISTRY_URL"] = registry_url  # what `gapless up` configures
     env["GAPLESS_EVENTS_TOPIC"] = topic
     env["GAPLESS_AGENTS_APP_ID"] = f"e2e-{uuid.uuid4().hex[:8]}"
     env["GAPLESS_AGENTS_WEB_PORT"] = str(free_port())
@@ -96,3 +104,7 @@ def test_demo_converges_after_crashes(clean_db: DatabaseSettings, topic: str) ->
     assert summary["capture_reposts_answered_with_the_same_receipt"] > 0
     assert summary["events_committed"] == summary["workload_events"] + summary["capture_events"]
     assert summary["failed_checks"] == []
+    # Written in the Confluent framing (any Confluent consumer reads it), every event.
+    values = topic_values(kafka_settings, topic)
+    assert len(values) >= summary["events_published"]
+    assert {v[:1] for v in values} == {CONFLUENT_MAGIC}

@@ -3,7 +3,8 @@ deployed resolver API, relay, agents and read API: a ``pg_dump -Fc`` backup take
 under load, more events reaching Kafka and the projections (some left in Kafka by a
 lagging consumer), the backup restored in place, the fence procedure run (pause,
 epoch, fence, rebuild, resume). The drill's own checks read the real databases; this
-test holds each of them, and that nothing of the sandbox is left behind. Timings are
+test holds each of them, and that nothing of the sandbox is left behind. The events
+are framed through the schema registry, as ``gapless up`` configures it. Timings are
 reported, never judged here."""
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ def _sandboxes(settings: DatabaseSettings) -> list[str]:
 
 @pytest.mark.slow
 def test_the_restore_drill_fences_rebuilds_resumes_and_loses_nothing_it_kept(
-    db_settings: DatabaseSettings,
+    db_settings: DatabaseSettings, registry_url: str
 ) -> None:
     before = _sandboxes(db_settings)
     done = subprocess.run(
         [sys.executable, "-m", "infra.cli", "drill", "restore", "--json"],
-        env=dict(os.environ),
+        # Through the schema registry, as `gapless up` configures it.
+        env=dict(os.environ, GAPLESS_SCHEMA_REGISTRY_URL=registry_url),
         capture_output=True,
         timeout=600,
         check=False,

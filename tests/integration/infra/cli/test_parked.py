@@ -15,8 +15,12 @@ from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
 from infra.cli.main import main
 from processors.applier.batch import Applier
+from processors.applier.messages import RawMessage
 from processors.applier.repair import list_entries
 from schemas.codec import CODEC
+from schemas.registry_codec import CONFLUENT_MAGIC, codec_for
+from schemas.settings import SchemaRegistrySettings
+from schemas.topics import EVENTS_TOPIC
 from tests.integration.processors.applier.test_applier_faults import TENANT, Partition, on, upsert
 
 
@@ -93,3 +97,39 @@ def test_parked_events_are_listed_retried_and_skipped_from_the_command_line(
     assert again.exit_code == 2
     assert json.loads(again.stdout)["error"] == "QUARANTINE_ENTRY_NOT_OPEN"
     assert cli.invoke(main, ["parked", "list", "--json"]).stdout == ""
+
+
+def test_a_skip_reads_the_confluent_framing_when_a_registry_is_configured(
+    clean_db: DatabaseSettings, registry_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The skip decodes the given-up event to learn the revision it gives up, so what
+    waits on it is set aside; with the registry's framing that needs the codec the
+    settings choose (read with the single-object codec, the event looks undecodable
+    and its dependant would wait for ever)."""
+    with psycopg.connect(clean_db.control_dsn, autocommit=True) as conn:
+        ensure_epoch(conn, TENANT, "c1")
+    monkeypatch.setenv("GAPLESS_SCHEMA_REGISTRY_URL", registry_url)
+    codec = codec_for(SchemaRegistrySettings())
+    epochs = EpochSource(clean_db.control_dsn, ttl_seconds=0)
+    applier = Applier(clean_db.product_dsn, epochs, codec)
+    child = upsert(2, "child", 1, parent=on("parent", 1))
+    grandchild = upsert(3, "grandchild", 1, parent=on("child", 1))
+    framed = [
+        RawMessage(EVENTS_TOPIC, 0, offset, codec.encode_key(e.key), codec.encode_value(e))
+        for offset, e in enumerate((child, grandchild))
+    ]
+    assert {m.value[:1] for m in framed if m.value} == {CONFLUENT_MAGIC}
+    try:
+        applier.apply(framed)
+    finally:
+        applier.close()
+        epochs.close()
+
+    skipped = CliRunner().invoke(
+        main, ["parked", "skip", str(child.event_id), "--reason", "parent withdrawn", "--json"]
+    )
+    assert skipped.exit_code == 0, skipped.output
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        [dependant] = list_entries(conn)
+    assert json.loads(skipped.stdout)["set_aside"] == {str(grandchild.event_id): dependant.id}
+    assert dependant.error_code == "DEPENDENCY_SKIPPED"
