@@ -49,6 +49,9 @@ class CatalogItemUpserted:
     title: str
     parent_item_id: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
+    decision_id: uuid.UUID | None = None
+    """The decision that made this state; absent from events of schema release v2 and
+    before."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
@@ -61,6 +64,9 @@ class CatalogItemRetired:
     EVENT_TYPE: ClassVar[str] = "catalog_item.retired"
 
     reason: str
+    decision_id: uuid.UUID | None = None
+    """The decision that retired the item; absent from events of schema release v2 and
+    before."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

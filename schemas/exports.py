@@ -1,4 +1,4 @@
-"""The snapshot export format (``gapless.export.v3``): what the resolver writes and a
+"""The snapshot export format (``gapless.export.v4``): what the resolver writes and a
 rebuild loads.
 
 An export is a set of chunk objects and one manifest in the exports bucket, all
@@ -31,7 +31,8 @@ a reader that is not PostgreSQL. The kinds and fields (``KINDS``):
 
 * ``catalog_item``: ``id`` (the item id), ``revision``, ``class_id``, ``status``
   (whatever it is: a retired or split item is exported too), ``title``,
-  ``parent_item_id`` (null for none), ``attributes`` (an object of strings);
+  ``parent_item_id`` (null for none), ``attributes`` (an object of strings),
+  ``decision_id`` (the decision that made this state);
 * ``attribute_definition``: ``attribute_key``, ``version``, ``revision``, ``label``,
   ``value_type``, ``allowed_values`` and ``applies_to`` (arrays of strings, the
   latter the class ids, sorted), ``status``, ``decision_id``;
@@ -52,10 +53,11 @@ Records come kind after kind in the order above, each kind in key order, so an
 export of the same state is the same bytes.
 
 Exports of the earlier formats (``gapless.export.v1``: Avro events; ``v2``: one JSON
-document a line, which a load had to parse record by record) are not loadable: their
-manifests are refused as of an unknown format. An export is kept only
+document a line, which a load had to parse record by record; ``v3``: items without
+their ``decision_id``) are not loadable: their manifests are refused as of an unknown
+format. An export is kept only
 ``GAPLESS_EXPORTS_KEEP`` deep and a rebuild asks for a fresh one, so nothing needs
-them once the resolver writes v3.
+them once the resolver writes v4.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from urllib.parse import quote
 from schemas.errors import GaplessError
 from schemas.ids import StreamId
 
-FORMAT = "gapless.export.v3"
+FORMAT = "gapless.export.v4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,7 @@ def _fields(*spec: str) -> tuple[Field, ...]:
 KINDS: dict[str, tuple[Field, ...]] = {
     "catalog_item": _fields(
         "id text", "revision int8", "class_id text", "status text", "title text",
-        "parent_item_id text", "attributes json",
+        "parent_item_id text", "attributes json", "decision_id uuid",
     ),
     "attribute_definition": _fields(
         "attribute_key text", "version int8", "revision int8", "label text",

@@ -14,8 +14,11 @@ type annotation:
   type, which fastavro takes and gives as a ``UUID``);
 * anything else (text, numbers, timestamps, optional values) crosses as it is.
 
-A new payload type therefore needs its dataclass in ``schemas.events``' ``Payload``
-union and its ``.avsc`` file, and nothing here.
+A field the record does not have takes the dataclass's default: a reader of an
+earlier release's schemas (an agent not yet upgraded, as the rolling-upgrade test
+plays one) reads an optional field added since as absent, the value old events
+carry. A new payload type therefore needs its dataclass in ``schemas.events``'
+``Payload`` union and its ``.avsc`` file, and nothing here.
 """
 
 from __future__ import annotations
@@ -60,9 +63,10 @@ class RecordType:
         return record
 
     def from_record(self, record: Mapping[str, Any]) -> Any:
-        fields = {name: record[name] for name in self.plain}
+        fields = {name: record[name] for name in self.plain if name in record}
         for name, _, back in self.converted:
-            fields[name] = back(record[name])
+            if name in record:
+                fields[name] = back(record[name])
         return self.cls(**fields)
 
 

@@ -52,9 +52,13 @@ class ItemRow:
     attributes: dict[str, str]
     revision: int
     position: int
+    decision_id: uuid.UUID | None
 
 
-_ITEM = "item_id, class_id, status, title, parent_item_id, attributes, revision, position"
+_ITEM = (
+    "item_id, class_id, status, title, parent_item_id, attributes, revision, position,"
+    " decision_id"
+)
 
 
 def item_page(

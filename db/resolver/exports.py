@@ -163,8 +163,8 @@ Block = bytes | bytearray | memoryview
 _ONE_CATALOG = "tenant_id = %s AND catalog_id = %s"
 
 ITEMS = (
-    "SELECT item_id, revision, class_id, status, title, parent_item_id, attributes"
-    f" FROM catalog_item WHERE {_ONE_CATALOG} ORDER BY item_id"
+    "SELECT item_id, revision, class_id, status, title, parent_item_id, attributes,"
+    f" decision_id FROM catalog_item WHERE {_ONE_CATALOG} ORDER BY item_id"
 )
 DEFINITIONS = (
     "SELECT d.attribute_key, d.version, d.revision, d.label, d.value_type,"

@@ -164,6 +164,9 @@ product_item = Table(
     Column("revision", BigInteger, nullable=False),
     Column("position", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The decision that made the row's state; null where it was applied from an event
+    # written before schema release v3 (a rebuild fills it from the resolver's state).
+    Column("decision_id", Uuid),
     PrimaryKeyConstraint("generation", "tenant_id", "catalog_id", "item_id"),
 )
 

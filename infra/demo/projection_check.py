@@ -30,7 +30,7 @@ class Check:
 
 
 _ITEM = "tenant_id, catalog_id, item_id, class_id, status, title, parent_item_id, attributes,"
-_ITEM += " revision"
+_ITEM += " decision_id, revision"
 _MAPPING = "tenant_id, catalog_id, listing_id, item_id, item_revision, decision_id, revision"
 _POLICY = "tenant_id, catalog_id, policy_id, version, scope, effective_from, effective_to,"
 _POLICY += " terms, decision_id"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,7 @@ class ItemState:
     title: str
     parent_item_id: str | None
     attributes: dict[str, str]
+    decision_id: uuid.UUID | None
     revision: int
     position: int
 
@@ -38,6 +40,7 @@ class StatusChange:
     catalog_id: str
     item_id: str
     status: str
+    decision_id: uuid.UUID | None
     revision: int
     position: int
 
@@ -62,16 +65,26 @@ def fold(events: Iterable[Envelope]) -> dict[AggregateKey, Change]:
                 payload.title,
                 payload.parent_item_id,
                 dict(payload.attributes),
+                payload.decision_id,
                 rev,
                 pos,
             )
         elif isinstance(payload, CatalogItemRetired):
             previous = changes.get(key)
+            decided = payload.decision_id
             if isinstance(previous, ItemState):
-                changes[key] = replace(previous, status="retired", revision=rev, position=pos)
+                changes[key] = replace(
+                    previous, status="retired", decision_id=decided, revision=rev, position=pos
+                )
             else:
                 changes[key] = StatusChange(
-                    event.tenant_id, event.catalog_id, event.aggregate.id, "retired", rev, pos
+                    event.tenant_id,
+                    event.catalog_id,
+                    event.aggregate.id,
+                    "retired",
+                    decided,
+                    rev,
+                    pos,
                 )
     return changes
 
@@ -86,9 +99,11 @@ PROJECTION = TableProjection(
         Column("title"),
         Column("parent_item_id"),
         Column("attributes", encode=Jsonb),
+        Column("decision_id"),
     ),
     row=ItemState,
     fold=fold,
-    # A retirement the batch has no whole row for changes the stored row's status.
-    partial=PartialUpdate(StatusChange, ("status",)),
+    # A retirement the batch has no whole row for changes the stored row's status (and
+    # the decision that made it).
+    partial=PartialUpdate(StatusChange, ("status", "decision_id")),
 )

@@ -40,6 +40,10 @@ class ItemSummary(BaseModel):
 class Item(ItemSummary):
     attributes: dict[str, str] = Field(description="The item's own attribute map.")
     position: int = Field(description="The stream position of the item's last event.")
+    decision_id: uuid.UUID | None = Field(
+        description="The decision that made this state; null for an item last changed by"
+        " an event written before schema release v3 (until a rebuild)."
+    )
 
     @classmethod
     def of(cls, row: sql.ItemRow) -> Item:
@@ -52,6 +56,7 @@ class Item(ItemSummary):
             revision=row.revision,
             attributes=row.attributes,
             position=row.position,
+            decision_id=row.decision_id,
         )
 
 

@@ -189,6 +189,7 @@ def _write_items(
                     title=change.title,
                     parent_item_id=change.parent_item_id,
                     attributes=change.attributes,  # the event keeps a copy of its own
+                    decision_id=decision_id,
                 ),
             )
         )
@@ -260,7 +261,7 @@ def retire_items(
                 dependencies=(
                     AggregateRef(type=AGGREGATE, id=retirement.item_id, revision=revision - 1),
                 ),
-                payload=CatalogItemRetired(reason=retirement.reason),
+                payload=CatalogItemRetired(reason=retirement.reason, decision_id=scope.decision_id),
             )
         )
     return saved

@@ -171,6 +171,7 @@ def _mark_split(
             source.title,
             source.parent_item_id,
             source.attributes,
+            decision_id=scope.decision_id,
         )
     )
     return source_revision
@@ -212,6 +213,7 @@ def _create_successors(
                 source.parent_item_id,
                 successor.attributes,
                 parent_refs,
+                decision_id=scope.decision_id,
             )
         )
     return successor_refs
@@ -300,6 +302,8 @@ def _item_event(
     parent_item_id: str | None,
     attributes: Mapping[str, str],
     dependencies: tuple[AggregateRef, ...] = (),
+    *,
+    decision_id: uuid.UUID,
 ) -> PendingEvent:
     # The full item state, the event the product projection already applies: the
     # source's move to 'split' reaches the projection like any other change.
@@ -312,5 +316,6 @@ def _item_event(
             title=title,
             parent_item_id=parent_item_id,
             attributes=dict(attributes),
+            decision_id=decision_id,
         ),
     )

@@ -59,8 +59,11 @@ PAYLOAD_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         title=TEXT,
         parent_item_id=st.none() | TEXT,
         attributes=st.dictionaries(TEXT, TEXT, max_size=8),
+        decision_id=st.none() | st.uuids(),
     ),
-    CatalogItemRetired: st.builds(CatalogItemRetired, reason=TEXT),
+    CatalogItemRetired: st.builds(
+        CatalogItemRetired, reason=TEXT, decision_id=st.none() | st.uuids()
+    ),
     DecisionRecorded: st.builds(
         DecisionRecorded,
         action=TEXT,
@@ -384,3 +387,25 @@ def test_reads_messages_written_with_a_released_schema(tmp_path: Path) -> None:
 def test_kafka_headers_from_columns_equal_the_envelope_headers() -> None:
     envelope = an_envelope()
     assert kafka_headers(str(envelope.event_id), envelope.history_epoch) == CODEC.headers(envelope)
+
+
+def test_release_v3_reads_what_release_v2_wrote_and_v2_knows_v3_only_by_fingerprint() -> None:
+    """Release v3 added the item events' optional ``decision_id``. Today's codec reads
+    an item event written with the v2 schemas (it comes back absent); a reader of v2's
+    schemas alone reads v2's bytes, but finds no v3 writer among its schemas: through
+    the single-object framing an agent not yet upgraded quarantines what an upgraded
+    writer wrote (the registry's framing names the writer's schema; see
+    ``tests/integration/schemas/test_rolling_upgrade.py``)."""
+    v2 = EventCodec(AVRO_DIR / "released" / "v2")
+    decided = uuid.uuid4()
+    envelope = an_envelope(
+        payload=CatalogItemUpserted(class_id="k", status="active", title="t", decision_id=decided)
+    )
+    written_by_v2 = v2.encode_value(envelope)
+    assert CODEC.decode_value(written_by_v2) == an_envelope(
+        payload=CatalogItemUpserted(class_id="k", status="active", title="t")
+    )
+    assert v2.decode_value(written_by_v2).payload.decision_id is None  # type: ignore[union-attr]
+    assert CODEC.decode_value(CODEC.encode_value(envelope)).payload.decision_id == decided  # type: ignore[union-attr]
+    with pytest.raises(UnknownSchema):
+        v2.decode_value(CODEC.encode_value(envelope))

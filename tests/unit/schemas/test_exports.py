@@ -55,11 +55,13 @@ def test_the_kinds_are_the_projections_aggregate_types_in_load_order() -> None:
 def test_a_record_reads_back_as_postgresql_spelled_it() -> None:
     item = read_record(
         "catalog_item",
-        b'a\\\\b\t3\tlamp\tactive\tTab\\there\\nand there\t\\N\t{"size": "10\\\\\\\\"}\n',
+        b'a\\\\b\t3\tlamp\tactive\tTab\\there\\nand there\t\\N\t{"size": "10\\\\\\\\"}\t'
+        b"00000000-0000-4000-8000-000000000003\n",
     )
     assert item == {
         "id": "a\\b", "revision": 3, "class_id": "lamp", "status": "active",
         "title": "Tab\there\nand there", "parent_item_id": None, "attributes": {"size": "10\\"},
+        "decision_id": "00000000-0000-4000-8000-000000000003",
     }  # fmt: skip
     split = read_record(
         "item_split",
@@ -103,9 +105,14 @@ def test_the_manifest_round_trips_and_its_checksum_is_checked() -> None:
     assert manifest.chunks[0].key == "exports/t%2F1/c%201/3/0f0e/chunk-000001.tsv"
     with pytest.raises(ExportCorrupt, match="checksum"):
         Manifest.from_bytes(data, sha256(b"other"))
-    # v1 (Avro) and v2 (JSON lines) no longer load
-    for other in (b"gapless.export.v9", b"gapless.export.v1", b"gapless.export.v2"):
-        odd = data.replace(b"gapless.export.v3", other)
+    # v1 (Avro), v2 (JSON lines) and v3 (items without their decision) no longer load
+    for other in (
+        b"gapless.export.v9",
+        b"gapless.export.v1",
+        b"gapless.export.v2",
+        b"gapless.export.v3",
+    ):
+        odd = data.replace(b"gapless.export.v4", other)
         with pytest.raises(ExportCorrupt, match="unknown export format"):
             Manifest.from_bytes(odd, sha256(odd))
 
