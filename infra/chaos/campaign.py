@@ -76,6 +76,8 @@ class Settings:
     pg_restarts: int = 4
     broker_restarts: int = 3
     s3_outages: int = 2
+    registry_restarts: int = 1
+    registry_outages: int = 1
     proxy_faults: int = 4
 
 
@@ -178,6 +180,8 @@ def _plan(settings: Settings, fleet: Fleet, run_id: str, echo: Echo) -> list[Pla
         pg_restarts=settings.pg_restarts,
         broker_restarts=settings.broker_restarts,
         s3_outages=settings.s3_outages,
+        registry_restarts=settings.registry_restarts,
+        registry_outages=settings.registry_outages,
         proxy_faults=settings.proxy_faults,
     )
     plan = schedule.plan(settings.seed, options)
@@ -227,6 +231,7 @@ def _judge(databases: Any, kafka: Any, load: Load, seen: check.Seen, report: Rep
         "api_answers_lost": load.api.answer_lost,
         "api_retries": load.api.retries,
         "api_refused": dict(load.api.refused),
+        "api_unavailable": dict(load.api.unavailable),
         "captures_posted": load.captures.posted,
         "poison_sent": len(load.poison),
         "undecodable_on_topic": observed.undecodable_on_topic,

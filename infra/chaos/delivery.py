@@ -128,6 +128,10 @@ def _service_lane(
             report.broker_restarts += 1
         elif planned.kind == schedule.S3_DOWN:
             report.object_store_outages += 1
+        elif planned.kind == schedule.REGISTRY_RESTART:
+            report.registry_restarts += 1
+        elif planned.kind == schedule.REGISTRY_DOWN:
+            report.registry_outages += 1
         else:
             report.proxy_faults += 1
 
@@ -203,6 +207,8 @@ def _service_faults(report: Report) -> int:
         report.pg_restarts
         + report.broker_restarts
         + report.object_store_outages
+        + report.registry_restarts
+        + report.registry_outages
         + (report.proxy_faults)
     )
 

@@ -99,6 +99,23 @@ class ObjectStoreDown:
         self.services.start_object_store(self.echo)
 
 
+@dataclass
+class RegistryDown:
+    """The schema registry stopped (SIGTERM) and started again after the hold: a
+    restart when short, an outage when long (``schedule.REGISTRY_DOWN_S``)."""
+
+    services: Private
+    echo: Echo
+    kind: str = schedule.REGISTRY_DOWN
+    target: str = "registry"
+
+    def apply(self) -> None:
+        self.services.stop_registry(self.echo)
+
+    def heal(self) -> None:
+        self.services.start_registry(self.echo)
+
+
 def build(planned: Planned, fleet: Fleet, services: Private, echo: Echo) -> Fault:
     """The fault ``planned`` names; a proxy fault on the private services' proxies."""
     if planned.kind == schedule.KILL:
@@ -110,6 +127,8 @@ def build(planned: Planned, fleet: Fleet, services: Private, echo: Echo) -> Faul
         return BrokerKill(services, echo)
     if planned.kind == schedule.S3_DOWN:
         return ObjectStoreDown(services, echo)
+    if planned.kind in (schedule.REGISTRY_RESTART, schedule.REGISTRY_DOWN):
+        return RegistryDown(services, echo, planned.kind)
     if planned.kind in schedule.PROXY_KINDS:
         return network_fault(planned.kind, planned.target, services.proxies)
     raise ValueError(f"no fault of kind {planned.kind!r}")

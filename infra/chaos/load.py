@@ -80,6 +80,9 @@ class ApiStats:
     refused: Counter[str] = field(default_factory=Counter)
     """Answers the workload did not expect, by code (a violation when non-empty)."""
     gave_up: int = 0
+    unavailable: Counter[str] = field(default_factory=Counter)
+    """5xx answers ridden out by retrying, by code (``REGISTRY_UNAVAILABLE`` from a
+    writer started while the registry was down, ``HTTP 502`` from no API at all…)."""
 
 
 def post_until_answered(
@@ -88,10 +91,12 @@ def post_until_answered(
     body: dict[str, Any],
     headers: dict[str, str],
     stop_retrying: Callable[[], bool] = lambda: False,
+    unavailable: Counter[str] | None = None,
 ) -> tuple[httpx.Response | None, int]:
     """POST until an answer below 500 (or ``RETRY_FOR_S``, or ``stop_retrying``): the
     last answer (None when nothing answered) and how many attempts failed first.
-    Transport errors and 5xx mean the API, its database or its object store is down."""
+    Transport errors and 5xx mean the API, its database, its object store or the
+    schema registry is down; each 5xx is counted in ``unavailable`` by its code."""
     deadline = time.monotonic() + RETRY_FOR_S
     pause, failed = 0.2, 0
     response: httpx.Response | None = None
@@ -100,6 +105,8 @@ def post_until_answered(
             response = http.post(path, json=body, headers=headers)
             if response.status_code < 500 or _code(response) in WAIT_CODES:
                 return response, failed
+            if unavailable is not None:
+                unavailable[_code(response)] += 1
         except httpx.TransportError:
             response = None
         if time.monotonic() > deadline or stop_retrying():
@@ -314,7 +321,9 @@ class Load:
                     "facts": facts,
                 }
                 path = f"/v1/tenants/{tenant}/catalogs/{catalog}/review-cases/{case}/decisions"
-                response, failed = post_until_answered(http, path, body, {}, self.stop_event.is_set)
+                response, failed = post_until_answered(
+                    http, path, body, {}, self.stop_event.is_set, self.api.unavailable
+                )
                 self.api.retries += failed
                 code = _code(response) if response is not None else None
                 if code in WAIT_CODES:

@@ -22,6 +22,8 @@ class Report:
     pg_restarts: int = 0
     broker_restarts: int = 0
     object_store_outages: int = 0
+    registry_restarts: int = 0
+    registry_outages: int = 0
     proxy_faults: int = 0
     verdict: check.Verdict = field(default_factory=check.Verdict)
     converged_s: float | None = None
@@ -55,6 +57,8 @@ class Report:
             "pg_restarts": self.pg_restarts,
             "broker_restarts": self.broker_restarts,
             "object_store_outages": self.object_store_outages,
+            "registry_restarts": self.registry_restarts,
+            "registry_outages": self.registry_outages,
             "proxy_faults": self.proxy_faults,
             "faults": dict(sorted(self.faults.items())),
             "events_committed": v.events_committed,

@@ -13,9 +13,12 @@ lanes run side by side:
   and the intake commit, around a checkpoint move, inside a rebuild's load
   transaction) the n-th time it passes there;
 - services: PostgreSQL restarts (fast and immediate shutdown), broker SIGKILLs, the
-  object store down for a while, and proxy faults when a proxy is available, one at
-  a time, each held ``hold`` seconds before it is healed, in slots spread over the
-  campaign so they never overlap.
+  object store down for a while, the schema registry restarted and stopped for
+  ``REGISTRY_DOWN_S``, and proxy faults when a proxy is available, one at a time,
+  each held ``hold`` seconds before it is healed, in slots spread over the campaign
+  so they never overlap. While the registry is down a writer and an agents worker
+  are killed (``_met_by_the_outage``): started again then, they have no schema id
+  cached and meet the outage (the writer answers 503, the worker retries its batch).
 
 Not in the plan: the rebuild's phase boundaries and the cutover's steps
 (``crashpoints.REBUILD_POINTS``). A rebuild passes each once, at an instant no plan
@@ -38,6 +41,10 @@ PG_FAST = "pg_restart_fast"
 PG_IMMEDIATE = "pg_restart_immediate"
 BROKER_KILL = "broker_kill"
 S3_DOWN = "object_store_down"
+REGISTRY_RESTART = "registry_restart"
+REGISTRY_DOWN = "registry_down"
+REGISTRY_DOWN_S = 30.0
+"""How long the registry's outage lasts: longer than any client's retries of one call."""
 PROXY_KINDS = ("proxy_drop", "proxy_stall")
 """Proxy faults: connections cut, or held longer than the clients' timeouts."""
 SERVICE_TARGETS = ("postgres", "kafka", "s3")
@@ -93,6 +100,8 @@ class Options:
     pg_restarts: int = 4
     broker_restarts: int = 3
     s3_outages: int = 2
+    registry_restarts: int = 1
+    registry_outages: int = 1
     proxy_faults: int = 0
     """0 unless a TCP fault proxy runs between the processes and the services."""
 
@@ -106,7 +115,25 @@ def plan(seed: int, options: Options) -> list[Planned]:
     """Every fault of the campaign in the order of its instant."""
     rng = random.Random(seed)
     kills = [_kill(rng, options) for _ in range(options.kills)]
-    return sorted(kills + _services(rng, options), key=lambda p: (p.at, p.kind, p.target))
+    services = _services(rng, options)
+    planned = kills + services + _met_by_the_outage(services, options)
+    return sorted(planned, key=lambda p: (p.at, p.kind, p.target))
+
+
+def _met_by_the_outage(services: Sequence[Planned], options: Options) -> list[Planned]:
+    """A kill of the first writer and of the first agents worker a few seconds into
+    each registry outage: their next incarnations start while it is down."""
+    first = {
+        kind: min(p for p in options.processes if kind_of(p) == kind)
+        for kind in ("resolver-api", "agents")
+        if any(kind_of(p) == kind for p in options.processes)
+    }
+    return [
+        Planned(round(outage.at + delay, 3), KILL, process)
+        for outage in services
+        if outage.kind == REGISTRY_DOWN
+        for delay, process in zip((2.0, 4.0), first.values(), strict=False)
+    ]
 
 
 def _kill(rng: random.Random, options: Options) -> Planned:
@@ -129,21 +156,24 @@ def _services(rng: random.Random, options: Options) -> list[Planned]:
         pg
         + [BROKER_KILL] * options.broker_restarts
         + [S3_DOWN] * options.s3_outages
+        + [REGISTRY_RESTART] * options.registry_restarts
+        + [REGISTRY_DOWN] * options.registry_outages
         + [PROXY_KINDS[i % 2] for i in range(options.proxy_faults)]
     )
     rng.shuffle(kinds)
     if not kinds:
         return []
-    # A stall's length is fixed; the others share what is left in equal slots.
-    stalls = [rng.uniform(*STALL_S) if k == "proxy_stall" else 0.0 for k in kinds]
-    usable = max(options.seconds - 2 * SETTLE_S - sum(stalls), 1.0)
-    others = sum(1 for k in kinds if k != "proxy_stall")
+    # A stall's and the registry outage's lengths are fixed; the others share what is
+    # left in equal slots.
+    fixed = [_fixed(rng, k) for k in kinds]
+    usable = max(options.seconds - 2 * SETTLE_S - sum(fixed), 1.0)
+    others = sum(1 for f in fixed if not f)
     slot = usable / max(others, 1)
     planned = []
     start = SETTLE_S
-    for kind, stall in zip(kinds, stalls, strict=True):
-        if kind == "proxy_stall":
-            hold, room = stall, stall
+    for kind, length in zip(kinds, fixed, strict=True):
+        if length:
+            hold, room = length, length
         else:
             hold = _hold(rng, kind, slot)
             room = slot
@@ -151,6 +181,13 @@ def _services(rng: random.Random, options: Options) -> list[Planned]:
         planned.append(Planned(round(at, 3), kind, _target(rng, kind), round(hold, 3)))
         start += room
     return planned
+
+
+def _fixed(rng: random.Random, kind: str) -> float:
+    """The length of a fault that lasts as long as it must (0: one that shares a slot)."""
+    if kind == "proxy_stall":
+        return rng.uniform(*STALL_S)
+    return REGISTRY_DOWN_S if kind == REGISTRY_DOWN else 0.0
 
 
 def _hold(rng: random.Random, kind: str, slot: float) -> float:
@@ -161,6 +198,7 @@ def _hold(rng: random.Random, kind: str, slot: float) -> float:
         PG_IMMEDIATE: (0.0, 2.0),
         BROKER_KILL: (1.0, 5.0),
         S3_DOWN: (5.0, 12.0),
+        REGISTRY_RESTART: (0.5, 3.0),
         "proxy_drop": (1.0, 4.0),
     }[kind]
     return min(rng.uniform(low, high), 0.6 * slot)
@@ -173,6 +211,8 @@ def _target(rng: random.Random, kind: str) -> str:
         return "kafka"
     if kind == S3_DOWN:
         return "s3"
+    if kind in (REGISTRY_RESTART, REGISTRY_DOWN):
+        return "registry"
     return rng.choice(SERVICE_TARGETS)
 
 

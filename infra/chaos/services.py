@@ -1,24 +1,29 @@
-"""The campaign's own PostgreSQL cluster, Kafka broker and S3 server.
+"""The campaign's own PostgreSQL cluster, Kafka broker, S3 server and schema registry.
 
-The campaign restarts PostgreSQL, SIGKILLs the broker and stops the object store;
+The campaign restarts PostgreSQL, SIGKILLs the broker, stops the object store and
+restarts or stops the registry;
 doing that to the services ``gapless up`` runs would break everyone else's work on
 the machine (tests, the demo, a developer's terminal). So it starts private ones
 with the same launchers (``infra.local``), under a ``Layout`` of its own
 (``<local dir>/chaos``) on a block of ports of its own:
 
 - ``GAPLESS_CHAOS_PORT_BASE`` (default 17100): PostgreSQL on base, the broker on
-  base+1 (its controller base+2), versitygw on base+3, the campaign's processes'
-  HTTP ports from base+10 up to base+79, and the TCP fault proxy's block
-  (``infra.chaos.proxy.PortBlock``) from base+80 to base+95.
+  base+1 (its controller base+2), versitygw on base+3, the registry on base+4 (its
+  management port base+5; its schemas in the campaign's PostgreSQL, as ``gapless up``
+  keeps them), the campaign's processes' HTTP ports from base+10 up to base+79, and
+  the TCP fault proxy's block (``infra.chaos.proxy.PortBlock``) from base+80 to base+95.
 
 The broker runs with its proxied listener from the start (and again after every
 SIGKILL), so the processes reach it, PostgreSQL and the object store through
 toxiproxy (``proxies``), while the campaign's own clients (workload, sampler,
-checks) go direct: a network fault cuts the pipeline, never the judge.
+checks) go direct: a network fault cuts the pipeline, never the judge. The processes
+reach the registry directly: its faults are its own restart and outage, and every
+process talks to it only for an id it has not cached (a writer's first event of a
+kind, a reader's first message of a writer schema).
 
-The broker's jars and the gateway's and the proxy's binaries are linked from the
-main local directory when it has them (no second Maven resolution or
-``go install``). On the way out everything is stopped and the directory removed,
+The broker's jars, the registry's application and the gateway's and the proxy's
+binaries are linked from the main local directory when it has them (no second Maven
+resolution or ``go install``). On the way out everything is stopped and the directory removed,
 whatever failed.
 """
 
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.chaos.proxy import PortBlock, Routes, ToxiproxyServer, kafka_listener
-from infra.local import collector_keys, kafka, postgres, s3, toxiproxy
+from infra.local import collector_keys, kafka, postgres, registry, s3, toxiproxy
 from infra.local.api_token import dev_token, dev_token_grant
 from infra.local.layout import Layout, current_layout
 from infra.local.processes import wait_until
@@ -81,6 +86,7 @@ class Private:
             "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
             "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
             "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),
+            "GAPLESS_SCHEMA_REGISTRY_URL": registry.url(layout),
             "GAPLESS_S3_ENDPOINT": s3.endpoint(layout),
             "GAPLESS_S3_ACCESS_KEY": creds.access_key,
             "GAPLESS_S3_SECRET_KEY": creds.secret_key,
@@ -120,6 +126,12 @@ class Private:
     def start_object_store(self, echo: Echo) -> None:
         s3.start(self.layout, echo)
 
+    def stop_registry(self, echo: Echo) -> None:
+        registry.stop(self.layout, echo)
+
+    def start_registry(self, echo: Echo) -> None:
+        registry.start(self.layout, echo)
+
 
 def _sleep(seconds: float) -> None:
     import time
@@ -151,11 +163,14 @@ def port_base() -> int:
     return base
 
 
-def _link_shared(main: Layout, layout: Layout) -> None:
-    """The broker's jars and the gateway's binary from the main local directory."""
+def _link_shared(main: Layout, layout: Layout, echo: Echo) -> None:
+    """The broker's jars, the registry's application and the gateway's binary from
+    the main local directory."""
     proxy = toxiproxy.binary(main)
+    app = registry.unpacked(main, echo).relative_to(main.local)  # fetched once
     for source, target in (
         (main.local / "kafka" / "libs", layout.local / "kafka" / "libs"),
+        (main.local / app, layout.local / app),
         (main.bin / "versitygw", layout.bin / "versitygw"),
         (proxy, toxiproxy.binary(layout)),
         (toxiproxy.stamp(main), toxiproxy.stamp(layout)),
@@ -167,8 +182,8 @@ def _link_shared(main: Layout, layout: Layout) -> None:
 
 @contextlib.contextmanager
 def private_services(echo: Echo) -> Iterator[Private]:
-    """Start PostgreSQL, the broker and versitygw on the campaign's layout; stop them
-    and remove their directory on the way out."""
+    """Start PostgreSQL, the broker, versitygw and the registry on the campaign's
+    layout; stop them and remove their directory on the way out."""
     main = current_layout()
     base = port_base()
     layout = Layout(
@@ -177,22 +192,25 @@ def private_services(echo: Echo) -> Iterator[Private]:
         kafka_port=base + 1,
         kafka_controller_port=base + 2,
         s3_port=base + 3,
+        registry_port=base + 4,
+        registry_management_port=base + 5,
     )
     # Left over from a campaign that was itself killed: its servers first.
     _stop_all(layout, echo)
     shutil.rmtree(layout.local, ignore_errors=True)
     layout.ensure_dirs()
     toxiproxy.ensure_binary(main, echo)  # built once, for every campaign after
-    _link_shared(main, layout)
+    _link_shared(main, layout, echo)
     block = PortBlock(base + PROXY_BLOCK)
     server: ToxiproxyServer | None = None
     try:
-        for launcher in (postgres, s3):
+        for launcher in (postgres, s3, registry):
             launcher.check_ports(layout)
         kafka.check_ports(layout, kafka_listener(block))
         postgres.start(layout, echo)
         kafka.start(layout, echo, proxied=kafka_listener(block))
         s3.start(layout, echo)
+        registry.start(layout, echo)
         server = ToxiproxyServer.start(layout, block, layout.log_file("toxiproxy"), echo)
         yield Private(layout, base, Routes.create(server, layout, block))
     finally:
@@ -206,7 +224,7 @@ def private_services(echo: Echo) -> Iterator[Private]:
 def _stop_all(layout: Layout, echo: Echo) -> None:
     if not layout.local.exists():
         return
-    for stop in (s3.stop, kafka.stop, postgres.stop):
+    for stop in (registry.stop, s3.stop, kafka.stop, postgres.stop):
         try:
             stop(layout, echo)
         except Exception as exc:  # keep stopping the others; the cause is echoed

@@ -26,6 +26,14 @@ from infra.cli.output import echo, guarded
 @click.option(
     "--s3-outages", default=2, show_default=True, help="Times the object store goes away."
 )
+@click.option("--registry-restarts", default=1, show_default=True, help="Schema registry restarts.")
+@click.option(
+    "--registry-outages",
+    default=1,
+    show_default=True,
+    help="Times the schema registry stops for 30 s (a writer and an agents worker are"
+    " killed meanwhile, so they start without it).",
+)
 @click.option(
     "--proxy-faults",
     default=4,
@@ -41,6 +49,8 @@ def chaos(
     pg_restarts: int,
     broker_restarts: int,
     s3_outages: int,
+    registry_restarts: int,
+    registry_outages: int,
     proxy_faults: int,
     as_json: bool,
 ) -> None:
@@ -48,9 +58,10 @@ def chaos(
     check it lost, doubled and mismatched nothing.
 
     Kills processes (also in narrow windows), restarts PostgreSQL (fast and
-    immediate), SIGKILLs the broker, stops the object store and drops or stalls the
-    processes' connections through toxiproxy at instants drawn from --seed, while
-    decisions, captures, a rebuild and an epoch fence go on.
+    immediate), SIGKILLs the broker, stops the object store, restarts and stops the
+    schema registry and drops or stalls the processes' connections through toxiproxy
+    at instants drawn from --seed, while decisions, captures, a rebuild and an epoch
+    fence go on.
     Progress goes to stderr; the figures to stdout. Exits 1 on any violation,
     printing the seed that reproduces it. Services on GAPLESS_CHAOS_PORT_BASE
     (default 17100) and the next 95 ports.
@@ -67,6 +78,8 @@ def chaos(
         pg_restarts=pg_restarts,
         broker_restarts=broker_restarts,
         s3_outages=s3_outages,
+        registry_restarts=registry_restarts,
+        registry_outages=registry_outages,
         proxy_faults=proxy_faults,
     )
     echo(f"chaos: seed {chosen}")

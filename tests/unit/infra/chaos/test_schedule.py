@@ -22,10 +22,11 @@ def test_another_seed_gives_another_plan() -> None:
 def test_the_plan_holds_every_fault_asked_for_in_order() -> None:
     planned = schedule.plan(3, OPTIONS)
     counts = schedule.counts(planned)
-    assert counts[schedule.KILL] == 200
+    assert counts[schedule.KILL] == 200 + 2  # and a writer and a worker in the outage
     assert counts[schedule.PG_FAST] == 2 and counts[schedule.PG_IMMEDIATE] == 2
     assert counts[schedule.BROKER_KILL] == 3
     assert counts[schedule.S3_DOWN] == 2
+    assert counts[schedule.REGISTRY_RESTART] == 1 and counts[schedule.REGISTRY_DOWN] == 1
     assert sum(counts.get(k, 0) for k in schedule.PROXY_KINDS) == 3
     assert [p.at for p in planned] == sorted(p.at for p in planned)
     assert all(0 <= p.at <= OPTIONS.seconds for p in planned)
@@ -73,3 +74,17 @@ def test_a_process_without_crash_points_is_killed_but_never_armed() -> None:
     sweeper = [p for p in kills if p.target == "sweep-jobs-1"]
     assert sweeper and all(p.armed is None for p in sweeper)
     assert any(p.armed is not None for p in kills if p.target == "relay-1")
+
+
+def test_a_writer_and_an_agents_worker_start_again_while_the_registry_is_down() -> None:
+    planned = schedule.plan(13, OPTIONS)
+    [outage] = [p for p in planned if p.kind == schedule.REGISTRY_DOWN]
+    assert outage.target == "registry" and outage.hold == schedule.REGISTRY_DOWN_S
+    during = {
+        p.target
+        for p in planned
+        if p.kind == schedule.KILL and outage.at < p.at < outage.at + outage.hold / 4
+    }
+    assert {"resolver-api-1", "agents-1"} <= during
+    [restart] = [p for p in planned if p.kind == schedule.REGISTRY_RESTART]
+    assert restart.target == "registry" and 0 < restart.hold <= 3.0
