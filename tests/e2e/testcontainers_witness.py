@@ -1,9 +1,9 @@
 """Run last in the child session of ``test_testcontainers.py`` (its name keeps it out of
 a normal collection): that PostgreSQL, Kafka, S3 and the schema registry, reached
 through the variables and the URL the tests read, are the containers the provider
-started, by what each holds inside its container (the registry, which keeps nothing
-on disk: by the process holding its port); and a report of them for the parent to
-hold against podman's event log.
+started, by what each holds inside its container (the registry, whose schemas are
+in the PostgreSQL container: by the process holding its port, and by its rows there);
+and a report of them for the parent to hold against podman's event log.
 """
 
 from __future__ import annotations
@@ -87,6 +87,12 @@ def test_the_services_the_tests_reached_are_the_containers(
         assert json.loads(response.read()), "the registry tests registered no subject"
     pid = engine.containers.get(containers["registry"].id).attrs["State"]["Pid"]
     assert pid in {holder.pid for holder in holders(containers["registry"].port)}
+    # ...which keeps what it was given in the PostgreSQL container: every schema the
+    # tests registered is a row of its storage's, so none is forgotten on a restart.
+    registry_dsn = db_settings.resolver_owner_dsn.rsplit("/", 1)[0] + "/registry"
+    with psycopg.connect(registry_dsn) as conn:
+        stored = conn.execute("SELECT count(*) FROM content").fetchone()
+    assert stored is not None and stored[0] > 0, "no schema in the registry's storage"
 
     report = {
         "engine_version": engine.version().get("Version"),
