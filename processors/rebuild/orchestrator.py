@@ -83,6 +83,7 @@ from processors.rebuild.load import Fetch, load, read_manifest
 from processors.resolver_client import ResolverClient
 from schemas.codec import CODEC, EventCodec
 from schemas.errors import GaplessError
+from schemas.exceptions import RegistryUnavailable
 
 CATCHUP_BLOCKED = "CATCHUP_BLOCKED"
 
@@ -237,8 +238,8 @@ class Orchestrator:
 
     def _guarded(self, row: RebuildRow) -> RebuildRow:
         """``_step``, and what its errors call for: a lease, export or shadow progress
-        gone starts the rebuild over, a resolver away waits, any other error fails
-        the rebuild; each only from the phase the step began in."""
+        gone starts the rebuild over, a resolver or schema registry away waits, any
+        other error fails the rebuild; each only from the phase the step began in."""
         try:
             return self._step(row)
         except (WrongPhase, RebuildClaimLost):
@@ -251,6 +252,9 @@ class Orchestrator:
             return self._restart(row, exc.code, str(exc))
         except ResolverUnavailable as exc:
             log.warning("rebuild %s waits for the resolver: %s", row.rebuild_id, exc)
+            return row
+        except RegistryUnavailable as exc:  # a catch-up's writer schema out of reach
+            log.warning("rebuild %s waits for the schema registry: %s", row.rebuild_id, exc)
             return row
         except GaplessError as exc:
             self._drop_shadow(row)

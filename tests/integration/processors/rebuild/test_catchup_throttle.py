@@ -26,6 +26,7 @@ from processors.resolver_client import ResolverClient
 from producers.exports.settings import ExportSettings
 from producers.exports.store import ExportStore
 from schemas.ids import StreamId
+from schemas.registry_codec import RegistryCodec, registry_client
 from tests.fixtures.resolver_api import RunningApi
 
 TENANT, CATALOG = "x", "catalog1"
@@ -171,3 +172,54 @@ def test_the_catch_up_waits_while_a_live_batch_of_its_process_is_in_flight(
     background.join(60)
     assert done and done[0].caught_up and done[0].progress == committed
     assert len(pages) > 1 and gate.waited_s > 0
+
+
+def test_a_catch_up_waits_through_a_registry_outage_and_goes_on(
+    clean_db: DatabaseSettings,
+    orchestrator: Orchestrator,
+    registry_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Events after W in the Confluent framing, and a worker that cannot reach the
+    registry for their writer schema: the rebuild stays catching up (before, the
+    codec's error failed it); a worker that reaches it goes on from there."""
+    rebuild_id = _request(clean_db)
+    row = _until(orchestrator, rebuild_id, "catching_up")
+    assert row.phase == "catching_up"
+    monkeypatch.setenv("GAPLESS_SCHEMA_REGISTRY_URL", registry_url)
+    committed = _write(clean_db, 50, "framed-")
+    orchestrator.close()  # its worker restarts...
+    cut_off = Orchestrator(
+        clean_db.product_dsn,
+        orchestrator.client,
+        orchestrator.fetch,
+        "worker-a",
+        epochs=orchestrator.epochs,
+        codec=RegistryCodec(registry_client("http://127.0.0.1:1/apis/ccompat/v7")),
+    )
+    try:
+        for _ in range(3):  # ...while the registry is away: it waits, every tick
+            waited = cut_off.advance(rebuild_id)
+            assert waited is not None and waited.phase == "catching_up", waited
+    finally:
+        cut_off.close()
+    back = Orchestrator(
+        clean_db.product_dsn,
+        orchestrator.client,
+        orchestrator.fetch,
+        "worker-a",
+        epochs=orchestrator.epochs,
+        codec=RegistryCodec(registry_client(registry_url)),
+    )
+    try:
+        done = _until(back, rebuild_id, "done")
+    finally:
+        back.close()
+    assert done.phase == "done", (done.error_code, done.error_message)
+    with psycopg.connect(clean_db.product_dsn) as conn:
+        progress = conn.execute(
+            "SELECT position FROM stream_progress WHERE consumer = 'product-applier'"
+            " AND tenant_id = %s AND catalog_id = %s",
+            (TENANT, CATALOG),
+        ).fetchone()
+    assert progress is not None and progress[0] == committed
