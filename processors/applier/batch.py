@@ -65,6 +65,11 @@ class Applier:
     def product_dsn(self) -> str:
         return self._dsn
 
+    @property
+    def codec(self) -> EventCodec:
+        """What it decodes messages with."""
+        return self._codec
+
     def for_consumer(self, consumer: str) -> Applier:
         """An applier of the same database, epochs and codec under another consumer
         name (an operator's repair of a shadow rebuild's entry, say), bound to the

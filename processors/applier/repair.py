@@ -133,23 +133,26 @@ def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool
     finally:
         if own is not applier:
             own.close()
+    # A message that never decoded names no event; if it decodes now (an upgraded
+    # agent reading a schema the old one did not know), its event is the one to find.
+    event_id = entry.event_id if entry.event_id is not None else _event_id(applier, message)
     with psycopg.connect(product_dsn) as conn:
         row = (
             conn.execute(
                 "SELECT outcome FROM inbox WHERE consumer = %s AND event_id = %s",
-                (entry.consumer, entry.event_id),
+                (entry.consumer, event_id),
             ).fetchone()
-            if entry.event_id is not None
+            if event_id is not None
             else None
         )
-        if entry.event_id is None or row is None or row[0] == QUARANTINED:
+        if event_id is None or row is None or row[0] == QUARANTINED:
             return False
         if row[0] == PARKED and entry.error_code in (DEPENDENCY_SKIPPED, DEPENDENCY_NOT_APPLIED):
             # What it waits on is still not applied: it goes back, the entry stays open.
             set_aside(
                 conn,
                 entry.consumer,
-                [SetAside(entry.event_id, entry.error_code, entry.error_detail)],
+                [SetAside(event_id, entry.error_code, entry.error_detail)],
             )
             return False
         parked = " (parked: it waits on a dependency)" if row[0] == PARKED else ""
@@ -159,6 +162,16 @@ def retry(product_dsn: str, applier: Applier, entry_id: int, actor: str) -> bool
             (f"retried by {actor}{parked}", entry_id),
         )
     return True
+
+
+def _event_id(applier: Applier, message: RawMessage) -> uuid.UUID | None:
+    """The id of the event ``message`` carries, if the applier's codec reads it."""
+    if message.value is None:
+        return None
+    try:
+        return applier.codec.decode_value(message.value).event_id
+    except CodecError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
