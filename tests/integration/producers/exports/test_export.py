@@ -128,6 +128,7 @@ def _record(event: Envelope) -> tuple[Key, dict[str, object]] | None:
         fields = dict(
             id=a.id, class_id=p.class_id, status=p.status, title=p.title,
             parent_item_id=p.parent_item_id, attributes=dict(p.attributes),
+            decision_id=str(p.decision_id),
         )  # fmt: skip
     elif isinstance(p, AttributeDefined):
         fields = dict(
@@ -179,7 +180,12 @@ def _replay(settings: DatabaseSettings, stream: StreamId, through: int) -> dict[
         event = CODEC.decode_value(bytes(value))
         if isinstance(event.payload, CatalogItemRetired):
             key = (event.aggregate.type, event.aggregate.id)
-            state[key] = {**state[key], "status": "retired", "revision": event.aggregate.revision}
+            state[key] = {
+                **state[key],
+                "status": "retired",
+                "revision": event.aggregate.revision,
+                "decision_id": str(event.payload.decision_id),
+            }
             continue
         found = _record(event)
         if found is not None:
