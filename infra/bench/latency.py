@@ -25,12 +25,12 @@ from psycopg_pool import ConnectionPool
 from db.control.epochs import EpochSource
 from db.resolver.commit_notifier import CommitNotifier
 from infra.bench.sandbox import Echo, Sandbox
-from infra.bench.writer import write_gapless
+from infra.bench.writer import users_codec, write_gapless
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from producers.relay.publisher import Publisher
 from producers.relay.relay import Relay
-from schemas.codec import CODEC, HEADER_EVENT_ID
+from schemas.codec import HEADER_EVENT_ID
 
 WRITERS = 4
 CONSUME_BATCH = 500
@@ -84,7 +84,7 @@ class _ApplierLoop:
         self._log = log
         self._epochs = EpochSource(box.databases.control_dsn)
         self._applier = Applier(
-            box.databases.product_dsn, self._epochs, CODEC, consumer=f"bench-{box.run_id}"
+            box.databases.product_dsn, self._epochs, users_codec(), consumer=f"bench-{box.run_id}"
         )
         self.assigned = threading.Event()
         self._consumer = Consumer(

@@ -21,10 +21,9 @@ from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from infra.bench.rebuild_seed import COLOURS, item_class, item_id, was_split
-from infra.bench.writer import EVIDENCE, change
+from infra.bench.writer import EVIDENCE, change, users_codec
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
-from schemas.codec import CODEC
 
 EVENTS_PER_DECISION = 3
 
@@ -116,7 +115,7 @@ class LiveWriter:
                 pause = due - time.monotonic()
                 if pause > 0 and self._stop.wait(pause):
                     return
-                with UnitOfWork(self._pool, self._epochs, CODEC) as uow:
+                with UnitOfWork(self._pool, self._epochs, users_codec()) as uow:
                     record_decision(uow, self._decision(n, rng))
                     written = len(uow.envelopes)
                 with self._lock:

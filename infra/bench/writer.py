@@ -37,9 +37,11 @@ from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate, run_each_once, run_threads
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
-from schemas.codec import CODEC, EventCodec
+from schemas.codec import EventCodec
 from schemas.events import Envelope, EvidenceRef
 from schemas.ids import StreamId
+from schemas.registry_codec import codec_for
+from schemas.settings import SchemaRegistrySettings
 
 THREADS = 8
 CATALOG = "catalog1"
@@ -93,6 +95,12 @@ def decision(tenant_id: str, ids: list[str]) -> Decision:
     )
 
 
+def users_codec() -> EventCodec:
+    """The codec the deployed writers would use here: the Confluent framing through
+    the registry ``gapless up`` configures, or the single-object one without it."""
+    return codec_for(SchemaRegistrySettings())
+
+
 def write_gapless(
     pool: ConnectionPool,
     epochs: EpochSource,
@@ -102,7 +110,7 @@ def write_gapless(
 ) -> list[Envelope]:
     """One decision through ``record_decision``: cursor lock, rows, outbox at commit;
     with ``notifier``, the relay woken after the commit as the resolver API does."""
-    with UnitOfWork(pool, epochs, CODEC, notifier=notifier) as uow:
+    with UnitOfWork(pool, epochs, users_codec(), notifier=notifier) as uow:
         record_decision(uow, decision(tenant, ids))
         return uow.envelopes
 
@@ -164,10 +172,10 @@ class SequencedUnitOfWork(UnitOfWork):
     def __init__(
         self, pool: ConnectionPool, epochs: EpochSource, notifier: CommitNotifier | None
     ) -> None:
-        super().__init__(pool, epochs, CODEC, notifier=notifier)
+        super().__init__(pool, epochs, users_codec(), notifier=notifier)
 
     def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
-        return SequencedWriter(conn, stream, CODEC)
+        return SequencedWriter(conn, stream, users_codec())
 
 
 def write_sequenced(
