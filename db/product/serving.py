@@ -56,8 +56,7 @@ class ItemRow:
 
 
 _ITEM = (
-    "item_id, class_id, status, title, parent_item_id, attributes, revision, position,"
-    " decision_id"
+    "item_id, class_id, status, title, parent_item_id, attributes, revision, position, decision_id"
 )
 
 
