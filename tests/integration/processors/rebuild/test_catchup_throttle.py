@@ -189,28 +189,26 @@ def test_a_catch_up_waits_through_a_registry_outage_and_goes_on(
     monkeypatch.setenv("GAPLESS_SCHEMA_REGISTRY_URL", registry_url)
     committed = _write(clean_db, 50, "framed-")
     orchestrator.close()  # its worker restarts...
-    cut_off = Orchestrator(
-        clean_db.product_dsn,
-        orchestrator.client,
-        orchestrator.fetch,
-        "worker-a",
-        epochs=orchestrator.epochs,
-        codec=RegistryCodec(registry_client("http://127.0.0.1:1/apis/ccompat/v7")),
-    )
+
+    def restarted(url: str) -> Orchestrator:
+        """The same worker again, its codec reaching the registry at ``url``."""
+        return Orchestrator(
+            clean_db.product_dsn,
+            orchestrator.client,
+            orchestrator.fetch,
+            "worker-a",
+            epochs=orchestrator.epochs,
+            codec=RegistryCodec(registry_client(url)),
+        )
+
+    cut_off = restarted("http://127.0.0.1:1/apis/ccompat/v7")
     try:
         for _ in range(3):  # ...while the registry is away: it waits, every tick
             waited = cut_off.advance(rebuild_id)
             assert waited is not None and waited.phase == "catching_up", waited
     finally:
         cut_off.close()
-    back = Orchestrator(
-        clean_db.product_dsn,
-        orchestrator.client,
-        orchestrator.fetch,
-        "worker-a",
-        epochs=orchestrator.epochs,
-        codec=RegistryCodec(registry_client(registry_url)),
-    )
+    back = restarted(registry_url)
     try:
         done = _until(back, rebuild_id, "done")
     finally:
