@@ -44,6 +44,7 @@ checks ``infra.drill.report``'s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -68,6 +69,7 @@ from producers.retention.consumers import declare_standing
 from schemas.ids import StreamId
 
 CONVERGE_TIMEOUT_S = 180.0
+PRUNE_TIMEOUT_S = 30.0
 DEFAULT_EVENTS = 300
 AGENTS_WORKERS = 2
 PACED_UP_TO = 2_000
@@ -353,12 +355,31 @@ def _check_new_epoch(
     # Last, as an operator's retention pass would: it deletes the outbox rows
     # counted above. The live consumer is a standing one, so only its reports
     # let any of them go.
-    report.new_epoch_pruned = readings.prune(dbs.resolver_dsn, new)
+    report.new_epoch_pruned = _prune_new_epoch(rig, new)
     report.drill_pruned_after_fence = report.new_epoch_pruned > 0
     echo(
         f"drill: the new epoch reported at {report.new_epoch_reported} of"
         f" {committed_new}; {report.new_epoch_pruned} of its events pruned"
     )
+
+
+def _prune_new_epoch(rig: Rig, new: StreamId) -> int:
+    """Retention passes on the new epoch until one deletes rows (at most
+    ``PRUNE_TIMEOUT_S``): the rows deleted. A pass right after the drill's checks can
+    find the floor where it was, because the live consumer's latest report lands a
+    moment later; an operator's next pass would delete them, and so does this one."""
+    deleted = [0]
+
+    def pruned() -> bool:
+        deleted[0] += readings.prune(rig.box.databases.resolver_dsn, new)
+        return deleted[0] > 0
+
+    # A timeout is judged by the caller: drill_pruned_after_fence stays False.
+    with contextlib.suppress(RuntimeError):
+        wait_for(
+            "a retention pass on the new epoch to delete rows", pruned, rig.live, PRUNE_TIMEOUT_S
+        )
+    return deleted[0]
 
 
 def _probe(url: str, token: str, method: str, body: dict[str, Any] | None = None) -> str | None:

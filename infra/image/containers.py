@@ -35,6 +35,7 @@ class Contained(Deployed):
     container: str = field(default="", init=False)
     exit_codes: list[int] = field(default_factory=list, init=False)
     """The exit code of every container this one ran, in order (137: killed)."""
+    _reaped: object = field(default=None, init=False, repr=False)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         assert self.layout is not None and self.image, "Contained needs an image and a layout"
@@ -77,17 +78,21 @@ class Contained(Deployed):
         """SIGKILL to the container's process: a crash."""
         if self.alive():
             self._podman("kill", "--signal", "KILL", self.container)
-            self._reap()
+        self._reap()
 
     def stop(self) -> None:
         """SIGTERM to the container's process (PID 1), SIGKILL after the grace period."""
         if self.alive():
             self._podman("stop", "--time", str(int(STOP_TIMEOUT_S)), self.container)
-            self._reap()
+        self._reap()
 
     def _reap(self) -> None:
-        assert self.popen is not None
+        """Record how the latest container ended, once, also when it ended before it
+        was told to (so an unexpected exit shows among ``exit_codes``)."""
+        if self.popen is None or self.popen is self._reaped:
+            return
         self.exit_codes.append(self.popen.wait(timeout=STOP_TIMEOUT_S + 30))
+        self._reaped = self.popen
 
     def _podman(self, *args: str) -> None:
         assert self.layout is not None
