@@ -172,6 +172,26 @@ def to_json(status: StreamStatus) -> dict[str, Any]:
     }
 
 
+def seconds(value: float) -> str:
+    """A duration for a person: ``0.4s``, ``12s``, ``3m05s``, ``2h07m``."""
+    if value < 10:
+        return f"{value:.1f}s"
+    whole = int(value)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _ages(waiting: float | None, unchanged: float | None) -> str:
+    """A consumer's lag in time, when events wait for it."""
+    if waiting is None:
+        return ""
+    stalled = f", unchanged for {seconds(unchanged)}" if unchanged is not None else ""
+    return f" (oldest unapplied {seconds(waiting)} old{stalled})"
+
+
 def lines(status: StreamStatus) -> list[str]:
     t, c, e = status.stream
     r = status.retention
@@ -180,8 +200,13 @@ def lines(status: StreamStatus) -> list[str]:
         committed = None
     else:
         committed = r.committed
+        unpublished = (
+            f" (oldest unpublished {seconds(r.unpublished_age_s)} old)"
+            if r.unpublished_age_s is not None
+            else ""
+        )
         out = [
-            f"{t}/{c}@{e}  committed {r.committed}  published {r.published}"
+            f"{t}/{c}@{e}  committed {r.committed}  published {r.published}{unpublished}"
             f"  pruned through {r.pruned_through}"
             + (f"  floor {r.floor}" if r.floor is not None else "  floor: nothing holds it")
         ]
@@ -204,7 +229,8 @@ def lines(status: StreamStatus) -> list[str]:
                 )
             out.append(
                 f"    reported by {reported.consumer_id}: "
-                f"{position if position is not None else '-'}  lag {reported.lag}{note}"
+                f"{position if position is not None else '-'}  lag {reported.lag}"
+                f"{_ages(reported.waiting_age_s, reported.unchanged_s)}{note}"
             )
     for s in status.consumers:
         lag = f"  lag {committed - s.progress}" if committed is not None else ""

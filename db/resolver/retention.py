@@ -90,16 +90,42 @@ class ConsumerRow:
     # Set when a first report fell below pruned-through (see ``mark_needs_rebuild``).
     needs_rebuild_since: datetime | None = None
     refused_position: int | None = None
+    # When a report last raised ``reported_position``.
+    progressed_at: datetime | None = None
+    # Seconds since the oldest retained event above its progress was committed: how
+    # far behind it is in time (None: nothing above its progress is retained).
+    waiting_age_s: float | None = None
+    # Seconds its progress has not moved while events wait: since the later of its
+    # last progress (or registration) and the oldest waiting event's commit.
+    unchanged_s: float | None = None
 
 
+# The consumer's columns, and its ages from the first retained outbox row above its
+# progress (a primary-key lookup per consumer row, ``w``).
 _CONSUMER_COLUMNS = (
-    "tenant_id, catalog_id, history_epoch, consumer_id, reported_position,"
-    " registered_at, reported_at, needs_rebuild_since, refused_position"
+    "sc.tenant_id, sc.catalog_id, sc.history_epoch, sc.consumer_id, sc.reported_position,"
+    " sc.registered_at, sc.reported_at, sc.needs_rebuild_since, sc.refused_position,"
+    " sc.progressed_at, extract(epoch FROM clock_timestamp() - w.committed_at),"
+    " CASE WHEN w.committed_at IS NOT NULL THEN extract(epoch FROM clock_timestamp()"
+    "  - greatest(coalesce(sc.progressed_at, sc.registered_at), w.committed_at)) END"
 )
+_CONSUMER_FROM = (
+    "stream_consumer sc LEFT JOIN LATERAL (SELECT o.committed_at FROM outbox o"
+    " WHERE o.tenant_id = sc.tenant_id AND o.catalog_id = sc.catalog_id"
+    " AND o.history_epoch = sc.history_epoch"
+    " AND o.position > coalesce(sc.reported_position, 0)"
+    " ORDER BY o.position LIMIT 1) w ON true"
+)
+_WHERE_SC = "sc.tenant_id = %s AND sc.catalog_id = %s AND sc.history_epoch = %s"
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else max(0.0, float(value))
 
 
 def _consumer(row: tuple[Any, ...]) -> ConsumerRow:
-    t, c, e, consumer_id, reported, registered_at, reported_at, since, refused = row
+    t, c, e, consumer_id, reported, registered_at, reported_at, since, refused = row[:9]
+    progressed_at, waiting, unchanged = row[9:]
     return ConsumerRow(
         StreamId(str(t), str(c), int(e)),
         str(consumer_id),
@@ -108,7 +134,20 @@ def _consumer(row: tuple[Any, ...]) -> ConsumerRow:
         reported_at,
         since,
         None if refused is None else int(refused),
+        progressed_at,
+        _seconds(waiting),
+        _seconds(unchanged),
     )
+
+
+def _one_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> ConsumerRow:
+    row = conn.execute(
+        f"SELECT {_CONSUMER_COLUMNS} FROM {_CONSUMER_FROM}"
+        f" WHERE {_WHERE_SC} AND sc.consumer_id = %s",
+        (*_key(stream), consumer_id),
+    ).fetchone()
+    assert row is not None
+    return _consumer(row)
 
 
 def ensure_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str) -> ConsumerRow:
@@ -118,13 +157,7 @@ def ensure_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str
         " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
         (*_key(stream), consumer_id),
     )
-    row = conn.execute(
-        f"SELECT {_CONSUMER_COLUMNS} FROM stream_consumer"
-        f" WHERE {_WHERE_STREAM} AND consumer_id = %s",
-        (*_key(stream), consumer_id),
-    ).fetchone()
-    assert row is not None
-    return _consumer(row)
+    return _one_consumer(conn, stream, consumer_id)
 
 
 def raise_progress(
@@ -142,9 +175,11 @@ def raise_progress(
     row = conn.execute(
         "UPDATE stream_consumer"
         " SET reported_position = GREATEST(reported_position, %s), reported_at = clock_timestamp(),"
+        " progressed_at = CASE WHEN reported_position IS NULL OR %s > reported_position"
+        "  THEN clock_timestamp() ELSE progressed_at END,"
         " needs_rebuild_since = NULL, refused_position = NULL"
         f" WHERE {_WHERE_STREAM} AND consumer_id = %s{known} RETURNING reported_position",
-        (position, *_key(stream), consumer_id),
+        (position, position, *_key(stream), consumer_id),
     ).fetchone()
     return None if row is None else int(row[0])
 
@@ -155,14 +190,13 @@ def mark_needs_rebuild(
     """Record that the consumer reported ``position`` below pruned-through while its
     progress was unknown (call under the retention lock, the row ensured). The first
     refusal's time is kept; the position is the latest refused."""
-    row = conn.execute(
+    conn.execute(
         "UPDATE stream_consumer SET refused_position = %s,"
         " needs_rebuild_since = coalesce(needs_rebuild_since, clock_timestamp())"
-        f" WHERE {_WHERE_STREAM} AND consumer_id = %s RETURNING {_CONSUMER_COLUMNS}",
+        f" WHERE {_WHERE_STREAM} AND consumer_id = %s",
         (position, *_key(stream), consumer_id),
-    ).fetchone()
-    assert row is not None
-    return _consumer(row)
+    )
+    return _one_consumer(conn, stream, consumer_id)
 
 
 # Standing consumers -----------------------------------------------------------------
@@ -224,10 +258,10 @@ def delete_consumer(conn: psycopg.Connection, stream: StreamId, consumer_id: str
 
 def consumers(conn: psycopg.Connection, stream: StreamId | None = None) -> list[ConsumerRow]:
     """The registered consumers of one stream, or of every stream."""
-    where, params = (f" WHERE {_WHERE_STREAM}", _key(stream)) if stream else ("", ())
+    where, params = (f" WHERE {_WHERE_SC}", _key(stream)) if stream else ("", ())
     rows = conn.execute(
-        f"SELECT {_CONSUMER_COLUMNS} FROM stream_consumer{where}"
-        " ORDER BY tenant_id, catalog_id, history_epoch, consumer_id",
+        f"SELECT {_CONSUMER_COLUMNS} FROM {_CONSUMER_FROM}{where}"
+        " ORDER BY sc.tenant_id, sc.catalog_id, sc.history_epoch, sc.consumer_id",
         params,
     ).fetchall()
     return [_consumer(r) for r in rows]
@@ -428,58 +462,3 @@ def set_pruned_through(conn: psycopg.Connection, stream: StreamId, position: int
         f" WHERE {_WHERE_STREAM}",
         (position, *_key(stream)),
     )
-
-
-# Positions ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StreamPositions:
-    stream: StreamId
-    committed: int
-    published: int
-    pruned_through: int
-
-
-def stream_positions(
-    conn: psycopg.Connection,
-    stream: StreamId | None = None,
-    *,
-    tenants: frozenset[str] | None = None,
-    after: StreamId | None = None,
-    limit: int | None = None,
-) -> list[StreamPositions]:
-    """Committed, published and pruned-through positions of one stream or of every
-    stream that has written or is under retention control (none of them locked),
-    in stream order; optionally only ``tenants``' and only streams after ``after``,
-    at most ``limit`` of them."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if stream:
-        clauses.append(_WHERE_STREAM)
-        params += _key(stream)
-    if tenants is not None:
-        clauses.append("tenant_id = ANY(%s)")
-        params.append(sorted(tenants))
-    if after:
-        clauses.append("(tenant_id, catalog_id, history_epoch) > (%s, %s, %s)")
-        params += _key(after)
-    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    where += " ORDER BY tenant_id, catalog_id, history_epoch"
-    if limit is not None:
-        where += " LIMIT %s"
-        params.append(limit)
-    rows = conn.execute(
-        "SELECT tenant_id, catalog_id, history_epoch, coalesce(c.position, 0),"
-        " coalesce(p.published_position, 0), coalesce(r.pruned_through, 0)"
-        " FROM (SELECT tenant_id, catalog_id, history_epoch FROM stream_cursor"
-        "  UNION SELECT tenant_id, catalog_id, history_epoch FROM stream_retention) s"
-        " LEFT JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
-        " LEFT JOIN stream_publication p USING (tenant_id, catalog_id, history_epoch)"
-        f" LEFT JOIN stream_retention r USING (tenant_id, catalog_id, history_epoch){where}",
-        params,
-    ).fetchall()
-    return [
-        StreamPositions(StreamId(t, c, int(e)), int(committed), int(published), int(pruned))
-        for t, c, e, committed, published, pruned in rows
-    ]

@@ -159,6 +159,8 @@ intake_job = Table(
     Column("run_failures", Integer, nullable=False, server_default=text("0")),
     Column("error_code", Text),
     Column("finished_at", DateTime(timezone=True)),
+    # The accepting request's W3C traceparent when tracing is on (else NULL).
+    Column("trace_context", Text),
     PrimaryKeyConstraint("job_id"),
     UniqueConstraint("tenant_id", "capture_id", "kind", name="intake_job_capture_kind"),
     ForeignKeyConstraint(

@@ -65,6 +65,8 @@ outbox = Table(
     Column("key", LargeBinary, nullable=False),
     Column("value", LargeBinary, nullable=False),
     Column("committed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The writing operation's W3C traceparent when tracing is on (else NULL).
+    Column("trace_context", Text),
     PrimaryKeyConstraint("tenant_id", "catalog_id", "history_epoch", "position"),
     ForeignKeyConstraint(
         ["tenant_id", "catalog_id", "history_epoch"],

@@ -66,6 +66,8 @@ stream_consumer = Table(
     Column("reported_at", DateTime(timezone=True)),
     Column("needs_rebuild_since", DateTime(timezone=True)),
     Column("refused_position", BigInteger),
+    # When a report last raised ``reported_position`` (a repeat leaves it).
+    Column("progressed_at", DateTime(timezone=True)),
     PrimaryKeyConstraint(*_STREAM, "consumer_id"),
     ForeignKeyConstraint(
         list(_STREAM),

@@ -8,7 +8,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from db.resolver.retention import LeaseRow, StreamPositions
+from db.resolver.retention import LeaseRow
+from db.resolver.stream_positions import StreamPositions
 from producers.retention.report import StreamRetention
 from producers.retention.retained import EventPage
 from schemas.http.params import MAX_INT8

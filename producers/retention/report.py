@@ -4,7 +4,10 @@ metrics.
 For each stream: the committed cursor, the published position, how far it is
 pruned, the retention floor and what holds it (which consumer or lease, holding
 back how many published positions), every consumer's progress and lag, and the
-unreleased leases with the seconds left before they expire.
+unreleased leases with the seconds left before they expire; and the same lags in
+seconds: how long the oldest unpublished row has waited, how old the oldest event
+each consumer has not applied is, and how long its progress has not moved while
+events wait.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import psycopg
 
 from db.resolver import retention as sql
+from db.resolver import stream_positions as positions_sql
 from producers.retention.rules import Holder, consumer_holders, lease_holder, retention_floor
 from schemas.ids import StreamId
 
@@ -35,6 +39,11 @@ class ConsumerLag:
     # Set when its first report fell below pruned-through: it needs a rebuild.
     needs_rebuild_since: datetime | None = None
     refused_position: int | None = None
+    # Its lag in time: seconds since the oldest retained event above its progress
+    # was committed, and seconds its progress has not moved while events wait (None:
+    # nothing waits; also for a standing consumer not registered here).
+    waiting_age_s: float | None = None
+    unchanged_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,9 @@ class StreamRetention:
     blocker: str | None
     consumers: list[ConsumerLag]
     leases: list[LeaseState]
+    # Seconds the oldest unpublished row has waited for the relay (None: none waits,
+    # or the stream is fenced).
+    unpublished_age_s: float | None = None
 
     @property
     def stream(self) -> StreamId:
@@ -84,7 +96,7 @@ def stream_report(
 ) -> list[StreamRetention]:
     """The retention state of every stream (or of one), read in one transaction."""
     with conn.transaction():
-        positions = sql.stream_positions(conn, stream)
+        positions = positions_sql.stream_positions(conn, stream)
         standing = sql.standing_consumers(conn)
         consumers = defaultdict(list)
         for c in sql.consumers(conn, stream):
@@ -128,6 +140,8 @@ def stream_report(
                         c.reported_at,
                         needs_rebuild_since=c.needs_rebuild_since,
                         refused_position=c.refused_position,
+                        waiting_age_s=c.waiting_age_s,
+                        unchanged_s=c.unchanged_s,
                     )
                     for c in own_consumers
                 ]
@@ -148,6 +162,7 @@ def stream_report(
                     )
                     for x in own_leases
                 ],
+                unpublished_age_s=p.unpublished_age_s,
             )
         )
     return report
@@ -155,10 +170,10 @@ def stream_report(
 
 def stream_page(
     conn: psycopg.Connection, tenants: frozenset[str] | None, after: StreamId | None, limit: int
-) -> tuple[list[sql.StreamPositions], bool]:
+) -> tuple[list[positions_sql.StreamPositions], bool]:
     """Up to ``limit`` streams of ``tenants`` (None: every tenant) after ``after``, in
     stream order, and whether more follow."""
-    rows = sql.stream_positions(conn, tenants=tenants, after=after, limit=limit + 1)
+    rows = positions_sql.stream_positions(conn, tenants=tenants, after=after, limit=limit + 1)
     return rows[:limit], len(rows) > limit
 
 
