@@ -6,8 +6,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools \
-	image image-test containers-test fault-proxy docs-picture
+.PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools alert-tools \
+	image image-test containers-test fault-proxy tracing-backend docs-picture
 
 # Offline validators of infra/deploy (the Helm chart), built once with `go install` into
 # the local state directory; a version stamp makes a second run a no-op and a new
@@ -35,7 +35,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gapless demo
 
-test: $(STAMP) deploy-tools fault-proxy
+test: $(STAMP) deploy-tools fault-proxy alert-tools tracing-backend
 	$(BIN)/gapless up
 	$(BIN)/pytest -q
 
@@ -78,6 +78,17 @@ status: $(STAMP)
 # builds it with `go install` once (a second run finds it and does nothing).
 fault-proxy: $(STAMP)
 	$(BIN)/python -m infra.local.toxiproxy
+
+# Jaeger for the tracing test (tests/e2e/test_tracing.py): infra/local/jaeger.py pins its
+# version and builds it once from its Go module into .local/bin/jaeger (about 6 minutes
+# the first time; a second run finds it and does nothing).
+tracing-backend: $(STAMP)
+	$(BIN)/python -m infra.local.jaeger
+
+# promtool, to check the alert rules and run their unit tests: Debian's prometheus
+# package, installed with apt-get when missing (infra/local/promtool.py).
+alert-tools: $(STAMP)
+	$(BIN)/python -m infra.local.promtool
 
 deploy-tools: $(TOOLS)/.helm-$(HELM_VERSION) $(TOOLS)/.kubeconform-$(KUBECONFORM_VERSION) \
 	$(CRDS)/.prometheus-operator-$(PROMETHEUS_OPERATOR_VERSION)

@@ -19,6 +19,7 @@ from db.exceptions import StreamFenced
 from schemas.codec import EventCodec
 from schemas.events import AggregateRef, Envelope, Payload, StreamKey
 from schemas.ids import StreamId
+from schemas.tracing import current_traceparent
 
 NOTIFY_CHANNEL = "gapless_outbox"
 
@@ -140,8 +141,8 @@ class StreamWriter:
         Steps, all inside the caller's transaction (nothing is visible until COMMIT):
         1. number the pending events ``cursor+1 … cursor+n`` in append order;
         2. encode each key and value once; the relay ships these exact bytes (the
-           headers it builds from the row's event_id and history_epoch);
-        3. insert the outbox rows;
+           headers it builds from the row's event_id, history_epoch and trace_context);
+        3. insert the outbox rows, with the current span's ``traceparent`` (or NULL);
         4. move the cursor to ``cursor+n``;
         5. NOTIFY the relay (delivered only if the transaction commits), unless the
            Unit of Work announces the commit after it (``db.resolver.commit_notifier``).
@@ -182,9 +183,10 @@ class StreamWriter:
         self._conn.execute(
             "WITH new_rows AS ("
             " INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
-            " event_id, event_type, key, value)"
+            " event_id, event_type, key, value, trace_context)"
             " SELECT %(t)s, %(c)s, %(e)s, %(base)s + r.ord, r.event_id, r.event_type, %(key)b,"
-            " r.value FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[])"
+            " r.value, %(trace)s::text"
+            " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[])"
             " WITH ORDINALITY AS r(event_id, event_type, value, ord)"
             " RETURNING 1),"
             " moved AS ("
@@ -203,6 +205,7 @@ class StreamWriter:
                 "ids": [r[0] for r in rows],
                 "types": [r[1] for r in rows],
                 "values": [r[2] for r in rows],
+                "trace": current_traceparent(),
                 "n": len(rows),
                 "cursor": new_cursor,
                 "channel": NOTIFY_CHANNEL,

@@ -7,10 +7,16 @@ weighted by their kind's measured cost, then the catch-up), the same figure as
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from db.product.rebuilds import RebuildRow
+from db.resolver.exports import get_export
+from db.resolver.retention import get_lease
 from processors.rebuild.progress import Progress, estimate
 
 _BEFORE_LOAD = ("requested", "leased", "exporting")
@@ -24,6 +30,31 @@ def duration(seconds: float) -> str:
     if s < 7200:
         return f"{s // 60} min {s % 60} s"
     return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def resolver_side(
+    row: RebuildRow, connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+) -> dict[str, Any]:
+    """What the resolver knows of the rebuild: rows its export wrote, when its lease
+    expires (best effort: the resolver database may be elsewhere, or away), read on a
+    connection ``connect`` gives (``gapless rebuild --wait`` and the console)."""
+    extra: dict[str, Any] = {}
+    try:
+        with connect() as conn:
+            if row.export_id is not None:
+                export = get_export(conn, row.export_id)
+                if export is not None:
+                    extra["rows_exported"] = export.records
+            if row.lease_id is not None:
+                lease = get_lease(conn, row.lease_id)
+                if lease is not None:
+                    released = lease.released_at is not None
+                    extra["lease_expires_at"] = (
+                        None if released else lease.expires_at.isoformat(timespec="seconds")
+                    )
+    except psycopg.Error:
+        pass
+    return extra
 
 
 def progress_text(row: RebuildRow, progress: Progress) -> str:

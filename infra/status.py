@@ -91,7 +91,9 @@ def _rebuilds(conn: psycopg.Connection) -> dict[Stream, list[RebuildState]]:
     return found
 
 
-def _product_side(conn: psycopg.Connection) -> dict[Stream, list[ConsumerState]]:
+def consumer_states(conn: psycopg.Connection) -> dict[Stream, list[ConsumerState]]:
+    """Per stream, each product consumer's applied position and its parked and open
+    quarantined events (a product-database connection; the console shows them too)."""
     parked = {
         (q, t, c, int(e)): int(n)
         for q, t, c, e, n in conn.execute(
@@ -129,7 +131,7 @@ def collect(settings: DatabaseSettings) -> tuple[list[StreamStatus], int]:
     with psycopg.connect(settings.resolver_dsn) as conn:
         retention = {(r.tenant_id, r.catalog_id, r.history_epoch): r for r in stream_report(conn)}
     with psycopg.connect(settings.product_dsn) as conn:
-        product = _product_side(conn)
+        product = consumer_states(conn)
         rebuilds = _rebuilds(conn)
         row = conn.execute(
             "SELECT count(*) FROM quarantine WHERE status = 'open' AND tenant_id IS NULL"
@@ -174,9 +176,9 @@ def to_json(status: StreamStatus) -> dict[str, Any]:
 
 def seconds(value: float) -> str:
     """A duration for a person: ``0.4s``, ``12s``, ``3m05s``, ``2h07m``."""
-    if value < 10:
+    if value < 9.95:
         return f"{value:.1f}s"
-    whole = int(value)
+    whole = round(value)
     if whole < 60:
         return f"{whole}s"
     if whole < 3600:

@@ -42,6 +42,7 @@ from producers.retention.routes import router as retention_router
 from producers.settings import ApiSettings
 from schemas.http.errors import ErrorBody, error_response, install_error_handlers
 from schemas.registry_codec import codec_for
+from schemas.tracing import trace_requests
 
 DESCRIPTION = """\
 The resolver's HTTP API. Every request carries `Authorization: Bearer <token>`; a
@@ -97,6 +98,7 @@ def create_app(settings: ApiSettings, exports_settings: ExportSettings | None = 
     _include_domain_routers(app, backends.exports)
     _include_intake(app, settings, backends)
     _add_operations_routes(app, _metrics_registry(backends))
+    trace_requests(app)  # a span per request when tracing is on
     return app
 
 

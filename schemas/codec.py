@@ -58,6 +58,8 @@ HEADER_LENGTH = len(MAGIC) + 8
 
 HEADER_EVENT_ID = "event_id"
 HEADER_HISTORY_EPOCH = "history_epoch"
+HEADER_TRACEPARENT = "traceparent"
+"""W3C trace context of the write (or of the relay's span), when it was traced."""
 
 KafkaHeaders = list[tuple[str, str | bytes | None]]
 """Message headers in the shape confluent-kafka's ``produce`` takes (ours are bytes)."""
@@ -249,16 +251,22 @@ class EventCodec:
         return kafka_headers(str(envelope.event_id), envelope.history_epoch)
 
 
-def kafka_headers(event_id: str, history_epoch: int) -> KafkaHeaders:
-    """The Kafka headers of an event, from its event id (canonical UUID text) and epoch.
+def kafka_headers(
+    event_id: str, history_epoch: int, traceparent: str | None = None
+) -> KafkaHeaders:
+    """The Kafka headers of an event, from its event id (canonical UUID text) and epoch,
+    and the W3C ``traceparent`` of the write when there is one.
 
-    Both are columns of the outbox row, so the relay builds the headers from them
+    All are columns of the outbox row, so the relay builds the headers from them
     rather than storing (and parsing) them a second time.
     """
-    return [
+    headers: KafkaHeaders = [
         (HEADER_EVENT_ID, event_id.encode()),
         (HEADER_HISTORY_EPOCH, str(history_epoch).encode()),
     ]
+    if traceparent is not None:
+        headers.append((HEADER_TRACEPARENT, traceparent.encode()))
+    return headers
 
 
 CODEC = EventCodec()

@@ -3,8 +3,10 @@
 Every long-running process calls ``configure_logging`` once at start-up. A record
 about one event carries it in ``extra`` (``event_fields``), and the JSON line has its
 ``stream``, ``position`` and ``event_id`` (or a capture job's ``job_id``) beside
-``ts``, ``level``, ``logger`` and ``msg``. It sits in ``schemas`` so the processes in
-``producers`` and ``processors`` can use it as well as ``infra``.
+``ts``, ``level``, ``logger`` and ``msg``; a record logged inside a span
+(``schemas.tracing``) has its ``trace_id`` and ``span_id`` too. It sits in
+``schemas`` so the processes in ``producers`` and ``processors`` can use it as well as
+``infra``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from schemas.ids import StreamId
 from schemas.settings import LogSettings
+from schemas.tracing import log_ids
 
 # The extra fields a record may carry, in the order they are written.
 EVENT_FIELDS = ("stream", "position", "event_id", "job_id")
@@ -58,6 +61,10 @@ class JsonFormatter(logging.Formatter):
             value = record.__dict__.get(name)
             if value is not None:
                 line[name] = value if isinstance(value, int | float | bool) else str(value)
+        # Formatted in the thread that logs, so the current span is the record's.
+        ids = log_ids()
+        if ids is not None:
+            line["trace_id"], line["span_id"] = ids
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         if record.stack_info:

@@ -97,16 +97,19 @@ def insert_pending(
     capture_id: uuid.UUID,
     kind: str,
     due_in_seconds: float = 0.0,
+    trace_context: str | None = None,
 ) -> bool:
     """A new job of ``kind`` on the capture, ``pending``; the sweeper may take it once
     ``due_in_seconds`` have passed (for a new capture: time for the API's own enqueue
-    after commit). False when the capture already has a job of that kind."""
+    after commit). ``trace_context``: the accepting request's W3C ``traceparent``,
+    which the worker's run continues. False when the capture already has a job of
+    that kind."""
     row = tx.execute(
         "INSERT INTO intake_job (job_id, tenant_id, capture_id, kind, status, attempts,"
-        " next_attempt_at) VALUES (%s, %s, %s, %s, 'pending', 0,"
-        " clock_timestamp() + make_interval(secs => %s))"
+        " next_attempt_at, trace_context) VALUES (%s, %s, %s, %s, 'pending', 0,"
+        " clock_timestamp() + make_interval(secs => %s), %s)"
         " ON CONFLICT DO NOTHING RETURNING 1",
-        (job_id, tenant_id, capture_id, kind, due_in_seconds),
+        (job_id, tenant_id, capture_id, kind, due_in_seconds, trace_context),
     ).fetchone()
     return row is not None
 
@@ -220,6 +223,7 @@ class ClaimedJob:
     content_sha256: str
     size_bytes: int
     evidence_key: str
+    trace_context: str | None = None  # the accepting request's W3C traceparent, if traced
 
 
 def claim(
@@ -237,10 +241,10 @@ def claim(
         " UPDATE intake_job SET status = 'running', claim_owner = %s,"
         " claim_expires_at = clock_timestamp() + make_interval(secs => %s), runs = runs + 1"
         f" WHERE job_id = %s AND kind LIKE ANY(%s) AND {_CLAIMABLE}"
-        " RETURNING job_id, tenant_id, kind, runs, run_failures, capture_id)"
+        " RETURNING job_id, tenant_id, kind, runs, run_failures, capture_id, trace_context)"
         " SELECT j.job_id, j.tenant_id, j.kind, j.runs, j.run_failures, c.capture_id, c.source,"
         " c.instance_id, c.schema_version, c.source_url, c.captured_at, c.created_at,"
-        " c.content_type, c.content_sha256, c.size_bytes, c.evidence_key"
+        " c.content_type, c.content_sha256, c.size_bytes, c.evidence_key, j.trace_context"
         " FROM claimed j JOIN capture c"
         " ON c.tenant_id = j.tenant_id AND c.capture_id = j.capture_id",
         (owner, claim_seconds, job_id, list(kinds)),

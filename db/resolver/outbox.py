@@ -19,6 +19,13 @@ from schemas.codec import KafkaHeaders, kafka_headers
 from schemas.ids import StreamId
 
 
+ROW_COLUMNS = (
+    "position, event_id::text, history_epoch, key, value,"
+    " extract(epoch FROM committed_at)::float8, trace_context"
+)
+"""What a read of outbox rows selects: an ``OutboxRow``'s fields, in order."""
+
+
 class OutboxRow(NamedTuple):
     """One message as stored: the key and value bytes the relay ships, and the event
     id (canonical UUID text) and epoch its headers are built from when it is sent.
@@ -32,10 +39,14 @@ class OutboxRow(NamedTuple):
     history_epoch: int
     key: bytes
     value: bytes
+    committed_at: float = 0.0
+    """When the writer committed it, in seconds since the epoch (for latency)."""
+    trace_context: str | None = None
+    """The writing operation's W3C ``traceparent``, when tracing was on."""
 
     @property
     def headers(self) -> KafkaHeaders:
-        return kafka_headers(self.event_id, self.history_epoch)
+        return kafka_headers(self.event_id, self.history_epoch, self.trace_context)
 
 
 def streams_with_unpublished(conn: psycopg.Connection, limit: int) -> list[StreamId]:
@@ -91,7 +102,7 @@ def read_after(
 ) -> list[OutboxRow]:
     """Up to ``limit`` rows of ``stream`` above position ``after``, in position order."""
     rows = conn.execute(
-        "SELECT position, event_id::text, history_epoch, key, value FROM outbox"
+        f"SELECT {ROW_COLUMNS} FROM outbox"
         " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
         " AND position > %s ORDER BY position LIMIT %s",
         (stream.tenant_id, stream.catalog_id, stream.history_epoch, after, limit),
@@ -179,9 +190,10 @@ def claim_streams(conn: psycopg.Connection, streams: Sequence[StreamId]) -> list
     return out
 
 
-StoredRow = tuple[int, str, int, bytes, bytes]
+StoredRow = tuple[int, str, int, bytes, bytes, float, str | None]
 """An outbox row as the relay reads it: ``OutboxRow``'s fields in its order
-(position, event_id, history_epoch, key, value), as the plain tuple the driver
+(position, event_id, history_epoch, key, value, committed_at, trace_context), as the
+plain tuple the driver
 returns. An ``OutboxRow`` is one too; the relay's hot path reads these by index
 rather than build an ``OutboxRow`` per row."""
 
@@ -197,7 +209,7 @@ def request_ranges(
     another run on the server while the caller works on the rows of the first."""
     cursors = [
         conn.execute(
-            "SELECT position, event_id::text, history_epoch, key, value FROM outbox"
+            f"SELECT {ROW_COLUMNS} FROM outbox"
             " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
             " AND position > %s AND position <= %s ORDER BY position",
             (stream.tenant_id, stream.catalog_id, stream.history_epoch, after, through),

@@ -36,10 +36,13 @@ def stream_positions(
     tenants: frozenset[str] | None = None,
     after: StreamId | None = None,
     limit: int | None = None,
+    catalog: str | None = None,
+    matching: str | None = None,
 ) -> list[StreamPositions]:
     """The positions of one stream or of every stream that has written or is under
-    retention control, in stream order; optionally only ``tenants``' and only
-    streams after ``after``, at most ``limit`` of them."""
+    retention control, in stream order; optionally only ``tenants``', only the
+    ``catalog``'s, only those whose ``tenant/catalog`` contains ``matching`` (any
+    case), and only streams after ``after``, at most ``limit`` of them."""
     clauses: list[str] = []
     params: list[Any] = []
     if stream:
@@ -48,6 +51,12 @@ def stream_positions(
     if tenants is not None:
         clauses.append("s.tenant_id = ANY(%s)")
         params.append(sorted(tenants))
+    if catalog is not None:
+        clauses.append("s.catalog_id = %s")
+        params.append(catalog)
+    if matching:
+        clauses.append("strpos(lower(s.tenant_id || '/' || s.catalog_id), lower(%s)) > 0")
+        params.append(matching)
     if after:
         clauses.append("(s.tenant_id, s.catalog_id, s.history_epoch) > (%s, %s, %s)")
         params += [after.tenant_id, after.catalog_id, after.history_epoch]

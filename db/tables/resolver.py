@@ -48,11 +48,12 @@ stream_cursor = Table(
 )
 
 # Encoded messages, written once by the writer in the same transaction as the facts.
-# The relay and the retained-events API ship ``key`` and ``value`` as stored; the Kafka
-# headers are a function of ``event_id`` and ``history_epoch`` (``kafka_headers`` in
-# ``schemas.codec``), so they are not stored a second time. Which rows are published
-# is not a property of the row: see ``stream_publication``. The primary key serves
-# the relay's range read ``position > published_position ORDER BY position``.
+# The relay and the retained-events API ship ``key`` and ``value`` as stored; the
+# Kafka headers are a function of ``event_id``, ``history_epoch`` and
+# ``trace_context`` (``kafka_headers`` in ``schemas.codec``), so they are not stored
+# a second time. Which rows are published is not a property of the row: see
+# ``stream_publication``. The primary key serves the relay's range read
+# ``position > published_position ORDER BY position``.
 outbox = Table(
     "outbox",
     metadata,

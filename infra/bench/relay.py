@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
-from db.resolver.outbox import OutboxRow
+from db.resolver.outbox import ROW_COLUMNS, OutboxRow
 from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.timing import Rate, run_threads
 from infra.bench.writer import THREADS, write_gapless
@@ -72,8 +72,7 @@ def measure_relay(
 
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT position, event_id::text, history_epoch, key, value FROM outbox"
-            " ORDER BY position",
+            f"SELECT {ROW_COLUMNS} FROM outbox ORDER BY position",
             binary=True,
         ).fetchall()
         streams = conn.execute(

@@ -93,7 +93,7 @@ def evidence_sweeper() -> None:
     from producers.capture.evidence_retention.service import run
     from producers.capture.evidence_retention.settings import EvidenceSweepSettings
 
-    process_logging()
+    process_logging("evidence-sweeper")
     settings = guarded(lambda: load(EvidenceSweepSettings))
     log = logging.getLogger("gapless.evidence")
 

@@ -39,13 +39,16 @@ def emit(as_json: bool, record: Mapping[str, Any], line: str) -> None:
     click.echo(json.dumps(record) if as_json else line)
 
 
-def process_logging() -> None:
+def process_logging(service: str) -> None:
     """Logs of a long-running process on stderr: JSON lines, or text on a terminal
-    (GAPLESS_LOG_FORMAT, GAPLESS_LOG_LEVEL)."""
+    (GAPLESS_LOG_FORMAT, GAPLESS_LOG_LEVEL); and its traces under the ``service``
+    name when OTEL_EXPORTER_OTLP_ENDPOINT is set (``schemas.tracing``)."""
     from schemas.logs import configure_logging
     from schemas.settings import LogSettings
+    from schemas.tracing import configure
 
     configure_logging(guarded(lambda: load(LogSettings)))
+    configure(service)
 
 
 def actor() -> str:

@@ -18,7 +18,7 @@ def relay() -> None:
     from producers.relay.service import run as run_relay
     from producers.relay.settings import RelaySettings
 
-    process_logging()
+    process_logging("relay")
     settings = guarded(lambda: load(RelaySettings))
     run_relay(settings)
 
@@ -33,7 +33,7 @@ def resolver_api() -> None:
     from producers.exports.settings import ExportSettings
     from producers.settings import ApiSettings
 
-    process_logging()
+    process_logging("resolver-api")
     settings = guarded(lambda: load(ApiSettings))
     exports = guarded(lambda: load(ExportSettings))
     uvicorn.run(
@@ -58,7 +58,7 @@ def read_api() -> None:
     from processors.serving.app import create_app
     from processors.settings import ReadApiSettings
 
-    process_logging()
+    process_logging("read-api")
     settings = guarded(lambda: load(ReadApiSettings))
     uvicorn.run(
         create_app(settings),
@@ -114,7 +114,7 @@ def prune(once: bool, as_json: bool) -> None:
         if not results:
             echo("no stream has published events left to prune")
         return
-    process_logging()
+    process_logging("prune")
     run(settings, lambda results: show(results, quiet=True), after=exports.sweep)
 
 
@@ -135,7 +135,7 @@ def agents() -> None:
 
     settings = guarded(lambda: load(AgentSettings))
     logs = guarded(lambda: load(LogSettings))
-    process_logging()
+    process_logging("agents")
     # Faust exits at start-up when no broker answers: wait for one instead.
     wait_for_broker(settings)
     app = create_app(settings)
@@ -169,7 +169,7 @@ def sweep_jobs(once: bool) -> None:
 
     settings = guarded(lambda: load(SweeperSettings))
     if not once:
-        process_logging()
+        process_logging("sweep-jobs")
     result = run(settings, once)
     if result is not None:
         click.echo(
@@ -197,6 +197,6 @@ def resolver_worker() -> None:
     from producers.capture.worker.service import run
     from producers.capture.worker.settings import WorkerSettings
 
-    process_logging()
+    process_logging("resolver-worker")
     settings = guarded(lambda: load(WorkerSettings))
     run(settings)

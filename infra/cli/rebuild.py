@@ -26,33 +26,6 @@ def _publish(command: Any) -> None:
         fail(exc)
 
 
-def _resolver_side(row: Any) -> dict[str, Any]:
-    """What the resolver knows of the rebuild: rows its export wrote, when its lease
-    expires (best effort: the resolver database may be elsewhere)."""
-    import psycopg
-
-    from db.resolver.exports import get_export
-    from db.resolver.retention import get_lease
-
-    extra: dict[str, Any] = {}
-    try:
-        with resolver_conn() as conn:
-            if row.export_id is not None:
-                export = get_export(conn, row.export_id)
-                if export is not None:
-                    extra["rows_exported"] = export.records
-            if row.lease_id is not None:
-                lease = get_lease(conn, row.lease_id)
-                if lease is not None:
-                    released = lease.released_at is not None
-                    extra["lease_expires_at"] = (
-                        None if released else lease.expires_at.isoformat(timespec="seconds")
-                    )
-    except psycopg.Error:
-        pass
-    return extra
-
-
 @click.group(invoke_without_command=True)
 @click.option("--tenant", help="The tenant whose catalog to rebuild.")
 @click.option("--catalog", help="The catalog to rebuild.")
@@ -186,7 +159,7 @@ def follow_rebuild(
                         echo(f"not started: {refused.error_code}: {refused.error_message}")
                         return 3
                 else:
-                    extra = _resolver_side(row)
+                    extra = text.resolver_side(row, resolver_conn)
                     # A line each time the row changes; on a terminal, the ETA
                     # counting down in place every few seconds between changes.
                     changed = (row.updated_at, row.phase, tuple(sorted(extra.items())))

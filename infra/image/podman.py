@@ -11,12 +11,11 @@ runroot under ``.local/containers/``), so ``rm -rf .local`` removes them too.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from infra.local.errors import ServiceError
+from infra.local.debian import ensure_packages
 from infra.local.layout import Layout
 from infra.local.processes import run
 
@@ -38,26 +37,12 @@ PACKAGES = (
 )
 TOOLS = ("podman", "runc", "conmon", "mmdebstrap")
 """Executables whose absence means the packages are not installed."""
-INSTALL_HINT = "install them: sudo apt-get install -y --no-install-recommends " + " ".join(PACKAGES)
 ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 
 
 def ensure_installed(echo: Echo) -> None:
     """Install the container tools with apt-get if any is missing and we may."""
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if not missing:
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise ServiceError(f"container tools missing: {', '.join(missing)}", INSTALL_HINT)
-    echo(f"image: installing {', '.join(PACKAGES)} with apt-get (one time)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    try:
-        run(install, what="apt-get install", hint=INSTALL_HINT, env=env)
-    except ServiceError:
-        # A fresh machine often has no package lists yet; refresh once and retry.
-        run(["apt-get", "update"], what="apt-get update", hint=INSTALL_HINT, env=env)
-        run(install, what="apt-get install", hint=INSTALL_HINT, env=env)
+    ensure_packages(PACKAGES, TOOLS, echo, "container tools")
 
 
 def config_dir(layout: Layout) -> Path:

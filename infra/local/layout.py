@@ -60,6 +60,16 @@ class Layout:
     proxy_port: int = 18470
     """The first of sixteen ports a TCP fault proxy takes when a test starts one
     (``infra.chaos.proxy.PortBlock``); nothing listens there otherwise."""
+    jaeger_otlp_port: int = 14318
+    """Jaeger's OTLP/HTTP receiver (``infra.local.jaeger``), when a test starts it."""
+    jaeger_query_port: int = 16686
+    """Jaeger's query API and UI over HTTP."""
+    jaeger_query_grpc_port: int = 16685
+    """Jaeger's query API over gRPC."""
+    jaeger_health_port: int = 13133
+    """Jaeger's health endpoint (``/status``)."""
+    jaeger_metrics_port: int = 18888
+    """Jaeger's own Prometheus metrics."""
     registry_database: str = "registry"
     """The database of the local PostgreSQL that keeps the schema registry's data."""
 
@@ -99,4 +109,9 @@ def current_layout() -> Layout:
         registry_port=_port("GAPLESS_LOCAL_REGISTRY_PORT", 18081),
         registry_management_port=_port("GAPLESS_LOCAL_REGISTRY_MANAGEMENT_PORT", 18091),
         proxy_port=_port("GAPLESS_LOCAL_PROXY_PORT", 18470),
+        jaeger_otlp_port=_port("GAPLESS_LOCAL_JAEGER_OTLP_PORT", 14318),
+        jaeger_query_port=_port("GAPLESS_LOCAL_JAEGER_QUERY_PORT", 16686),
+        jaeger_query_grpc_port=_port("GAPLESS_LOCAL_JAEGER_QUERY_GRPC_PORT", 16685),
+        jaeger_health_port=_port("GAPLESS_LOCAL_JAEGER_HEALTH_PORT", 13133),
+        jaeger_metrics_port=_port("GAPLESS_LOCAL_JAEGER_METRICS_PORT", 18888),
     )

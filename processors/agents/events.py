@@ -45,20 +45,31 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_STORED,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
 from prometheus_client import Counter, Gauge
 
 from db.control.epochs import EpochSource
 from db.control.pauses import PauseWatch
+from processors.agents import observed
+from processors.agents.spans import apply_spans, traceparent_header
 from processors.applier.batch import Applier
 from processors.applier.messages import RawMessage
 from processors.applier.tallies import BatchResult
 from processors.live_first import NO_LIVE_WORK, LiveFirst
 from processors.settings import AgentSettings
+from schemas import tracing
 from schemas.backoff import Reconnect
 from schemas.exceptions import RegistryUnavailable
 from schemas.registry_codec import codec_for
@@ -176,6 +187,7 @@ class EventsConsumer:
                 messages = [m for m in polled if self._usable(m)]
                 if not messages:
                     continue
+                traced = tracing.wanted()  # only then is the traceparent header read
                 raw = [
                     RawMessage(
                         str(m.topic()),
@@ -183,13 +195,19 @@ class EventsConsumer:
                         int(m.offset() or 0),
                         m.key(),
                         m.value(),
+                        published_ms=_timestamp_ms(m),
+                        traceparent=traceparent_header(m) if traced else None,
                     )
                     for m in messages
                 ]
+                started_ns = time.time_ns()
                 result = self._apply_until_committed(raw)
                 if result is None:
                     return  # stopped before the batch committed: it is read again
                 count(result)
+                observed.observe(result, self._settings.agents_consumer)
+                if result.traced:
+                    apply_spans(raw, result.traced, started_ns)
                 self.batches += 1
                 consumer.store_offsets(offsets=_next_offsets(messages))
         except Exception:
@@ -331,6 +349,12 @@ def register(
 
     atexit.register(stop)
     return lambda: all(c.alive and c.joined for c in running)
+
+
+def _timestamp_ms(message: Message) -> int | None:
+    """Kafka's timestamp of ``message`` (the producer's create time), if it has one."""
+    kind, ms = message.timestamp()
+    return int(ms) if kind != TIMESTAMP_NOT_AVAILABLE else None
 
 
 def count(result: BatchResult) -> None:

@@ -24,6 +24,7 @@ from processors.applier.isolation import after_failure, set_aside_on_retry
 from processors.applier.messages import Decoded, RawMessage
 from processors.applier.quarantine import keep_skipped, quarantine, skipped_copy
 from processors.applier.tallies import BatchResult
+from processors.applier.traced_outcomes import kept_for, note_aside
 from processors.applier.transaction import Scope, apply_in_transaction
 from schemas.codec import EventCodec
 from schemas.exceptions import CodecError, Truncated
@@ -111,7 +112,7 @@ class Applier:
         Messages handed back (``deferred.handed_back``) lose their kept row in the
         transaction that judges them, unless they are kept aside again.
         """
-        result = BatchResult(received=len(messages))
+        result = BatchResult(received=len(messages), traced=kept_for(messages))
         decoded: list[Decoded] = []
         undecodable: list[tuple[RawMessage, CodecError]] = []
         for message in messages:
@@ -203,6 +204,7 @@ class Applier:
             return after_failure(
                 conn, self._scope, self.apply, messages, decoded, current, exc, result
             )
+        note_aside(result.traced, (m for m, _ in undecodable), unknown_epoch, paused, held.values())
         # Logged once committed: a rolled-back batch quarantined nothing.
         for message, error in bad:
             log.error(

@@ -22,8 +22,10 @@ import psycopg
 
 from processors.applier import deferred, offsets, parking
 from processors.applier.messages import Decoded, RawMessage
+from processors.applier.plan import QUARANTINED
 from processors.applier.quarantine import SetAside, quarantine, set_aside
 from processors.applier.tallies import BatchResult
+from processors.applier.traced_outcomes import note
 from processors.applier.transaction import Scope, apply_in_transaction
 from processors.projections import registry
 from schemas.events import Envelope
@@ -209,6 +211,7 @@ def _quarantine_one(
         offsets.record(conn, scope.consumer, [item.message])
         if deferred.handed_back(item.message):  # the quarantine keeps it now
             deferred.forget(conn, scope.consumer, [item.event.event_id])
+    note(result.traced, item.message, item.event, QUARANTINED)
     e = item.event
     log.error(
         "quarantined event %s: %s",

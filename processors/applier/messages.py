@@ -21,6 +21,10 @@ class RawMessage:
     value: bytes | None
     stream: tuple[str, str, int] | None = None
     position: int | None = None
+    published_ms: int | None = None
+    """Kafka's timestamp of the message (the relay's send), in ms; None elsewhere."""
+    traceparent: str | None = None
+    """Its ``traceparent`` header, read only by agents that trace (``schemas.tracing``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,25 @@ def list_entries(conn: psycopg.Connection, status: str | None = "open") -> list[
     return [_entry(r) for r in rows.fetchall()]
 
 
+def read_entry(conn: psycopg.Connection, entry_id: int) -> tuple[Entry, RawMessage] | None:
+    """One entry, whatever its status, with the message it holds (for an operator to
+    read; nothing is locked)."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS}, key, value FROM quarantine WHERE id = %s", (entry_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    entry = _entry(row[:15])
+    key, value = row[15], row[16]
+    return entry, RawMessage(
+        entry.topic,
+        entry.partition,
+        entry.offset,
+        bytes(key) if key is not None else None,
+        bytes(value) if value is not None else None,
+    )
+
+
 def _load(conn: psycopg.Connection, entry_id: int) -> tuple[Entry, RawMessage]:
     row = conn.execute(
         f"SELECT {_COLUMNS}, key, value FROM quarantine WHERE id = %s FOR UPDATE", (entry_id,)

@@ -27,7 +27,8 @@ from processors.applier.plan import (
     plan_batch,
 )
 from processors.applier.quarantine import DEPENDENCY_SKIPPED, quarantine
-from processors.applier.tallies import BatchResult, StreamCounts, count_plan
+from processors.applier.tallies import BatchResult, Settled, StreamCounts, count_plan
+from processors.applier.traced_outcomes import note_judged
 from processors.projections import registry
 from schemas.codec import EventCodec
 from schemas.events import Envelope, aggregate_key
@@ -110,10 +111,13 @@ def apply_in_transaction(
     _set_aside_waiting_on_skipped(conn, scope.consumer, plan, fresh, loaded.skipped, result)
 
     _record_plan(conn, scope.consumer, plan, fresh)
-    released_events = count_plan(counts, plan, fresh, loaded.by_id)
+    settled: list[Settled] = []
+    released_events = count_plan(counts, plan, fresh, loaded.by_id, settled)
     _write_projections(conn, plan.to_apply, loaded.generation, write)
 
     _advance(conn, scope, locked, released_events, counts, result)
+    result.settled.extend(settled)
+    note_judged(result.traced, decoded, plan.outcomes, current_epochs)
     return plan.released
 
 

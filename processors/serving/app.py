@@ -23,6 +23,7 @@ from processors.serving.routes import router
 from processors.serving.snapshot import SnapshotReader, snapshot_pool
 from processors.settings import ReadApiSettings
 from schemas.http.errors import ErrorBody, error_response, install_error_handlers
+from schemas.tracing import trace_requests
 
 DESCRIPTION = """\
 The product read API: the catalog as the product projections hold it. Every request
@@ -78,6 +79,7 @@ def create_app(settings: ReadApiSettings) -> FastAPI:
 
     registry = CollectorRegistry()
     RequestMetrics(registry).install(app)
+    trace_requests(app)  # a span per request when tracing is on
 
     @app.get("/healthz", tags=["operations"], response_class=Response)
     def healthz() -> Response:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
+from opentelemetry.trace import Span
 
 from db.resolver.outbox import StoredRow
 from producers.relay.exceptions import PublishFailed
-from schemas.codec import HEADER_EVENT_ID, HEADER_HISTORY_EPOCH, KafkaHeaders
+from producers.relay.spans import end_publish_spans, publish_span
+from schemas.codec import HEADER_EVENT_ID, HEADER_HISTORY_EPOCH, HEADER_TRACEPARENT, KafkaHeaders
 from schemas.settings import KafkaConnection, client_config
+from schemas.tracing import wanted
 
 
 def producer_config(kafka: KafkaConnection, delivery_timeout_s: float) -> dict[str, object]:
@@ -33,12 +36,13 @@ def producer_config(kafka: KafkaConnection, delivery_timeout_s: float) -> dict[s
 class _Window:
     """The delivery reports of the messages sent between two confirms."""
 
-    __slots__ = ("delivered", "errors", "sent")
+    __slots__ = ("delivered", "errors", "sent", "spans")
 
     def __init__(self) -> None:
         self.sent = 0
         self.delivered = 0
         self.errors: list[KafkaError] = []
+        self.spans: list[Span] = []  # ``relay publish`` spans, ended by ``confirm``
 
     def report(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
@@ -66,15 +70,18 @@ class Publisher:
     def send(self, rows: Sequence[StoredRow]) -> None:
         """Produce ``rows`` in order; returns once the producer holds them all.
 
-        The headers are ``kafka_headers(event_id, history_epoch)``, built here a row
+        The headers are ``kafka_headers(event_id, history_epoch, …)``, built here a row
         at a time (the epoch's header shared while it stays the same, as it does in
         a stream): this loop is the relay's own cost per message beside librdkafka's,
-        so it reads the rows by index (``StoredRow``).
+        so it reads the rows by index (``StoredRow``). A row the writer traced also
+        gets the ``traceparent`` header: its own ``relay publish`` span's when this
+        relay traces (``spans``), else the stored one, unchanged.
         """
         window = self._window
         produce = self._producer.produce
         topic = self.topic
         report = window.report
+        traced = wanted()
         last_epoch = -1
         epoch_header: tuple[str, str | bytes | None] = (HEADER_HISTORY_EPOCH, None)
         for row in rows:
@@ -82,6 +89,12 @@ class Publisher:
                 last_epoch = row[2]
                 epoch_header = (HEADER_HISTORY_EPOCH, str(last_epoch).encode())
             headers: KafkaHeaders = [(HEADER_EVENT_ID, row[1].encode()), epoch_header]
+            if row[6] is not None:  # the write's traceparent
+                traceparent = row[6]
+                if traced:
+                    span, traceparent = publish_span(row, traceparent, topic)
+                    window.spans.append(span)
+                headers.append((HEADER_TRACEPARENT, traceparent.encode()))
             while True:
                 try:
                     produce(topic, row[4], row[3], headers=headers, on_delivery=report)
@@ -103,6 +116,9 @@ class Publisher:
         # the next one's counts.
         window, self._window = self._window, _Window()
         remaining = self._producer.flush(self._timeout)
+        if window.spans:
+            unconfirmed = window.errors or remaining or window.delivered != window.sent
+            end_publish_spans(window.spans, "not confirmed by Kafka" if unconfirmed else None)
         if window.errors:
             raise PublishFailed(
                 f"{len(window.errors)} deliveries failed, first: {window.errors[0]}"

@@ -29,6 +29,7 @@ from producers.relay.publisher import Publisher
 from producers.relay.settings import DEFAULT_BATCH_SIZE, READ_CHUNK
 from schemas.backoff import Reconnect
 from schemas.ids import StreamId
+from schemas.latency import Latencies
 from schemas.logs import event_fields
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,10 @@ FAILURES = Counter(
     "gapless_relay_publish_failures_total", "Batches not published (Kafka or an outbox gap)"
 )
 LAST_PASS = Gauge("gapless_relay_last_pass_timestamp", "Unix time of the last completed pass")
+COMMIT_TO_PUBLISHED = Latencies(
+    "gapless_relay_commit_to_published_seconds",
+    "Seconds from a row's commit by the writer to Kafka's confirmation of it",
+)
 DISCONNECTS = Counter(
     "gapless_relay_disconnects_total", "Times the relay lost (or could not reach) its database"
 )
@@ -157,12 +162,14 @@ class Relay:
         # its own on the autocommit connection: BEGIN goes with the claims and COMMIT
         # with the position moves, so each step is one database round trip (psycopg's
         # implicit BEGIN would wait for its own answer), and none is per stream.
+        confirmed = 0.0
         try:
             with conn.pipeline():
                 conn.execute(BEGIN)
                 sent, after = self._send_claimed(conn, streams)
                 if sent:
                     self._publisher.confirm()
+                    confirmed = time.time()
                     if self._after_publish is not None:
                         for stream, rows in sent.items():
                             self._after_publish(stream, [OutboxRow._make(row) for row in rows])
@@ -175,7 +182,11 @@ class Relay:
                 conn.rollback()
             raise
         total = sum(len(rows) for rows in sent.values())
-        PUBLISHED.inc(total)
+        if total:
+            PUBLISHED.inc(total)
+            COMMIT_TO_PUBLISHED.observe(
+                [confirmed - row[5] for rows in sent.values() for row in rows]
+            )
         return total
 
     def _send_claimed(

@@ -169,11 +169,24 @@ def stream_report(
 
 
 def stream_page(
-    conn: psycopg.Connection, tenants: frozenset[str] | None, after: StreamId | None, limit: int
+    conn: psycopg.Connection,
+    tenants: frozenset[str] | None,
+    after: StreamId | None,
+    limit: int,
+    catalog: str | None = None,
+    matching: str | None = None,
 ) -> tuple[list[positions_sql.StreamPositions], bool]:
     """Up to ``limit`` streams of ``tenants`` (None: every tenant) after ``after``, in
-    stream order, and whether more follow."""
-    rows = positions_sql.stream_positions(conn, tenants=tenants, after=after, limit=limit + 1)
+    stream order, and whether more follow; only the ``catalog``'s and those whose
+    ``tenant/catalog`` contains ``matching``, when given."""
+    rows = positions_sql.stream_positions(
+        conn,
+        tenants=tenants,
+        after=after,
+        limit=limit + 1,
+        catalog=catalog,
+        matching=matching,
+    )
     return rows[:limit], len(rows) > limit
 
 

@@ -22,6 +22,7 @@ from producers.capture.intake.enqueue import JobEnqueuer
 from producers.capture.intake.exceptions import IdempotencyKeyReused
 from producers.capture.settings import JobQueueSettings
 from schemas.jobs import CAPTURE_JOB, JobMessage
+from schemas.tracing import current_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,7 @@ class IntakeService:
                         capture.capture_id,
                         CAPTURE_JOB,
                         due_in_seconds=self._queue.job_sweep_after_seconds,
+                        trace_context=current_traceparent(),  # the worker continues it
                     )
             receipt = sql.find_receipt_by_key(conn, CAPTURE_JOB, *key)
         assert receipt is not None, "a capture is never committed without its receipt"

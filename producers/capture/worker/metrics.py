@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
 import psycopg
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from schemas.latency import PIPELINE_BUCKETS
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,14 @@ ITEMS = Counter(
     "gapless_worker_items_total", "Products processed, by outcome of the attempt", ["outcome"]
 )
 RUNS = Counter("gapless_worker_runs_total", "Job runs, by how they ended", ["result"])
+SETTLE = Histogram(
+    "gapless_worker_capture_settle_seconds",
+    "Seconds from a capture's acceptance to the end of the run that settled its job"
+    " (done, or failed for good)",
+    ["result"],
+    buckets=PIPELINE_BUCKETS,
+)
+SETTLED_RESULTS = ("done", "failed")
 OBJECT_READS = Counter(
     "gapless_worker_object_reads_total", "Object-store read attempts, by result", ["result"]
 )

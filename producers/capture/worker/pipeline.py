@@ -50,6 +50,7 @@ from producers.capture.worker.resolution import Resolve
 from producers.capture.worker.retries import RetryPolicy
 from producers.capture.worker.runs import Run, RunReport
 from producers.capture.worker.settling import Settler
+from producers.capture.worker.spans import run_span
 from schemas.codec import EventCodec
 from schemas.jobs import CAPTURE_JOB, JobMessage
 from schemas.logs import event_fields
@@ -167,7 +168,8 @@ class CaptureWorker:
             return RunReport(job_id, "not_claimed")
         report = RunReport(job_id, "aborted")
         try:
-            self._run(job, report)
+            with run_span(job, report):  # continues the accepting request's trace
+                self._run(job, report)
         except ClaimLost:
             report.result = "claim_lost"
         except RunAborted as exc:
@@ -189,6 +191,9 @@ class CaptureWorker:
         if report.result in ("claim_lost", "aborted") and self._vanished(job):
             return self._unknown(report, "its row went while a run had it")
         metrics.RUNS.labels(report.result).inc()
+        if report.result in metrics.SETTLED_RESULTS:
+            waited = time.time() - job.created_at.timestamp()
+            metrics.SETTLE.labels(report.result).observe(max(0.0, waited))
         return report
 
     def _vanished(self, job: ClaimedJob) -> bool:

@@ -25,6 +25,7 @@ from producers.capture.worker.outcomes import Classified, RunAborted, classify, 
 from producers.capture.worker.resolution import ItemWork, Resolve
 from producers.capture.worker.retries import RetryPolicy
 from producers.capture.worker.runs import Run
+from producers.capture.worker.spans import decided
 from producers.resolver.decisions import record_decision
 from producers.resolver.review_cases import open_case
 from schemas.codec import EventCodec
@@ -107,11 +108,16 @@ class Settler:
         )
 
     def settle(self, run: Run, index: int, move: tuple[int, int] | None) -> None:
+        """``_settle`` inside the product's ``capture decide`` span (``spans``)."""
+        decided(run, index, lambda: self._settle(run, index, move))
+
+    def _settle(self, run: Run, index: int, move: tuple[int, int] | None) -> str | None:
         """Give product ``index`` an outcome, moving the checkpoint by ``move`` in the
-        same transaction. A failure rolls the attempt back, then a second
-        transaction records it (with the move): ``rejected`` for a domain refusal,
-        ``retryable`` or, the budget spent, ``failed`` otherwise. When even that
-        cannot be written, the run aborts with the checkpoint where it was."""
+        same transaction; returns it (None: settled before). A failure rolls the
+        attempt back, then a second transaction records it (with the move):
+        ``rejected`` for a domain refusal, ``retryable`` or, the budget spent,
+        ``failed`` otherwise. When even that cannot be written, the run aborts with
+        the checkpoint where it was."""
         product = run.products[index]
         new = run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
         try:
@@ -138,6 +144,7 @@ class Settler:
                 ) from again
         if outcome is not None:
             run.report.count(outcome)
+        return outcome
 
     def _attempt(
         self, run: Run, new: NewResult, product: ExtractedProduct, move: tuple[int, int] | None

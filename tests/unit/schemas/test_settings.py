@@ -34,6 +34,12 @@ READ_ELSEWHERE = {
     "GAPLESS_LOCAL_REGISTRY_PORT",
     "GAPLESS_LOCAL_REGISTRY_MANAGEMENT_PORT",
     "GAPLESS_LOCAL_PROXY_PORT",
+    # infra/local/jaeger.py (through the layout): the local Jaeger's ports.
+    "GAPLESS_LOCAL_JAEGER_OTLP_PORT",
+    "GAPLESS_LOCAL_JAEGER_QUERY_PORT",
+    "GAPLESS_LOCAL_JAEGER_QUERY_GRPC_PORT",
+    "GAPLESS_LOCAL_JAEGER_HEALTH_PORT",
+    "GAPLESS_LOCAL_JAEGER_METRICS_PORT",
     # infra/local/registry.py: the java that runs the local schema registry.
     "GAPLESS_LOCAL_REGISTRY_JAVA",
     # infra/cli/output.py: who an operator command acts as, for the audit trail.

@@ -41,11 +41,21 @@ def test_status_names_the_lagging_consumer_and_the_product_progress(
     assert mine["consumers"] == [
         {"consumer": "laggard", "progress": 4, "lag": 8, "parked": 0, "quarantined": 0}
     ]
+    # The same lag in time: its oldest unapplied event (5) was committed an hour ago;
+    # its progress moved just now. The prompt consumer has nothing waiting.
+    reported = {c["consumer_id"]: c for c in retention["consumers"]}
+    assert 3600 <= reported["laggard"]["waiting_age_s"] < 3700
+    assert 0 <= reported["laggard"]["unchanged_s"] < 60
+    assert (reported["prompt"]["waiting_age_s"], reported["prompt"]["unchanged_s"]) == (None, None)
+    assert retention["unpublished_age_s"] is None  # every row published
 
     table = CliRunner().invoke(main, ["status"])
     assert table.exit_code == 0, table.output
     assert "retention held: consumer 'laggard'" in table.output
     assert "applied by laggard: 4  lag 8" in table.output
+    assert "reported by laggard: 4  lag 8 (oldest unapplied 1h00m old, unchanged for" in (
+        table.output
+    )
 
 
 def test_status_shows_a_rebuild_in_progress_and_a_failed_one(clean_db: DatabaseSettings) -> None:

@@ -221,3 +221,22 @@ def test_the_alert_rules_are_a_valid_prometheus_rule_spec(validators: Validators
     misspelt = copy.deepcopy(resource)
     misspelt["spec"]["groups"][0]["rules"][0]["expresion"] = "up"
     assert _kubeconform(validators, [misspelt])["returncode"] == 1
+
+
+def test_a_tracing_endpoint_reaches_every_process_only_when_set(validators: Validators) -> None:
+    def rendered(values: list[str]) -> dict[str, str]:
+        """The ConfigMap's data, once every Deployment is seen to read it."""
+        documents = _documents(_render(validators, values))
+        config = next(d for d in documents if d["kind"] == "ConfigMap")
+        deployments = [d for d in documents if d["kind"] == "Deployment"]
+        assert deployments
+        for doc in deployments:
+            (container,) = _containers(doc)
+            sources = [s["configMapRef"]["name"] for s in container["envFrom"]]
+            assert sources == [config["metadata"]["name"]], doc["metadata"]["name"]
+        data: dict[str, str] = config["data"]
+        return data
+
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in rendered(VALUES["default"])
+    traced = rendered(["--set", "tracing.otlpEndpoint=http://otel-collector:4318"])
+    assert traced["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"

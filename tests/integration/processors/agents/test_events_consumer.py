@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client import REGISTRY
 
 from db.control.epochs import EpochSource, ensure_epoch
 from db.settings import DatabaseSettings
@@ -200,3 +202,52 @@ def test_two_consumers_of_one_process_share_the_partitions(
         ).fetchall()
     assert progress == [(catalog, EVENTS, 0) for catalog in streams]
     assert all(c.batches > 0 for c in consumers)
+
+
+def test_each_applied_event_s_time_since_commit_and_since_kafka_is_counted(
+    settings: AgentSettings, kafka_settings: KafkaSettings
+) -> None:
+    """Events that occurred 10 minutes ago and reached Kafka 2 minutes ago land in the
+    histograms' buckets above those ages and in none below."""
+    now = time.time()
+    producer = Producer(kafka_settings.client_config())
+    for position in range(1, EVENTS + 1):
+        event = replace(upsert(position), occurred_at=datetime.fromtimestamp(now - 600, UTC))
+        producer.produce(
+            settings.events_topic,
+            CODEC.encode_value(event),
+            CODEC.encode_key(event.key),
+            timestamp=int((now - 120) * 1000),
+        )
+    assert producer.flush(30) == 0
+    consumer_id = settings.agents_consumer
+
+    def sample(name: str, le: str | None = None) -> float:
+        labels = {"consumer": consumer_id} | ({"le": le} if le else {})
+        suffix = "_bucket" if le else "_count"
+        return REGISTRY.get_sample_value(f"gapless_agents_{name}{suffix}", labels) or 0.0
+
+    names = ("commit_to_applied_seconds", "published_to_applied_seconds")
+    before = {(n, le): sample(n, le) for n in names for le in (None, "60.0", "300.0", "1800.0")}
+    epochs = EpochSource(settings.control_dsn)
+    applier = Applier(settings.product_dsn, epochs, CODEC)
+    consumer = EventsConsumer(settings, applier)
+    consumer.start()
+    try:
+        wait_for(lambda: _applied() == EVENTS, f"{EVENTS} events applied", 60)
+        wait_for(
+            lambda: sample(names[0]) - before[(names[0], None)] == EVENTS,
+            "every applied event counted",
+            10,
+        )
+    finally:
+        consumer.stop()
+        applier.close()
+        epochs.close()
+
+    def added(name: str, le: str | None) -> float:
+        return sample(name, le) - before[(name, le)]
+
+    commit, published = names
+    assert [added(commit, le) for le in (None, "300.0", "1800.0")] == [EVENTS, 0, EVENTS]
+    assert [added(published, le) for le in (None, "60.0", "300.0")] == [EVENTS, 0, EVENTS]

@@ -103,3 +103,10 @@ def test_the_backing_services_are_the_ones_the_system_needs() -> None:
     assert "CREATE DATABASE registry;" in databases
     kafka = _services()["kafka"]["environment"]
     assert kafka["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper
+
+
+def test_every_process_gets_the_tracing_endpoint_when_it_is_set() -> None:
+    for name, service in _ours().items():
+        assert service["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == (
+            "${OTEL_EXPORTER_OTLP_ENDPOINT:-}"
+        ), name

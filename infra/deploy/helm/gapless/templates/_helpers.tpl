@@ -48,12 +48,16 @@ app.kubernetes.io/component: {{ kebabcase .name }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* The whole configuration: `config`, plus the agents' default resolver URL. */}}
+{{/* The whole configuration: `config`, plus the agents' default resolver URL and,
+   when tracing has an endpoint, OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT. */}}
 {{- define "gapless.config" -}}
 {{- $config := deepCopy .Values.config -}}
 {{- $api := .Values.processes.resolverApi -}}
 {{- if and $api.enabled (not (hasKey $config "GAPLESS_RESOLVER_URL")) -}}
 {{- $_ := set $config "GAPLESS_RESOLVER_URL" (printf "http://%s:%v" (include "gapless.processName" (dict "root" . "name" "resolverApi")) $api.port) -}}
+{{- end -}}
+{{- with (.Values.tracing | default dict).otlpEndpoint -}}
+{{- $_ := set $config "OTEL_EXPORTER_OTLP_ENDPOINT" . -}}
 {{- end -}}
 {{- toYaml $config -}}
 {{- end -}}

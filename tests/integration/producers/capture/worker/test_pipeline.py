@@ -3,6 +3,8 @@ the single write path, refusals and failures of the whole capture visible."""
 
 from __future__ import annotations
 
+from prometheus_client import REGISTRY
+
 from producers.capture.exceptions import EvidenceUnavailable
 
 from .conftest import T0, Harness, product
@@ -145,3 +147,21 @@ def test_an_unavailable_object_store_is_retried_within_the_job_budget(harness: H
         3,
     )
     assert Down.calls == 3
+
+
+def test_a_settled_job_is_timed_from_the_capture_s_acceptance(harness: Harness) -> None:
+    """``gapless_worker_capture_settle_seconds{result}`` counts the runs that settled
+    a job for good (done, failed); a run that leaves it for a retry counts nothing."""
+
+    def settled(result: str) -> float:
+        name = "gapless_worker_capture_settle_seconds_count"
+        return REGISTRY.get_sample_value(name, {"result": result}) or 0.0
+
+    before = {r: settled(r) for r in ("done", "failed")}
+    harness.bind()
+    harness.activate()
+    done = harness.capture([product("a")])
+    assert harness.worker().run(done.job_id).result == "done"
+    broken = harness.capture([], raw=b"{not json")
+    assert harness.worker().run(broken.job_id).result == "failed"
+    assert {r: settled(r) - before[r] for r in before} == {"done": 1, "failed": 1}
