@@ -18,7 +18,6 @@ import psycopg
 from schemas.codec import KafkaHeaders, kafka_headers
 from schemas.ids import StreamId
 
-
 ROW_COLUMNS = (
     "position, event_id::text, history_epoch, key, value,"
     " extract(epoch FROM committed_at)::float8, trace_context"

@@ -28,7 +28,6 @@ class StreamPositions:
     """Seconds since the oldest unpublished row was committed (None: none waits)."""
 
 
-
 def stream_positions(
     conn: psycopg.Connection,
     stream: StreamId | None = None,
