@@ -52,12 +52,16 @@ from producers.capture.worker.runs import Run, RunReport
 from producers.capture.worker.settling import Settler
 from producers.capture.worker.spans import run_span
 from schemas.codec import EventCodec
+from schemas.exceptions import RegistryUnavailable
 from schemas.jobs import CAPTURE_JOB, JobMessage
 from schemas.logs import event_fields
 
 log = logging.getLogger(__name__)
 
 PAUSED_RETRY_SECONDS = 5.0
+REGISTRY_RETRY_SECONDS = 5.0
+"""How soon a job held up by an unreachable schema registry is tried again (not
+counted as a failure: the outage is no fault of the capture)."""
 """How soon a job stopped by a paused catalog is tried again (no attempt counted)."""
 
 # Parse one capture's bytes with the named adapter (``parse_capture`` in production);
@@ -272,18 +276,27 @@ class CaptureWorker:
                     return
                 held = index + 1
                 report.checkpoint = held
-        except (StreamPaused, HistoryRewound) as paused:
-            # The catalog is paused (or its history went back and waits for its fence):
-            # the products settled so far stay settled, the checkpoint holds, and the
-            # job waits (no attempt counted) for the resume.
-            report.result = "paused"
-            report.error_code = paused.code
+        except (StreamPaused, HistoryRewound, RegistryUnavailable) as held:
+            # The catalog is paused (or its history went back and waits for its fence),
+            # or the schema registry does not answer: the products settled so far stay
+            # settled, the checkpoint holds, and the job waits (no attempt counted,
+            # for the job or its products) until the resume or the registry's return.
+            registry = isinstance(held, RegistryUnavailable)
+            report.result = "registry_unavailable" if registry else "paused"
+            report.error_code = held.code
             self._finish(
                 job,
                 "retrying",
-                retry_in_seconds=PAUSED_RETRY_SECONDS,
-                error_code=paused.code,
-                error=paused.message,
+                retry_in_seconds=REGISTRY_RETRY_SECONDS if registry else PAUSED_RETRY_SECONDS,
+                error_code=held.code,
+                error=sanitize(held.message),
+            )
+            log.warning(
+                "job %s waits: %s %s",
+                job.job_id,
+                held.code,
+                sanitize(held.message),
+                extra=event_fields(job_id=job.job_id),
             )
             return
         self._end(run)

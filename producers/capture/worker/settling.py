@@ -30,6 +30,7 @@ from producers.resolver.decisions import record_decision
 from producers.resolver.review_cases import open_case
 from schemas.codec import EventCodec
 from schemas.events import Envelope
+from schemas.exceptions import RegistryUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,9 @@ class Settler:
         new = run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
         try:
             outcome = self._attempt(run, new, product, move)
-        except (CheckpointLost, StreamPaused, HistoryRewound):
+        except (CheckpointLost, StreamPaused, HistoryRewound, RegistryUnavailable):
+            # Not this product's doing: the run stops (``CaptureWorker._run``) with
+            # the checkpoint where it is and no attempt charged to the product.
             raise
         except Exception as exc:
             failure = classify(exc)

@@ -154,7 +154,7 @@ class Harness:
             self.pool,
             self.uow_pool,
             self.epochs,
-            CODEC,
+            options.pop("codec", CODEC),
             options.pop("reader", self.reader),
             options.pop("parse", self.parser),
             options.pop("resolve", RESOLVE),
