@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test test-unit test-integration lint bench up down status clean deploy-tools alert-tools \
-	image image-test containers-test fault-proxy tracing-backend docs-picture
+	image image-test containers-test fault-proxy tracing-backend docs-picture console-assets browser-tools
 
 # Offline validators of infra/deploy (the Helm chart), built once with `go install` into
 # the local state directory; a version stamp makes a second run a no-op and a new
@@ -32,10 +32,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) console-assets
 	$(BIN)/gapless demo
 
-test: $(STAMP) deploy-tools fault-proxy alert-tools tracing-backend
+test: $(STAMP) deploy-tools fault-proxy alert-tools tracing-backend console-assets browser-tools
 	$(BIN)/gapless up
 	$(BIN)/pytest -q
 
@@ -84,6 +84,17 @@ fault-proxy: $(STAMP)
 # the first time; a second run finds it and does nothing).
 tracing-backend: $(STAMP)
 	$(BIN)/python -m infra.local.jaeger
+
+# htmx for the console's tables refreshing in place: infra/local/console_assets.py pins
+# its version and SHA-512 and fetches it with `npm pack` into .local/console-assets
+# (never committed; a second run finds it and does nothing).
+console-assets: $(STAMP)
+	$(BIN)/python -m infra.local.console_assets
+
+# Chromium and chromedriver for the console's browser tests: Debian's chromium and
+# chromium-driver packages, installed with apt-get when missing (infra/local/browser.py).
+browser-tools: $(STAMP)
+	$(BIN)/python -m infra.local.browser
 
 # promtool, to check the alert rules and run their unit tests: Debian's prometheus
 # package, installed with apt-get when missing (infra/local/promtool.py).

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.fault_proxy",
     "tests.fixtures.jaeger",
     "tests.fixtures.spans",
+    "tests.fixtures.browser",
 ]

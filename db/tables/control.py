@@ -143,3 +143,41 @@ rewound_stream = Table(
         name="rewound_stream_signal_known",
     ),
 )
+
+# The operations console's logins (``db.control.console``): one row per session, found
+# by the SHA-256 of its id (the id itself lives only in the person's cookie), with the
+# token's hash and its grant at login, and when it expires or was logged out.
+console_session = Table(
+    "console_session",
+    metadata,
+    Column("session_hash", Text, primary_key=True),
+    Column("person", Text, nullable=False),
+    Column("token_hash", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True)),
+)
+# The sweep at each login deletes sessions expired long ago.
+Index("console_session_expires_idx", console_session.c.expires_at)
+
+# Every action taken through the console, with who, what, on what, why and how it
+# ended (``done``, ``refused`` with the error's code, ``failed``); never updated.
+console_audit = Table(
+    "console_audit",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("person", Text, nullable=False),
+    Column("token_id", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("tenant_id", Text),
+    Column("reason", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("code", Text),
+    Column("detail", Text, nullable=False),
+    CheckConstraint("outcome IN ('done', 'refused', 'failed')", name="console_audit_outcome_known"),
+)
+# The audit page of a tenant's operators, newest first.
+Index("console_audit_tenant_idx", console_audit.c.tenant_id, console_audit.c.id)

@@ -44,6 +44,7 @@ for command in (
     processes.relay,
     processes.agents,
     processes.read_api,
+    processes.console,
     processes.resolver_worker,
     processes.sweep_jobs,
     processes.prune,

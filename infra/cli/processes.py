@@ -1,5 +1,5 @@
-"""The deployable processes (relay, resolver API, agents, read API, capture worker)
-and the periodic jobs (prune, sweep-jobs), each run until SIGTERM or once."""
+"""The deployable processes (relay, resolver API, agents, read API, capture worker,
+console) and the periodic jobs (prune, sweep-jobs), each run until SIGTERM or once."""
 
 from __future__ import annotations
 
@@ -64,6 +64,32 @@ def read_api() -> None:
         create_app(settings),
         host=settings.read_api_host,
         port=settings.read_api_port,
+        log_config=None,
+    )
+
+
+@click.command()
+def console() -> None:
+    """Run the operations console until SIGTERM (a deployable process).
+
+    Server-rendered pages for operators, on GAPLESS_CONSOLE_HOST:GAPLESS_CONSOLE_PORT:
+    streams and their lag, rebuilds, pauses and fences, quarantine, parked events,
+    capture failures and the audit of every action. Log in with a token of
+    GAPLESS_API_TOKENS (its roles apply); /healthz, /readyz, /metrics. See
+    docs/console.md.
+    """
+    import uvicorn
+
+    from infra.console.settings import ConsoleSettings
+
+    process_logging("console")
+    settings = guarded(lambda: load(ConsoleSettings))
+    from infra.console.app import create_app  # after the settings: a bad one fails at once
+
+    uvicorn.run(
+        create_app(settings),
+        host=settings.console_host,
+        port=settings.console_port,
         log_config=None,
     )
 

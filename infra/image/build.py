@@ -8,10 +8,13 @@
    ``/etc/apt/sources.list.d/debian.sources``, never a hard-coded one) as a tarball,
    and ``podman import`` makes it an image;
 3. ``podman build`` of ``infra/Containerfile`` on that base, from a build context of
-   the package's files only (pyproject, README and the five packages), with the
-   host's CA bundle as a build secret so pip reaches PyPI through this host's proxy
-   and nothing of the bundle stays in the image. podman's layer cache makes a
-   second build with the same files a matter of seconds.
+   the package's files only (pyproject, README and the five packages) and the
+   console's pinned htmx (``infra.local.console_assets``, fetched when missing, put
+   in the context's ``infra/console/vendor/``, which the Containerfile copies to
+   ``/opt/gapless/console-assets``; without npm here the image is built without it
+   and says so), with the host's CA bundle as a build secret so pip reaches PyPI
+   through this host's proxy and nothing of the bundle stays in the image. podman's
+   layer cache makes a second build with the same files a matter of seconds.
 
 A crash between steps leaves at most a tarball or an unfinished context under
 ``.local/image/``, both rewritten by the next run; an image is only tagged once
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infra.image.podman import ensure_installed, podman, succeeds
+from infra.local import console_assets
 from infra.local.errors import ServiceError
 from infra.local.layout import INFRA_DIR, Layout
 from infra.local.processes import run
@@ -40,6 +44,8 @@ CONTAINERFILE = INFRA_DIR / "Containerfile"
 REPO = INFRA_DIR.parent
 CONTEXT = ("pyproject.toml", "README.md", "schemas", "db", "producers", "processors", "infra")
 """What the build context holds: the package and its metadata, nothing of ``.local``."""
+VENDOR = "infra/console/vendor"
+"""Where the context carries the console's htmx (in the context only, never the repo)."""
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 EXCLUDED = (
     "/usr/share/doc/*",
@@ -58,6 +64,7 @@ def build(layout: Layout, echo: Echo, *, rebuild_base: bool = False) -> str:
     else:
         echo(f"image: reusing the base {BASE_IMAGE}")
     context = _context(layout)
+    _console_assets(layout, context, echo)
     echo(f"image: building {IMAGE} from {CONTAINERFILE.relative_to(REPO)}")
     args = [
         "build",
@@ -162,3 +169,17 @@ def _context(layout: Layout) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     return context
+
+
+def _console_assets(layout: Layout, context: Path, echo: Echo) -> None:
+    """The console's htmx into the context (step 3), or a word that the image goes
+    without it (its console then serves whole pages, reloaded by hand)."""
+    try:
+        script = console_assets.fetch(layout.local / console_assets.DIRECTORY, echo)
+    except ServiceError as exc:
+        echo(f"image: built without the console's htmx ({exc})")
+        return
+    target = context / VENDOR
+    target.mkdir(parents=True, exist_ok=True)
+    for name in (console_assets.SCRIPT, console_assets.LICENSE):
+        shutil.copy2(script.parent / name, target / name)
