@@ -3,8 +3,10 @@
 A session row is found by the SHA-256 of the session id; the id itself is only in
 the person's cookie, so the table (or a backup of it) cannot be used to act as
 anyone. It keeps the token's hash (the same hash ``GAPLESS_API_TOKENS`` lists, not a
-secret) and the grant the token had at login, for the record. The audit is
-append-only: one row per action taken through the console, whatever its outcome.
+secret) and the grant the token had at login, for the record. The audit has one row
+per action taken through the console, whatever its outcome: an action that passed
+its checks is recorded ``started`` before it acts (``record_action``) and completed
+once, after (``finish_action``), so one the console died in stays ``started``.
 Every function runs in the caller's connection (the console's are autocommit: each
 statement is its own transaction).
 """
@@ -17,7 +19,7 @@ from typing import Literal
 
 import psycopg
 
-Outcome = Literal["done", "refused", "failed"]
+Outcome = Literal["started", "done", "refused", "failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +94,11 @@ class AuditRecord:
     outcome: Outcome
     code: str | None
     detail: str
+    ended_at: datetime | None = None
 
 
 _AUDIT_COLUMNS = (
-    "id, at, person, token_id, action, target, tenant_id, reason, outcome, code, detail"
+    "id, at, person, token_id, action, target, tenant_id, reason, outcome, code, detail, ended_at"
 )
 
 
@@ -112,7 +115,7 @@ def record_action(
     code: str | None = None,
     detail: str = "",
 ) -> int:
-    """Append one audit record; returns its id."""
+    """Append one audit record (``started``: the action is about to act); its id."""
     row = conn.execute(
         "INSERT INTO console_audit (person, token_id, action, target, tenant_id, reason,"
         " outcome, code, detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
@@ -120,6 +123,30 @@ def record_action(
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def finish_action(
+    conn: psycopg.Connection,
+    record_id: int,
+    *,
+    target: str,
+    tenant_id: str | None,
+    reason: str,
+    outcome: Outcome,
+    code: str | None,
+    detail: str,
+) -> bool:
+    """Complete a ``started`` record with the action's outcome (and its target, tenant
+    and reason as the action finally named them: a form's reason is read once the
+    action is under way); False if it was not ``started`` (a record is completed
+    once)."""
+    cur = conn.execute(
+        "UPDATE console_audit SET target = %s, tenant_id = %s, reason = %s, outcome = %s,"
+        " code = %s, detail = %s, ended_at = clock_timestamp()"
+        " WHERE id = %s AND outcome = 'started'",
+        (target, tenant_id, reason, outcome, code, detail, record_id),
+    )
+    return cur.rowcount == 1
 
 
 def audit_page(

@@ -162,7 +162,9 @@ console_session = Table(
 Index("console_session_expires_idx", console_session.c.expires_at)
 
 # Every action taken through the console, with who, what, on what, why and how it
-# ended (``done``, ``refused`` with the error's code, ``failed``); never updated.
+# ended (``done``, ``refused`` with the error's code, ``failed``). An action that
+# passed its checks is written ``started`` before it acts and completed once after
+# (``ended_at``): a console that dies in between leaves it ``started``, never missing.
 console_audit = Table(
     "console_audit",
     metadata,
@@ -177,7 +179,10 @@ console_audit = Table(
     Column("outcome", Text, nullable=False),
     Column("code", Text),
     Column("detail", Text, nullable=False),
-    CheckConstraint("outcome IN ('done', 'refused', 'failed')", name="console_audit_outcome_known"),
+    Column("ended_at", DateTime(timezone=True)),
+    CheckConstraint(
+        "outcome IN ('started', 'done', 'refused', 'failed')", name="console_audit_outcome_known"
+    ),
 )
 # The audit page of a tenant's operators, newest first.
 Index("console_audit_tenant_idx", console_audit.c.tenant_id, console_audit.c.id)

@@ -9,21 +9,23 @@ An action runs in this order:
    or the module's not-found code), then ``Acting.require`` checks the role there;
 3. the route calls the module that acts (``processors.applier.repair`` …), which
    commits in its own database or publishes on the control topic;
-4. the outcome is recorded in ``console_audit`` (control database) and logged.
+4. the outcome completes that record and is logged.
 
-Steps 3 and 4 are in different databases, so a crash between them leaves an action
-done without its audit record: the log line written at 4 is then missing too, but
-the module's own trail (a quarantine entry's resolution, a command's
-``requested_by``) names the person. A refusal at 1 or 2 changes nothing and is
-audited as ``refused`` with its code; an error at 3 is audited ``refused`` when the
-module refused (it changed nothing) and ``failed`` when a service failed.
+Between 2 and 3 the action is recorded ``started`` in ``console_audit`` (control
+database), before the module acts. Steps 3 and 4 are in different databases, so a
+crash between them leaves the record ``started``: the audit shows that the person
+set out to act and that nobody saw the outcome, which the module's own state (a
+quarantine entry's status, a command on the control topic) tells. Nothing acts
+without a record first. A refusal at 1 or 2 changes nothing and is audited as
+``refused`` with its code; an error at 3 is audited ``refused`` when the module
+refused (it changed nothing) and ``failed`` when a service failed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -94,12 +96,32 @@ class Acting:
     detail: str = ""
     audit_id: int | None = None
     checked: bool = field(default=False, repr=False)
+    begin: Callable[[Acting], None] | None = field(default=None, repr=False)
 
     def require(self, needs: Role, tenant_id: str | None) -> None:
-        """Step 2: the session must hold ``needs`` on the target's tenant."""
+        """Step 2: the session must hold ``needs`` on the target's tenant; then the
+        action is recorded ``started`` before the route lets the module act."""
         self.tenant_id = tenant_id
         self.session.require(needs, tenant_id)
         self.checked = True
+        if self.begin is not None:
+            self.begin(self)
+
+
+def _start(request: Request, act: Acting) -> None:
+    """The audit record of an action about to act, ``started`` (completed by
+    ``_record``): a console that dies before it knows the outcome leaves it so."""
+    with console(request).control.connection() as conn:
+        act.audit_id = sql.record_action(
+            conn,
+            person=act.session.person,
+            token_id=act.session.token_id,
+            action=act.action,
+            target=act.target,
+            tenant_id=act.tenant_id,
+            reason=act.reason,
+            outcome="started",
+        )
 
 
 def _record(request: Request, act: Acting, outcome: sql.Outcome, code: str | None) -> None:
@@ -118,6 +140,18 @@ def _record(request: Request, act: Acting, outcome: sql.Outcome, code: str | Non
     log.info("console action %s", json.dumps(entry))
     here.metrics.actions.labels(act.action, outcome).inc()
     with here.control.connection() as conn:
+        if act.audit_id is not None:
+            sql.finish_action(
+                conn,
+                act.audit_id,
+                target=act.target,
+                tenant_id=act.tenant_id,
+                reason=act.reason,
+                outcome=outcome,
+                code=code,
+                detail=act.detail,
+            )
+            return
         act.audit_id = sql.record_action(
             conn,
             person=act.session.person,
@@ -138,7 +172,7 @@ def acting(
 ) -> Iterator[Acting]:
     """Run the body as the action ``action`` on ``target`` (see the module docstring);
     an error raised in it is audited and raised on to become the error page."""
-    act = Acting(session, action, target)
+    act = Acting(session, action, target, begin=lambda started: _start(request, started))
     try:
         if not session.csrf_matches(csrf):
             raise CsrfTokenInvalid("this form is not from your session: load the page again")

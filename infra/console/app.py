@@ -25,7 +25,16 @@ from infra.console.actions import status_of
 from infra.console.assets import install_script
 from infra.console.exceptions import SessionRequired
 from infra.console.metrics import ConsoleMetrics
-from infra.console.pages import audit, captures, overview, parked, pauses, quarantine, rebuilds
+from infra.console.pages import (
+    audit,
+    captures,
+    overview,
+    parked,
+    parked_bulk,
+    pauses,
+    quarantine,
+    rebuilds,
+)
 from infra.console.pages import stream as stream_page
 from infra.console.resources import HERE, Console, render
 from infra.console.settings import ConsoleSettings
@@ -161,6 +170,7 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
         rebuilds.router,
         pauses.router,
         quarantine.router,
+        parked_bulk.router,  # before parked's: /parked/bulk-retry is not an event id
         parked.router,
         captures.router,
         audit.router,

@@ -121,6 +121,16 @@ def list_parked(
     ]
 
 
+def parked_value(conn: psycopg.Connection, consumer: str, event_id: uuid.UUID) -> bytes | None:
+    """The message value a parked event was parked with (for an operator to read;
+    nothing is locked); None if ``consumer`` has no such parked event."""
+    row = conn.execute(
+        "SELECT value FROM parked_event WHERE consumer = %s AND event_id = %s",
+        (consumer, event_id),
+    ).fetchone()
+    return None if row is None else bytes(row[0])
+
+
 def retry(applier: Applier, event_ids: list[uuid.UUID]) -> dict[uuid.UUID, str | None]:
     """Look at parked events again (``Applier.release_parked``, one transaction).
 

@@ -78,3 +78,18 @@ def package_modules() -> list[Path]:
 
 def relative(path: Path) -> str:
     return str(path.relative_to(ROOT))
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, tried again when CPython 3.11 raises its spurious
+    ``SystemError: AST constructor recursion depth mismatch``: its AST conversion
+    keeps one recursion counter for every thread (CPython issue 106905, fixed in
+    later releases), so a background thread of another test parsing at the same
+    moment can trip it. A second parse of the same source is the real answer."""
+    for attempt in range(3):
+        try:
+            return ast.parse(source, filename)
+        except SystemError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")

@@ -14,6 +14,8 @@ import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from tests.unit.table_writes import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 LAYER = {"schemas": 0, "db": 1, "producers": 2, "processors": 2, "infra": 3}
 APART = frozenset({"producers", "processors"})
@@ -32,7 +34,7 @@ def module_name(path: Path) -> str:
 def imports_of(name: str, source: str, modules: set[str]) -> dict[str, bool]:
     """The project modules ``source`` imports; ``True`` where the import runs at module
     level (not inside a function, where it runs only when called)."""
-    tree = ast.parse(source)
+    tree = parse(source)
     found: dict[str, bool] = {}
     is_package = name + ".__init__" in modules
 

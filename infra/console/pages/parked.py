@@ -11,10 +11,11 @@ from fastapi import APIRouter, Form, Query, Request, Response
 from infra.console import inputs
 from infra.console.actions import acting, done
 from infra.console.auth import Csrf, SessionDep
-from infra.console.pages import page
+from infra.console.messages import decoded_message
+from infra.console.pages import page, parked_bulk
 from infra.console.resources import Console, console
 from processors.applier.exceptions import ParkedEventNotFound
-from processors.applier.parked_repair import ParkedEvent, list_parked, retry, skip
+from processors.applier.parked_repair import ParkedEvent, list_parked, parked_value, retry, skip
 from schemas.http.auth import Role
 
 router = APIRouter()
@@ -39,6 +40,7 @@ def parked_page(
         "more": max(0, len(mine) - SHOWN),
         "stream": stream.strip(),
         "age": age.strip(),
+        "query": parked_bulk.query_of(stream, age),
         "may_act": {p.event_id: session.may(Role.OPERATOR, p.stream[0]) for p in mine[:SHOWN]},
     }
     response: Response = page(request, session, "parked.html", context)
@@ -54,6 +56,26 @@ def _parked(here: Console, raw: str) -> ParkedEvent:
             f"no parked event {event_id}: it may have been released or set aside"
         )
     return found[0]
+
+
+@router.get("/parked/{event_id}")
+def parked_event_page(request: Request, session: SessionDep, event_id: str) -> Response:
+    """One parked event, decoded as ``gapless tail`` shows an event: what it waits on,
+    its payload, and the headers the relay sent it with."""
+    here = console(request)
+    event = _parked(here, event_id)
+    session.require(Role.VIEWER, event.stream[0])
+    with here.product.connection() as conn:
+        value = parked_value(conn, here.settings.agents_consumer, event.event_id)
+    if value is None:  # released or set aside since it was listed
+        raise ParkedEventNotFound(f"no parked event {event.event_id}: it was released or set aside")
+    context = {
+        "p": event,
+        "message": decoded_message(here.codec, value, event.partition, event.offset),
+        "may_act": session.may(Role.OPERATOR, event.stream[0]),
+    }
+    response: Response = page(request, session, "parked_event.html", context)
+    return response
 
 
 @router.post("/parked/{event_id}/retry")

@@ -18,13 +18,11 @@ from infra.console import inputs
 from infra.console.actions import acting, done
 from infra.console.auth import Csrf, Session, SessionDep
 from infra.console.exceptions import FormStale
+from infra.console.messages import decoded_message
 from infra.console.pages import page
 from infra.console.resources import Console, console
-from infra.tail import event_json, message_headers, message_key
 from processors.applier.exceptions import EntryNotFound, QuarantineRepairError
 from processors.applier.repair import Entry, list_entries, read_entry, retry, skip_entry
-from schemas.codec import kafka_headers
-from schemas.exceptions import CodecError
 from schemas.http.auth import Role
 
 router = APIRouter()
@@ -108,24 +106,8 @@ def quarantine_page(request: Request, session: SessionDep, filters: FiltersDep) 
 
 
 def decoded(here: Console, entry: Entry, key: bytes | None, value: bytes | None) -> dict[str, Any]:
-    """The entry's message as ``gapless tail --json`` shows an event, with the headers
-    the relay sends it with (the entry keeps the key and value, not the headers); or
-    why it does not decode, with its first bytes."""
-    if value is None:
-        return {"record": None, "problem": "the message had no value", "head": ""}
-    try:
-        event = here.codec.decode_value(value)
-    except CodecError as exc:
-        return {"record": None, "problem": f"{exc.code}: {exc}", "head": value[:64].hex(" ")}
-    record = event_json(
-        event,
-        entry.partition,
-        entry.offset,
-        key=message_key(key, here.codec),
-        headers=message_headers(kafka_headers(str(event.event_id), event.history_epoch)),
-    )
-    record.pop("timestamp")
-    return {"record": record, "problem": None, "head": ""}
+    """The entry's message decoded (``decoded_message``)."""
+    return decoded_message(here.codec, value, entry.partition, entry.offset, key)
 
 
 @router.get("/quarantine/bulk-retry")

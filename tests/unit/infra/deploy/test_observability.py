@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from tests.unit.table_writes import ROOT, package_modules, relative
+from tests.unit.table_writes import ROOT, package_modules, parse, relative
 
 DASHBOARD = ROOT / "infra" / "deploy" / "grafana" / "gapless.json"
 ALERTS = ROOT / "infra" / "deploy" / "prometheus" / "alerts.yaml"
@@ -52,7 +52,7 @@ def exported() -> tuple[set[str], list[str]]:
         source = path.read_text()
         if "prometheus_client" not in source and "schemas.latency" not in source:
             continue
-        tree = ast.parse(source, relative(path))
+        tree = parse(source, relative(path))
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or (kind := _constructor(node)) is None:
                 continue
