@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import psycopg
 from fastapi import Request
@@ -108,36 +109,42 @@ class Acting:
             self.begin(self)
 
 
-def _start(request: Request, act: Acting) -> None:
-    """The audit record of an action about to act, ``started`` (completed by
-    ``_record``): a console that dies before it knows the outcome leaves it so."""
-    with console(request).control.connection() as conn:
-        act.audit_id = sql.record_action(
-            conn,
-            person=act.session.person,
-            token_id=act.session.token_id,
-            action=act.action,
-            target=act.target,
-            tenant_id=act.tenant_id,
-            reason=act.reason,
-            outcome="started",
-        )
+class _Fields(TypedDict):
+    person: str
+    token_id: str
+    action: str
+    target: str
+    tenant_id: str | None
+    reason: str
 
 
-def _record(request: Request, act: Acting, outcome: sql.Outcome, code: str | None) -> None:
-    here = console(request)
-    entry = {
+def _fields(act: Acting) -> _Fields:
+    """What the audit records of ``act``, beside its outcome, code and detail."""
+    return {
         "person": act.session.person,
         "token_id": act.session.token_id,
         "action": act.action,
         "target": act.target,
         "tenant_id": act.tenant_id,
         "reason": act.reason,
-        "outcome": outcome,
-        "code": code,
-        "detail": act.detail,
     }
-    log.info("console action %s", json.dumps(entry))
+
+
+def _start(request: Request, act: Acting) -> None:
+    """The audit record of an action about to act, ``started`` (completed by
+    ``_record``): a console that dies before it knows the outcome leaves it so."""
+    fields = _fields(act)
+    with console(request).control.connection() as conn:
+        act.audit_id = sql.record_action(conn, **fields, outcome="started")
+
+
+def _record(request: Request, act: Acting, outcome: sql.Outcome, code: str | None) -> None:
+    here = console(request)
+    fields = _fields(act)
+    log.info(
+        "console action %s",
+        json.dumps({**fields, "outcome": outcome, "code": code, "detail": act.detail}),
+    )
     here.metrics.actions.labels(act.action, outcome).inc()
     with here.control.connection() as conn:
         if act.audit_id is not None:
@@ -154,12 +161,7 @@ def _record(request: Request, act: Acting, outcome: sql.Outcome, code: str | Non
             return
         act.audit_id = sql.record_action(
             conn,
-            person=act.session.person,
-            token_id=act.session.token_id,
-            action=act.action,
-            target=act.target,
-            tenant_id=act.tenant_id,
-            reason=act.reason,
+            **fields,
             outcome=outcome,
             code=code,
             detail=act.detail,
