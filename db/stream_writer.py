@@ -117,6 +117,7 @@ class StreamWriter:
         self._cursor = cursor
         self._codec = codec
         self._pending: list[PendingEvent] = []
+        self._traces: list[str | None] = []  # the span current at each append
         self._key = codec.encode_key(
             StreamKey(tenant_id=stream.tenant_id, catalog_id=stream.catalog_id)
         )
@@ -128,12 +129,31 @@ class StreamWriter:
 
     def append(self, event: PendingEvent) -> None:
         self._pending.append(event)
+        self._traces.append(current_traceparent())
 
     @property
     def pending(self) -> tuple[PendingEvent, ...]:
         """The events appended and not yet flushed, in append order (their positions
         will follow this order)."""
         return tuple(self._pending)
+
+    def _envelopes(self) -> list[Envelope]:
+        """The pending events as envelopes at positions ``cursor+1 …``, in order."""
+        s = self.stream
+        return [
+            Envelope(
+                tenant_id=s.tenant_id,
+                catalog_id=s.catalog_id,
+                history_epoch=s.history_epoch,
+                position=self._cursor + offset,
+                event_id=event.event_id,
+                aggregate=event.aggregate,
+                dependencies=event.dependencies,
+                occurred_at=event.occurred_at,
+                payload=event.payload,
+            )
+            for offset, event in enumerate(self._pending, start=1)
+        ]
 
     def flush(self) -> list[Envelope]:
         """Allocate positions, write the outbox rows and move the cursor.
@@ -142,7 +162,8 @@ class StreamWriter:
         1. number the pending events ``cursor+1 … cursor+n`` in append order;
         2. encode each key and value once; the relay ships these exact bytes (the
            headers it builds from the row's event_id, history_epoch and trace_context);
-        3. insert the outbox rows, with the current span's ``traceparent`` (or NULL);
+        3. insert the outbox rows, each with the ``traceparent`` of the span that was
+           current when its event was appended (or NULL);
         4. move the cursor to ``cursor+n``;
         5. NOTIFY the relay (delivered only if the transaction commits), unless the
            Unit of Work announces the commit after it (``db.resolver.commit_notifier``).
@@ -155,24 +176,8 @@ class StreamWriter:
         if not self._pending:
             return []
         s = self.stream
-        envelopes: list[Envelope] = []
-        rows = []
-        for offset, event in enumerate(self._pending, start=1):
-            envelope = Envelope(
-                tenant_id=s.tenant_id,
-                catalog_id=s.catalog_id,
-                history_epoch=s.history_epoch,
-                position=self._cursor + offset,
-                event_id=event.event_id,
-                aggregate=event.aggregate,
-                dependencies=event.dependencies,
-                occurred_at=event.occurred_at,
-                payload=event.payload,
-            )
-            envelopes.append(envelope)
-            rows.append(
-                (envelope.event_id, envelope.event_type, self._codec.encode_value(envelope))
-            )
+        envelopes = self._envelopes()  # steps 1 and 2
+        rows = [(e.event_id, e.event_type, self._codec.encode_value(e)) for e in envelopes]
         new_cursor = self._cursor + len(self._pending)
         # Steps 3-5 as one statement: one round trip whatever the batch size, and none
         # of its own when the Unit of Work sends it in a pipeline with the COMMIT. The
@@ -185,9 +190,9 @@ class StreamWriter:
             " INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
             " event_id, event_type, key, value, trace_context)"
             " SELECT %(t)s, %(c)s, %(e)s, %(base)s + r.ord, r.event_id, r.event_type, %(key)b,"
-            " r.value, %(trace)s::text"
-            " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[])"
-            " WITH ORDINALITY AS r(event_id, event_type, value, ord)"
+            " r.value, r.trace"
+            " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[],"
+            " %(traces)s::text[]) WITH ORDINALITY AS r(event_id, event_type, value, trace, ord)"
             " RETURNING 1),"
             " moved AS ("
             " UPDATE stream_cursor SET position = %(cursor)s, updated_at = now()"
@@ -205,7 +210,7 @@ class StreamWriter:
                 "ids": [r[0] for r in rows],
                 "types": [r[1] for r in rows],
                 "values": [r[2] for r in rows],
-                "trace": current_traceparent(),
+                "traces": self._traces,
                 "n": len(rows),
                 "cursor": new_cursor,
                 "channel": NOTIFY_CHANNEL,
@@ -214,4 +219,5 @@ class StreamWriter:
         )
         self._cursor = new_cursor
         self._pending.clear()
+        self._traces = []
         return envelopes

@@ -7,6 +7,7 @@ accepted change can never commit without its events (INV-06).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from types import TracebackType
@@ -102,6 +103,15 @@ class UnitOfWork:
         self._deferred: list[Statement] = []
         self._committed = False
         self.envelopes: list[Envelope] = []
+        self.held_captures: set[tuple[str, uuid.UUID]] = set()
+        """Captures share-locked in this transaction by decisions citing them
+        (``producers.resolver.decisions``): a later decision citing one again
+        needs no second lock."""
+        self.memo: dict[tuple[object, ...], Any] = {}
+        """Reads kept for the rest of the transaction, for state nobody else can
+        change while it holds its streams' cursor locks and that it does not change
+        itself (an identity generation a capture is resolved in): a transaction
+        doing many products' work reads them once."""
 
     def __enter__(self) -> Self:
         self._holds = ExitStack()
@@ -121,6 +131,8 @@ class UnitOfWork:
         self._unissued.clear()
         self._deferred[:] = [BEGIN]
         self.envelopes = []
+        self.held_captures = set()
+        self.memo = {}
         return self
 
     def __exit__(

@@ -8,7 +8,7 @@ the same transaction as the decision it led to, so a crash leaves both or neithe
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -134,6 +134,57 @@ def lock(tx: Transaction, new: NewResult) -> Locked:
     ).fetchone()
     assert row is not None
     return Locked(ResultRow(*row[:-1]), created is not None, bool(row[-1]))
+
+
+def lock_many(tx: Transaction, news: Sequence[NewResult]) -> list[Locked]:
+    """``lock`` for several results of one run (one tenant, capture, parser version,
+    job and binding; no source item twice), in two statements whatever their number;
+    returns them in the order given. Rows are created, then locked, in source item id
+    order, so two transactions locking overlapping sets wait rather than deadlock."""
+    if not news:
+        return []
+    first = news[0]
+    ordered = sorted(news, key=lambda n: n.key.source_item_id)
+    ids = [n.key.source_item_id for n in ordered]
+    head = _key(first.key)
+    created = {
+        r[0]
+        for r in tx.execute(
+            "INSERT INTO capture_item (tenant_id, capture_id, source_item_id, parser_version,"
+            " job_id, source, catalog_id, adapter, item_index, schema_version, fingerprint,"
+            " locator, outcome, next_attempt_at, error_code)"
+            " SELECT %s, %s, r.source_item_id, %s, %s, %s, %s, %s, r.item_index, %s,"
+            " r.fingerprint, r.locator, 'retryable', clock_timestamp(), %s"
+            " FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[])"
+            " WITH ORDINALITY AS r(source_item_id, item_index, fingerprint, locator, ord)"
+            " ORDER BY r.ord ON CONFLICT DO NOTHING RETURNING source_item_id",
+            (
+                head[0],
+                head[1],
+                head[3],
+                first.job_id,
+                first.source,
+                first.catalog_id,
+                first.adapter,
+                first.schema_version,
+                IN_PROGRESS,
+                ids,
+                [n.item_index for n in ordered],
+                [n.fingerprint for n in ordered],
+                [n.locator for n in ordered],
+            ),
+        ).fetchall()
+    }
+    rows = tx.execute(
+        f"SELECT {_ROW}, coalesce(next_attempt_at <= clock_timestamp(), false)"
+        " FROM capture_item WHERE tenant_id = %s AND capture_id = %s AND parser_version = %s"
+        " AND source_item_id = ANY(%s::text[]) ORDER BY source_item_id FOR UPDATE",
+        (head[0], head[1], head[3], ids),
+    ).fetchall()
+    locked = {
+        row[3]: Locked(ResultRow(*row[:-1]), row[3] in created, bool(row[-1])) for row in rows
+    }
+    return [locked[n.key.source_item_id] for n in news]
 
 
 def insert_rejected(tx: Transaction, new: NewResult, code: str, reason: str) -> bool:
@@ -269,6 +320,23 @@ def source_item(
         (tenant_id, source, source_item_id),
     ).fetchone()
     return SourceItemVersion(*row) if row else None
+
+
+def source_items(
+    tx: Transaction, tenant_id: str, source: str, source_item_ids: Sequence[str]
+) -> dict[str, SourceItemVersion]:
+    """``source_item`` for several source items in one statement: those with a
+    result applied, by source item id."""
+    if not source_item_ids:
+        return {}
+    rows = tx.execute(
+        "SELECT tenant_id, source, source_item_id, catalog_id, captured_at, capture_created_at,"
+        " capture_id, parser_version, schema_version, fingerprint, item_id"
+        " FROM source_item_state WHERE tenant_id = %s AND source = %s"
+        " AND source_item_id = ANY(%s::text[])",
+        (tenant_id, source, list(source_item_ids)),
+    ).fetchall()
+    return {r[2]: SourceItemVersion(*r) for r in rows}
 
 
 def by_id(tx: Transaction, result_id: int, lock: bool = False) -> ResultRow | None:

@@ -108,3 +108,17 @@ def get(tx: Transaction, tenant_id: str, catalog_id: str, listing_id: str) -> Ma
         (tenant_id, catalog_id, listing_id),
     ).fetchone()
     return MappingRow(*row) if row else None
+
+
+def get_many(
+    tx: Transaction, tenant_id: str, catalog_id: str, listing_ids: Sequence[str]
+) -> dict[str, MappingRow]:
+    """``get`` for several listings in one statement: the mapped ones, by listing."""
+    if not listing_ids:
+        return {}
+    rows = tx.execute(
+        "SELECT listing_id, item_id, item_revision, decision_id, revision FROM listing_mapping"
+        " WHERE tenant_id = %s AND catalog_id = %s AND listing_id = ANY(%s::text[])",
+        (tenant_id, catalog_id, list(listing_ids)),
+    ).fetchall()
+    return {r[0]: MappingRow(*r) for r in rows}

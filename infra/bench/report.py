@@ -54,17 +54,7 @@ class Figures:
         return out
 
     def _worker(self) -> dict[str, object]:
-        k = self.worker
-        return {
-            "worker_products_per_s": round(k.per_second, 1),
-            "worker_products": k.products,
-            "worker_known_products": k.known,
-            "worker_seconds": round(k.seconds, 2),
-            "worker_job_s": round(k.job_seconds, 2),
-            "worker_decisions": k.decisions,
-            "worker_unchanged": k.outcomes.get("unchanged", 0),
-            "worker_review_cases": k.review_cases,
-        }
+        return worker_figures(self.worker)
 
     def as_dict(self) -> dict[str, object]:
         w, r, a, e, g = self.writer, self.relay, self.applier, self.latency, self.agents
@@ -179,10 +169,31 @@ def render_table(figures: Figures) -> str:
         ],
         f"  highest offered rate with p99 <= 100 ms: {figures.deployed.max_rate:.0f}/s",
         "",
-        f"(g) the deployed capture worker (`gapless resolver-worker`) settling one json-feed"
-        f" capture of {k.products:,} products ({k.known:,} known to the catalog)",
-        f"  {k.per_second:>11,.0f} products/s over {k.seconds:.1f} s (job {k.job_seconds:.1f} s):"
-        f" {k.decisions:,} decisions, {d['worker_unchanged']:,} unchanged,"
-        f" {k.review_cases:,} review cases",
+        render_worker(k),
     ]
     return "\n".join(lines)
+
+
+def worker_figures(k: WorkerFigures) -> dict[str, object]:
+    """Phase (g)'s keys (``gapless bench`` and ``gapless bench worker``)."""
+    return {
+        "worker_products_per_s": round(k.per_second, 1),
+        "worker_products": k.products,
+        "worker_known_products": k.known,
+        "worker_seconds": round(k.seconds, 2),
+        "worker_job_s": round(k.job_seconds, 2),
+        "worker_decisions": k.decisions,
+        "worker_unchanged": k.outcomes.get("unchanged", 0),
+        "worker_review_cases": k.review_cases,
+    }
+
+
+def render_worker(k: WorkerFigures) -> str:
+    """Phase (g)'s lines of the table."""
+    return (
+        f"(g) the deployed capture worker (`gapless resolver-worker`) settling one json-feed"
+        f" capture of {k.products:,} products ({k.known:,} known to the catalog)\n"
+        f"  {k.per_second:>11,.0f} products/s over {k.seconds:.1f} s (job {k.job_seconds:.1f} s):"
+        f" {k.decisions:,} decisions, {k.outcomes.get('unchanged', 0):,} unchanged,"
+        f" {k.review_cases:,} review cases"
+    )

@@ -37,7 +37,7 @@ from infra.bench.deployed_latency import measure_deployed_latency
 from infra.bench.latency import measure_latency
 from infra.bench.machine import MachineLoad
 from infra.bench.relay import measure_relay
-from infra.bench.report import Figures, render_table
+from infra.bench.report import Figures, render_table, render_worker, worker_figures
 from infra.bench.sandbox import Sandbox, sandbox
 from infra.bench.settle import settle_sandbox
 from infra.bench.writer import THREADS, measure_writer
@@ -110,3 +110,23 @@ def run_bench(
         print(json.dumps(figures.as_dict()))
     else:
         print(render_table(figures))
+
+
+def run_worker_bench(products: int, as_json: bool, echo: Callable[[str], None]) -> None:
+    """Phase (g) alone: the deployed capture worker settling one capture, in a
+    sandbox of its own, with the machine's load and the environment."""
+    from infra.config import use_local_services
+    from infra.provision import provision
+
+    use_local_services()
+    provision(echo)
+    machine = MachineLoad()
+    with sandbox(echo, extra_topics={"jobs": 1}) as box:
+        environment = environment_of(box)
+        worker = measure_capture_worker(box, products, echo)
+    environment.update(machine.finish())
+    if as_json:
+        print(json.dumps({**environment, **worker_figures(worker)}))
+    else:
+        print(render_worker(worker))
+        print(", ".join(f"{k} {v}" for k, v in environment.items()))

@@ -30,7 +30,7 @@ from producers.resolver.exceptions import (
 )
 from producers.resolver.facts import DecisionScope, Fact, accept_run, fact_runs
 from producers.resolver.review_cases import CaseRevision
-from schemas.events import AggregateRef, DecisionRecorded, EvidenceRef
+from schemas.events import AggregateRef, DecisionRecorded, Envelope, EvidenceRef
 
 AGGREGATE = "decision"
 ACTOR_KINDS = ("human", "rule")
@@ -139,10 +139,35 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     no case revision, decision, fact, effect, outbox row or position is consumed.
     """
     d = decision
+    case_revision = stage_decision(uow, d)  # 1.-6.
+    envelopes = commit_staged(uow)  # 7.
+    return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))
+
+
+def commit_staged(uow: UnitOfWork) -> list[Envelope]:
+    """Commit ``uow`` (step 7 of ``record_decision``): a deferred constraint's
+    violation is raised as the domain error the fact's own check would have raised."""
+    try:
+        return uow.commit()
+    except psycopg.errors.IntegrityError as exc:
+        error = commit_violation(exc)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def stage_decision(uow: UnitOfWork, decision: Decision) -> int | None:
+    """Steps 1-6 of ``record_decision`` without its COMMIT: the decision and its facts
+    written in ``uow``, their events queued after any queued before them; returns the
+    case's new revision (None: no case). The caller commits ``uow`` (several decisions
+    of one stream may share one transaction: the capture worker's settling) or lets
+    it roll back; until then nothing of the decision is visible."""
+    d = decision
     writer = uow.stream(d.tenant_id, d.catalog_id)  # 1. the cursor lock
     tx = uow.tx
     case_revision = _advance_case(tx, d)  # 2.
-    _insert_decision(tx, d)  # 3.
+    _insert_decision(uow, d)  # 3.
+    before = len(writer.pending)
     writer.append(_recorded_event(d))  # 5. the decision's event, first
 
     # 4. (and 5.) each run of facts, queuing its events as it is applied
@@ -150,19 +175,11 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
     for run in fact_runs(d.facts):
         accept_run(uow, scope, run)
 
-    # 6.
+    # 6. this decision's events only (a shared transaction may hold others before)
     decision_rows.insert_effects(
-        tx, d.tenant_id, d.catalog_id, d.decision_id, effects(writer.pending)
+        tx, d.tenant_id, d.catalog_id, d.decision_id, effects(writer.pending[before:])
     )
-    # 7. a deferred constraint's violation is raised as the fact's domain error
-    try:
-        envelopes = uow.commit()
-    except psycopg.errors.IntegrityError as exc:
-        error = commit_violation(exc)
-        if error is None:
-            raise
-        raise error from exc
-    return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))
+    return case_revision
 
 
 def _advance_case(tx: Transaction, d: Decision) -> int | None:
@@ -184,11 +201,16 @@ def _advance_case(tx: Transaction, d: Decision) -> int | None:
     return case_revision
 
 
-def _insert_decision(tx: Transaction, d: Decision) -> None:
+def _insert_decision(uow: UnitOfWork, d: Decision) -> None:
     """Step 3 of ``record_decision``: hold the cited captures, check the prior
     decisions exist, insert the immutable decision row (INV-05)."""
+    tx = uow.tx
     # The captures cited stay until this commits: evidence retention waits for it.
-    gone = evidence_rows.hold_cited(tx, d.tenant_id, _capture_ids(d.evidence))
+    # A capture already held in this transaction (an earlier decision sharing it)
+    # stays held: only the others are locked.
+    cited = [c for c in _capture_ids(d.evidence) if (d.tenant_id, c) not in uow.held_captures]
+    gone = evidence_rows.hold_cited(tx, d.tenant_id, cited)
+    uow.held_captures.update((d.tenant_id, c) for c in cited if c not in gone)
     if gone:
         raise EvidenceExpired(
             f"captures {sorted(map(str, gone))} were deleted by evidence retention just now;"

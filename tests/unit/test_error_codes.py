@@ -24,6 +24,7 @@ SIGNALS = {
     "CheckpointLost": "the worker's checkpoint compare-and-set lost: stop this run",
     "RunAborted": "a product's outcome could not be written: stop, replay later",
     "ClaimLost": "the worker no longer holds its job's claim: stop without writing",
+    "_Cut": "a product of the worker's batch may depend on an earlier one: end the batch",
     "_Abandon": "the demo workload gives a planned step up",
     "_Failure": "the applier's diagnosis names the event whose projection write failed",
     "_RollBack": "the applier's diagnosing transaction must leave nothing behind",

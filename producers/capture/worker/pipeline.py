@@ -30,6 +30,7 @@ from db.repositories.capture_jobs import ClaimedJob
 from db.resolver.commit_notifier import CommitNotifier
 from db.unit_of_work import Transaction
 from producers.capture.adapters import (
+    ExtractedProduct,
     Extraction,
     RejectedItem,
     adapter_named,
@@ -58,11 +59,13 @@ from schemas.logs import event_fields
 
 log = logging.getLogger(__name__)
 
+SETTLE_BATCH = 50
+"""Products settled in one transaction at most (``GAPLESS_WORKER_SETTLE_BATCH``)."""
 PAUSED_RETRY_SECONDS = 5.0
+"""How soon a job stopped by a paused catalog is tried again (no attempt counted)."""
 REGISTRY_RETRY_SECONDS = 5.0
 """How soon a job held up by an unreachable schema registry is tried again (not
 counted as a failure: the outage is no fault of the capture)."""
-"""How soon a job stopped by a paused catalog is tried again (no attempt counted)."""
 
 # Parse one capture's bytes with the named adapter (``parse_capture`` in production);
 # raises ``AdapterError`` when the capture as a whole is unusable.
@@ -75,6 +78,20 @@ def parse_capture(adapter: str, artifact: bytes, content_type: str, source_url: 
     extraction = reparse_stored_raw(adapter_named(adapter), artifact, content_type, source_url)
     assert extraction is not None  # the artifact is there
     return extraction
+
+
+def next_batch(products: Sequence[ExtractedProduct], start: int, size: int) -> range:
+    """The indices from ``start`` on to settle in one transaction: at most ``size``,
+    ending before a source item comes twice (a product's result row is locked once
+    per transaction, and a later product of the same source item must find the
+    earlier one settled)."""
+    seen: set[str] = set()
+    for index in range(start, min(len(products), start + size)):
+        item = products[index].source_item_id
+        if item in seen:
+            return range(start, index)
+        seen.add(item)
+    return range(start, min(len(products), start + size))
 
 
 class ClaimLost(Exception):
@@ -104,8 +121,12 @@ class CaptureWorker:
         job_retries: RetryPolicy,
         pauses: PauseWatch | None = None,
         notifier: CommitNotifier | None = None,
+        settle_batch: int = SETTLE_BATCH,
     ) -> None:
+        """``settle_batch``: products settled in one transaction at most (1: each
+        in its own)."""
         self._pool = pool  # autocommit connections for the short job transactions
+        self._settle_batch = settle_batch
         self._reader = reader
         self._parse = parse
         self._settler = Settler(
@@ -259,23 +280,18 @@ class CaptureWorker:
             retries = items.due_retries(tx, job.job_id, run.parser_version, start)
         where = {p.source_item_id: i for i, p in reversed(list(enumerate(run.products)))}
         try:
-            held = start
             for row in retries:
                 if (index := where.get(row.source_item_id)) is not None:
                     self._renew_if_old(run)
                     self._settler.settle(run, index, None)
-            for index in range(start, len(run.products)):
-                self._renew_if_old(run)
-                try:
-                    self._settler.settle(run, index, (held, index + 1))
-                except CheckpointLost as lost:
-                    # Another run got further first: never write over its progress.
-                    report.checkpoint = lost.winner
-                    report.result = "stale"
-                    self._finish(job, "retrying", retry_in_seconds=0)
-                    return
-                held = index + 1
-                report.checkpoint = held
+            try:
+                self._settle_from(run, start)
+            except CheckpointLost as lost:
+                # Another run got further first: never write over its progress.
+                report.checkpoint = lost.winner
+                report.result = "stale"
+                self._finish(job, "retrying", retry_in_seconds=0)
+                return
         except (StreamPaused, HistoryRewound, RegistryUnavailable) as held:
             # The catalog is paused (or its history went back and waits for its fence),
             # or the schema registry does not answer: the products settled so far stay
@@ -300,6 +316,27 @@ class CaptureWorker:
             )
             return
         self._end(run)
+
+    def _settle_from(self, run: Run, start: int) -> None:
+        """Step 5's products from the checkpoint ``start`` on, in batches of up to
+        ``settle_batch`` (``next_batch``), each settled in one transaction that moves
+        the checkpoint past what it settled (``Settler.settle_many``: all of the
+        batch, or up to a product that depended on an earlier one, which starts the
+        next batch); a batch one of whose products failed is settled again one
+        product per transaction, so the failure is recorded on that product alone."""
+        index = start
+        while index < len(run.products):
+            batch = next_batch(run.products, index, self._settle_batch)
+            self._renew_if_old(run)
+            settled = self._settler.settle_many(run, batch) if len(batch) > 1 else None
+            if settled is not None:
+                index = run.report.checkpoint = settled
+                continue
+            for one in batch:
+                self._renew_if_old(run)
+                self._settler.settle(run, one, (one, one + 1))
+                run.report.checkpoint = one + 1
+            index = batch.stop
 
     # --- job level ----------------------------------------------------------------
 

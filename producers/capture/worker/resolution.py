@@ -12,16 +12,26 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from db.repositories import catalog_items, identity_pins, listing_mappings
 from db.repositories import identity as identity_rows
+from db.repositories import identity_pins
 from db.repositories.capture_items import ResultKey
 from db.repositories.identity import GenerationKey
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.capture.adapters import ExtractedProduct
+from producers.capture.worker.reads import (
+    CatalogReads,
+    Read,
+    holders_read,
+    item_read,
+    key_read,
+    mapping_read,
+    source_item_read,
+    strong_read,
+)
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision
 from producers.resolver.facts import Fact
@@ -29,7 +39,7 @@ from producers.resolver.identity import (
     AssignIdentity,
     Generation,
     identity_hash,
-    lookup,
+    lookup_with,
     pinned_generation,
     strong_ids_of,
 )
@@ -139,7 +149,7 @@ class Unresolved:
     reason: str
 
 
-Identify = Callable[[Transaction, ItemWork], Identified | Unresolved]
+Identify = Callable[[UnitOfWork, ItemWork], Identified | Unresolved]
 
 
 def claimed_values(work: ItemWork) -> dict[str, str]:
@@ -177,7 +187,19 @@ def _pinned(tx: Transaction, work: ItemWork) -> Generation | None:
     return Generation.of(row)
 
 
-def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
+def pinned(uow: UnitOfWork, work: ItemWork) -> Generation | None:
+    """``_pinned``, read once per transaction for each capture and class
+    (``UnitOfWork.memo``): after the stream's cursor lock, no other writer can
+    activate or retire a generation of the catalog until the transaction ends, and
+    a pin, once there, never changes."""
+    key = ("identity_pin", work.tenant_id, work.capture_id, work.product.class_id)
+    if key not in uow.memo:
+        uow.memo[key] = _pinned(uow.tx, work)
+    found: Generation | None = uow.memo[key]
+    return found
+
+
+def identify(uow: UnitOfWork, work: ItemWork) -> Identified | Unresolved:
     """Which item the product is, by identity (INV-02), in the generation of its class
     that was active when the capture arrived (its ``created_at``: the resolver's own
     clock, where ``captured_at`` is the collector's), pinned per capture and class on
@@ -190,7 +212,8 @@ def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
       retired since (keys go to the active one: review).
     """
     p = work.product
-    generation = _pinned(tx, work)
+    reads = CatalogReads.of(uow)
+    generation = pinned(uow, work)
     if generation is None:
         return Unresolved(
             "NO_ACTIVE_GENERATION",
@@ -204,8 +227,8 @@ def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
             f"the product does not state every field of the identity rule {generation.rule.fields}",
         )
     strong = strong_ids_of(claims)
-    found = lookup(
-        tx, work.tenant_id, work.catalog_id, p.class_id, generation.generation, digest, strong
+    found = lookup_with(
+        reads, work.tenant_id, work.catalog_id, p.class_id, generation.generation, digest, strong
     )
     if found.outcome == "match":
         assert found.item_id is not None
@@ -217,9 +240,7 @@ def identify(tx: Transaction, work: ItemWork) -> Identified | Unresolved:
             " contradicts it",
         )
     for scheme, value in sorted(strong.items()):
-        holders = identity_rows.strong_id_holders(
-            tx, work.tenant_id, work.catalog_id, scheme, value
-        )
+        holders = reads.strong_id_holders(work.tenant_id, work.catalog_id, scheme, value)
         if holders:
             return Unresolved(
                 "STRONG_ID_HELD",
@@ -245,12 +266,12 @@ def item_attributes(work: ItemWork) -> dict[str, str]:
 
 def planner(identify: Identify) -> Resolve:
     def resolve(uow: UnitOfWork, work: ItemWork) -> Plan:
-        return plan(uow.tx, work, identify(uow.tx, work))
+        return plan(uow, work, identify(uow, work))
 
     return resolve
 
 
-def plan(tx: Transaction, work: ItemWork, answer: Identified | Unresolved) -> Plan:
+def plan(uow: UnitOfWork, work: ItemWork, answer: Identified | Unresolved) -> Plan:
     """The plan for ``work`` given the identity answer.
 
     - unresolved: a review case on the listing;
@@ -266,7 +287,8 @@ def plan(tx: Transaction, work: ItemWork, answer: Identified | Unresolved) -> Pl
         return _review(work, answer.code, answer.reason)
     stated = item_attributes(work)
     facts: list[Fact] = []
-    current = catalog_items.get(tx, work.tenant_id, work.catalog_id, answer.item_id)
+    reads = CatalogReads.of(uow)
+    current = reads.item(work.tenant_id, work.catalog_id, answer.item_id)
     if current is not None and current.status != "active":
         # A new identity's item id is derived from its hash, so a product whose item
         # was retired or split (releasing its key) names that item again.
@@ -275,7 +297,7 @@ def plan(tx: Transaction, work: ItemWork, answer: Identified | Unresolved) -> Pl
             "ITEM_NOT_ACTIVE",
             f"the product identifies item {answer.item_id!r}, which is {current.status}",
         )
-    mapping = listing_mappings.get(tx, work.tenant_id, work.catalog_id, work.listing_id)
+    mapping = reads.mapping(work.tenant_id, work.catalog_id, work.listing_id)
     if mapping is not None and mapping.item_id != answer.item_id:
         return _review(
             work,
@@ -338,6 +360,61 @@ def _applied(work: ItemWork, item_id: str, facts: list[Fact], what: str) -> Plan
 
 def _review(work: ItemWork, code: str, reason: str) -> Plan:
     return Plan("review", case=CaseToOpen("listing", work.listing_id, code, reason))
+
+
+def prefetch(uow: UnitOfWork, works: Sequence[ItemWork]) -> None:
+    """Read ahead what resolving ``works`` (one tenant, catalog and source; no source
+    item twice) will read, a statement for each kind of read (``CatalogReads``):
+    after the stream's cursor lock, before the first of them is resolved."""
+    if not works:
+        return
+    keys: list[tuple[str, int, str]] = []
+    claimed: list[tuple[str, str]] = []
+    new_items: list[str] = []
+    for work in works:
+        generation = pinned(uow, work)
+        claims = claimed_values(work)
+        digest = identity_hash(generation.rule, claims) if generation else None
+        if generation is None or digest is None:
+            continue
+        klass = work.product.class_id
+        keys.append((klass, generation.generation, digest))
+        claimed.extend(strong_ids_of(claims).items())
+        new_items.append(new_item_id(work.catalog_id, klass, generation.generation, digest))
+    first = works[0]
+    CatalogReads.of(uow).load_batch(
+        first.tenant_id,
+        first.catalog_id,
+        first.source,
+        [w.product.source_item_id for w in works],
+        sorted(set(keys)),
+        sorted(set(claimed)),
+        [w.listing_id for w in works],
+        new_items,
+    )
+
+
+def written_by(work: ItemWork, plan: Plan) -> set[Read] | None:
+    """What settling ``work`` by ``plan`` writes of what ``CatalogReads`` reads (None:
+    a fact of a kind not known here; the caller then assumes it writes anything)."""
+    t, c = work.tenant_id, work.catalog_id
+    written = {source_item_read(t, work.source, work.product.source_item_id)}
+    for fact in plan.decision.facts if plan.decision else ():
+        if isinstance(fact, ItemChange):
+            written.add(item_read(t, c, fact.item_id))
+        elif isinstance(fact, MapListing):
+            written.add(mapping_read(t, c, fact.listing_id))
+        elif isinstance(fact, AssignIdentity):
+            key = GenerationKey(t, c, fact.class_id, fact.generation)
+            written |= {
+                key_read(key, fact.identity_hash),
+                item_read(t, c, fact.item_id),
+                strong_read(t, c, fact.item_id),
+            }
+            written |= {holders_read(t, c, s, v) for s, v in fact.strong_ids.items()}
+        else:
+            return None
+    return written
 
 
 RESOLVE: Resolve = planner(identify)

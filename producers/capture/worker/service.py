@@ -106,6 +106,7 @@ def build(
         job_retries=RetryPolicy(s.worker_job_max_attempts, *retries),
         pauses=pauses,
         notifier=notifier,
+        settle_batch=s.worker_settle_batch,
     )
     return Wiring(worker, pool, uow_pool, epochs, slots, pauses, notifier)
 

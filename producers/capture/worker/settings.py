@@ -44,6 +44,14 @@ class WorkerSettings(PauseSettings, ObjectStoreSettings):
         " GAPLESS_WORKER_LEASE_SECONDS): a claimed job is another worker's to resume this"
         " long after its worker last renewed the claim (it renews while it works).",
     )
+    worker_settle_batch: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="GAPLESS_WORKER_SETTLE_BATCH: products of a capture settled in one"
+        " transaction at most (1: each in its own). A batch holds its catalog's stream lock"
+        " until it commits, so other writers of that catalog wait up to one batch.",
+    )
     worker_item_max_attempts: int = Field(
         default=5,
         ge=1,

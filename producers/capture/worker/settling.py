@@ -6,6 +6,7 @@ together; a failed attempt is rolled back and recorded in a transaction of its o
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -17,16 +18,17 @@ from db.exceptions import HistoryRewound, StreamPaused
 from db.repositories import capture_items as items
 from db.repositories.capture_items import NewResult, SourceItemVersion
 from db.resolver.commit_notifier import CommitNotifier
-from db.unit_of_work import Transaction, UnitOfWork
+from db.unit_of_work import UnitOfWork
 from producers.capture.adapters import ExtractedProduct
 from producers.capture.worker import checkpoints
-from producers.capture.worker.checkpoints import CheckpointLost
+from producers.capture.worker.checkpoints import CheckpointLost, CheckpointRef
 from producers.capture.worker.outcomes import Classified, RunAborted, classify, sanitize
-from producers.capture.worker.resolution import ItemWork, Resolve
+from producers.capture.worker.reads import CatalogReads, Read
+from producers.capture.worker.resolution import ItemWork, Plan, Resolve, prefetch, written_by
 from producers.capture.worker.retries import RetryPolicy
 from producers.capture.worker.runs import Run
 from producers.capture.worker.spans import decided
-from producers.resolver.decisions import record_decision
+from producers.resolver.decisions import commit_staged, stage_decision
 from producers.resolver.review_cases import open_case
 from schemas.codec import EventCodec
 from schemas.events import Envelope
@@ -51,25 +53,37 @@ def claims_of(product: ExtractedProduct) -> list[tuple[str, str, str]]:
 
 
 class _ItemUnit(UnitOfWork):
-    """A Unit of Work whose commit first moves the job's checkpoint (when given a
-    move), so a product's outcome and the checkpoint past it commit together."""
+    """A Unit of Work whose commit first moves the job's checkpoint by ``move`` (when
+    there is one), so the products' outcomes and the checkpoint past them commit
+    together."""
 
     def __init__(
         self,
         pool: ConnectionPool,
         epochs: EpochSource,
         codec: EventCodec,
-        move: Callable[[Transaction], None] | None,
+        ref: CheckpointRef,
+        move: tuple[int, int] | None,
         pauses: PauseWatch | None = None,
         notifier: CommitNotifier | None = None,
     ) -> None:
         super().__init__(pool, epochs, codec, pauses, notifier)
-        self._move = move
+        self._ref = ref
+        self.move = move
 
     def commit(self) -> list[Envelope]:
-        if self._move is not None:
-            self._move(self.tx)
+        if self.move is not None:
+            checkpoints.advance(self.tx, self._ref, *self.move)
         return super().commit()
+
+
+class _Cut(Exception):
+    """Product ``index`` may depend on what an earlier product of its batch wrote
+    (``CatalogReads``): the batch ends before it."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"product {index} may depend on an earlier one of its batch")
+        self.index = index
 
 
 class Settler:
@@ -95,15 +109,12 @@ class Settler:
         self._notifier = notifier
 
     def _unit(self, run: Run, move: tuple[int, int] | None) -> _ItemUnit:
-        def advance(tx: Transaction) -> None:
-            assert move is not None
-            checkpoints.advance(tx, run.ref, *move)
-
         return _ItemUnit(
             self._uow_pool,
             self._epochs,
             self._codec,
-            advance if move else None,
+            run.ref,
+            move,
             self._pauses,
             self._notifier,
         )
@@ -120,7 +131,7 @@ class Settler:
         ``failed`` otherwise. When even that cannot be written, the run aborts with
         the checkpoint where it was."""
         product = run.products[index]
-        new = run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
+        new = _new(run, index)
         try:
             outcome = self._attempt(run, new, product, move)
         except (CheckpointLost, StreamPaused, HistoryRewound, RegistryUnavailable):
@@ -149,6 +160,84 @@ class Settler:
             run.report.count(outcome)
         return outcome
 
+    def settle_many(self, run: Run, indices: range) -> int | None:
+        """Settle products ``indices`` (no source item twice; the checkpoint at their
+        start) in one transaction that also moves the checkpoint past them
+        (``_attempt_many``); returns where the checkpoint now is: past them, or past
+        fewer when a product depended on an earlier one of the batch (it was not
+        settled: it starts the next batch). None, with nothing of it committed, when
+        one of them failed: the caller then settles them one by one (``settle``), so
+        each failure is recorded on its own product and the others settle as they
+        would alone."""
+        try:
+            try:
+                return self._attempt_many(run, indices)
+            except _Cut as cut:
+                # Again without it: the same state, so the same outcomes before it.
+                return self._attempt_many(run, range(indices.start, cut.index))
+        except (CheckpointLost, StreamPaused, HistoryRewound, RegistryUnavailable):
+            raise  # the run stops, as for one product (``_settle``)
+        except Exception as exc:
+            log.info(
+                "products %d-%d of job %s go one by one: %s",
+                indices.start,
+                indices.stop - 1,
+                run.job.job_id,
+                classify(exc).message,
+            )
+            return None
+
+    def _attempt_many(self, run: Run, indices: range) -> int:
+        """Steps 1-7 of ``_attempt`` for several products in one transaction.
+
+        1. lock their result rows together (``lock_many``);
+        2. lock the stream's cursor, then read ahead what resolving the workable ones
+           will read (``resolution.prefetch``);
+        3. work each workable one in order (``_work``), each seeing what those before
+           it wrote. A product that read anything an earlier one wrote raises
+           ``_Cut`` before writing (what it read ahead may be stale), and so does a
+           product after one whose plan holds a fact of a kind ``written_by`` does
+           not know; the whole transaction rolls back and ``settle_many`` runs it
+           again up to that product, which starts the next batch;
+        4. move the checkpoint past them, write the outbox rows of all of them,
+           COMMIT. An error anywhere rolls all of it back: no result row, not even
+           one only created, commits unsettled.
+        Returns the checkpoint committed."""
+        with self._unit(run, (indices.start, indices.stop)) as uow:
+            news = [_new(run, index) for index in indices]
+            locks = items.lock_many(uow.tx, news)
+            work = {
+                index: self._item_work(run, new)
+                for index, new, locked in zip(indices, news, locks, strict=True)
+                if locked.workable
+            }
+            if work:
+                uow.stream(run.job.tenant_id, run.binding.catalog_id)
+                prefetch(uow, list(work.values()))
+            reads = CatalogReads.of(uow)
+            written: set[Read] = set()
+            outcomes: list[str | None] = []
+            for index in indices:
+                if index not in work:
+                    continue  # settled, failed, or a retry not due
+                reads.begin()
+
+                def check(w: ItemWork, plan: Plan | None, index: int = index) -> None:
+                    if reads.taken & written:
+                        raise _Cut(index)
+                    wrote = written_by(w, plan) if plan is not None else set()
+                    if wrote is None and index + 1 < indices.stop:
+                        raise _Cut(index + 1)
+                    written.update(wrote or ())
+
+                settle = functools.partial(self._work, uow, run, work[index], check)
+                outcomes.append(decided(run, index, settle))
+            commit_staged(uow)
+        for outcome in outcomes:
+            if outcome is not None:
+                run.report.count(outcome)
+        return indices.stop
+
     def _attempt(
         self, run: Run, new: NewResult, product: ExtractedProduct, move: tuple[int, int] | None
     ) -> str | None:
@@ -157,72 +246,95 @@ class Settler:
 
         1. lock the result row (created if new); a settled or failed result, or a
            retry not yet due, skips to 7;
-        2. lock the stream's cursor (through the Unit of Work, before any exported
-           state is read; the decision, if any, is written under it);
-        3. newer work on the source item already applied: ``superseded``, skip to 7;
-        4. resolve the product (identity in the pinned generation) into a plan;
-        5. write its claims, its outcome and the source item's newest version;
-        6. record the decision (``record_decision``) or open the review case;
+        2.-6. ``_work``;
         7. move the checkpoint (compare-and-set), write the outbox rows, COMMIT.
         A crash or error anywhere before COMMIT leaves nothing of it: no outcome, no
         decision, no event, no checkpoint move. Lock order is the result row, the
         cursor, then what the facts lock; every writer of a result keeps it.
         """
-        job = run.job
         with self._unit(run, move) as uow:
             locked = items.lock(uow.tx, new)
             if not locked.workable:
                 uow.commit()  # settled, failed, or a retry not due: only the checkpoint moves
                 return None
-            uow.stream(job.tenant_id, run.binding.catalog_id)
-            work = ItemWork(
-                key=new.key,
-                tenant_id=job.tenant_id,
-                catalog_id=run.binding.catalog_id,
-                source=job.source,
-                capture_id=job.capture_id,
-                captured_at=job.captured_at,
-                arrived_at=job.created_at,
-                product=product,
+            outcome = self._work(uow, run, self._item_work(run, new), None)
+            commit_staged(uow)
+            return outcome
+
+    def _item_work(self, run: Run, new: NewResult) -> ItemWork:
+        job = run.job
+        assert new.item_index is not None
+        return ItemWork(
+            key=new.key,
+            tenant_id=job.tenant_id,
+            catalog_id=run.binding.catalog_id,
+            source=job.source,
+            capture_id=job.capture_id,
+            captured_at=job.captured_at,
+            arrived_at=job.created_at,
+            product=run.products[new.item_index],
+        )
+
+    def _work(
+        self,
+        uow: UnitOfWork,
+        run: Run,
+        work: ItemWork,
+        check: Callable[[ItemWork, Plan | None], None] | None,
+    ) -> str:
+        """Steps 2-6 of settling one product whose result row ``uow`` holds locked,
+        written in ``uow`` without committing; returns the outcome.
+
+        2. lock the stream's cursor (through the Unit of Work, before any exported
+           state is read; the decision, if any, is written under it);
+        3. newer work on the source item already applied: ``superseded``;
+        4. resolve the product (identity in the pinned generation) into a plan;
+           ``check`` it, before anything of it is written (a batch's guard);
+        5. write its claims, its outcome and the source item's newest version;
+        6. stage the decision (``stage_decision``) or open the review case.
+        """
+        job = run.job
+        uow.stream(job.tenant_id, work.catalog_id)
+        product, key, tx = work.product, work.key, uow.tx
+        reads = CatalogReads.of(uow)
+        newest = reads.source_item(job.tenant_id, job.source, product.source_item_id)
+        if newest is not None and _newer(newest, run):
+            if check is not None:
+                check(work, None)
+            items.save_claims(tx, key, claims_of(product))
+            items.settle(tx, key, "superseded", item_id=newest.item_id)
+            return "superseded"
+        plan = self._resolve(uow, work)
+        if check is not None:
+            check(work, plan)
+        items.save_claims(tx, key, claims_of(product))
+        items.settle(
+            tx,
+            key,
+            plan.outcome,
+            item_id=plan.item_id,
+            decision_id=plan.decision.decision_id if plan.decision else None,
+            case_id=work.case_id if plan.case else None,
+            error_code=plan.case.code if plan.case else None,
+            error=sanitize(plan.case.reason) if plan.case else None,
+        )
+        # Under the cursor lock this always succeeds; the compare-and-set is the guard.
+        if plan.item_id is not None and not items.advance_source_item(
+            tx, _version(run, work, plan.item_id)
+        ):
+            raise RuntimeError("newer work on the source item was applied meanwhile")
+        if plan.decision is not None:
+            stage_decision(uow, plan.decision)
+        elif plan.case is not None:
+            open_case(
+                uow,
+                job.tenant_id,
+                work.catalog_id,
+                work.case_id,
+                plan.case.subject_type,
+                plan.case.subject_id,
             )
-            tx = uow.tx
-            newest = items.source_item(tx, job.tenant_id, job.source, product.source_item_id)
-            if newest is not None and _newer(newest, run):
-                items.save_claims(tx, new.key, claims_of(product))
-                items.settle(tx, new.key, "superseded", item_id=newest.item_id)
-                uow.commit()
-                return "superseded"
-            plan = self._resolve(uow, work)
-            items.save_claims(tx, new.key, claims_of(product))
-            items.settle(
-                tx,
-                new.key,
-                plan.outcome,
-                item_id=plan.item_id,
-                decision_id=plan.decision.decision_id if plan.decision else None,
-                case_id=work.case_id if plan.case else None,
-                error_code=plan.case.code if plan.case else None,
-                error=sanitize(plan.case.reason) if plan.case else None,
-            )
-            # Under the cursor lock this always succeeds; the compare-and-set is the guard.
-            if plan.item_id is not None and not items.advance_source_item(
-                tx, _version(run, work, plan.item_id)
-            ):
-                raise RuntimeError("newer work on the source item was applied meanwhile")
-            if plan.decision is not None:
-                record_decision(uow, plan.decision)
-            else:
-                if plan.case is not None:
-                    open_case(
-                        uow,
-                        job.tenant_id,
-                        run.binding.catalog_id,
-                        work.case_id,
-                        plan.case.subject_type,
-                        plan.case.subject_id,
-                    )
-                uow.commit()
-            return plan.outcome
+        return plan.outcome
 
     def _record_failure(
         self, run: Run, new: NewResult, move: tuple[int, int] | None, failure: Classified
@@ -254,6 +366,12 @@ class Settler:
                 outcome = "retryable" if delay is not None else "failed"
             uow.commit()
             return outcome
+
+
+def _new(run: Run, index: int) -> NewResult:
+    """The result product ``index`` of ``run`` starts as."""
+    product = run.products[index]
+    return run.new_result(index, product.source_item_id, product.fingerprint, product.locator)
 
 
 def _version(run: Run, work: ItemWork, item_id: str) -> SourceItemVersion:

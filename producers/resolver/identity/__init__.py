@@ -30,7 +30,14 @@ from producers.resolver.identity.generations import (
     create_generation,
     pinned_generation,
 )
-from producers.resolver.identity.lookups import IdentityLookup, lookup, lookup_item
+from producers.resolver.identity.lookups import (
+    IdentityLookup,
+    KeyReads,
+    TxKeyReads,
+    lookup,
+    lookup_item,
+    lookup_with,
+)
 from producers.resolver.identity.rules import (
     GTIN_FIELDS,
     IdentityRule,
@@ -50,14 +57,17 @@ __all__ = [
     "Generation",
     "IdentityLookup",
     "IdentityRule",
+    "KeyReads",
     "ReleaseIdentity",
     "ResolveCollision",
+    "TxKeyReads",
     "backfill_generation",
     "create_and_backfill",
     "create_generation",
     "identity_hash",
     "lookup",
     "lookup_item",
+    "lookup_with",
     "normalize_claim",
     "normalize_strong_id",
     "pinned_generation",

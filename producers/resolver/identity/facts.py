@@ -213,7 +213,13 @@ def assign_identity(uow: UnitOfWork, scope: DecisionScope, fact: AssignIdentity)
     """
     key = GenerationKey(scope.tenant_id, scope.catalog_id, fact.class_id, fact.generation)
     tx = uow.tx
-    row = repo.get_generation(tx, key, lock="share")
+    # Share-locked once per transaction: held until it ends, the row cannot change, so
+    # a later fact of the same transaction (a batch of the capture worker's) reads it
+    # from the memo.
+    memo = ("generation_for_share", *key.params())
+    if memo not in uow.memo:
+        uow.memo[memo] = repo.get_generation(tx, key, lock="share")
+    row = uow.memo[memo]
     if row is None:
         raise GenerationNotFound(f"no {generation_name(key)}")
     if row.status != "active":

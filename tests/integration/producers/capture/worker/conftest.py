@@ -102,6 +102,7 @@ class Harness:
     reader: EvidenceReader
     parser: Parser = field(default_factory=Parser)
     workers: int = 0
+    settle_batch: int | None = None  # None: the worker's default
 
     def conn(self) -> psycopg.Connection:
         """A connection as the tables' owner: tests use it to inspect state and to
@@ -149,6 +150,8 @@ class Harness:
             "item_retries": RetryPolicy(3, 0.01, 0.05),
             "job_retries": RetryPolicy(3, 0.01, 0.05),
         }
+        if self.settle_batch is not None:
+            options["settle_batch"] = self.settle_batch
         options.update(overrides)
         return CaptureWorker(
             self.pool,

@@ -54,11 +54,11 @@ def test_concurrent_duplicate_deliveries_leave_one_effect(harness: Harness) -> N
 
 
 def test_a_run_that_lost_its_claim_never_overwrites_the_winner(harness: Harness) -> None:
-    """Worker A stalls inside its first product; its claim runs out; worker B claims
-    the job and reaches the same product, which waits on A's row lock. A commits,
-    B finds it settled, and B's checkpoint move (from the value it loaded, 0) loses
-    to A's: B gets the persisted winner and stops. A carries on, but cannot record
-    the end of a run it no longer owns; the next run finishes the job."""
+    """Worker A stalls inside its first product (its batch holds all four); its claim
+    runs out; worker B claims the job and reaches the same products, which wait on
+    A's row locks. A commits, B finds them settled, and B's checkpoint move (from the
+    value it loaded, 0) loses to A's: B gets the persisted winner and stops. A cannot
+    record the end of a run it no longer owns; the next run finishes the job."""
     harness.bind()
     harness.activate()
     job = harness.capture([product(f"p{n}") for n in range(4)])
@@ -87,7 +87,7 @@ def test_a_run_that_lost_its_claim_never_overwrites_the_winner(harness: Harness)
     thread.start()
     reports["A"] = a.run(job.job_id)
     thread.join(30)
-    assert (reports["B"].result, reports["B"].checkpoint) == ("stale", 1)
+    assert (reports["B"].result, reports["B"].checkpoint) == ("stale", 4)
     assert reports["A"].result == "claim_lost"
     assert reports["A"].outcomes == {"applied": 4}
     assert reports["B"].outcomes == {}

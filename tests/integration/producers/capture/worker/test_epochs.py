@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
 
 from db.control.epochs import issue_next
 from db.resolver.fencing import Fenced, fence_older_epochs
@@ -111,8 +112,9 @@ def _waiting_on_a_lock(harness: Harness) -> None:
             time.sleep(0.01)
 
 
+@pytest.mark.parametrize("batch", [1, 50])
 def test_a_job_held_mid_flight_across_the_fence_never_writes_into_the_fenced_stream(
-    harness: Harness,
+    harness: Harness, batch: int
 ) -> None:
     harness.bind()
     harness.activate()
@@ -127,7 +129,7 @@ def test_a_job_held_mid_flight_across_the_fence_never_writes_into_the_fenced_str
         return RESOLVE(uow, work)
 
     reports: list[Any] = []
-    worker = harness.worker(resolve=resolve)
+    worker = harness.worker(resolve=resolve, settle_batch=batch)
     run = threading.Thread(target=lambda: reports.append(worker.run(job.job_id)))
     run.start()
     assert holding.wait(30)
@@ -143,11 +145,13 @@ def test_a_job_held_mid_flight_across_the_fence_never_writes_into_the_fenced_str
     assert reports[0].result == "done"
     assert {r[0] for r in harness.results(job).values()} == {"applied"}
     after = outbox(harness)
-    # "a" and "b" committed into epoch 1 before the fence took effect; the fence
-    # ends its history there; "c" went to epoch 2 from position 1.
-    assert after[1] == list(range(1, before[1][-1] + 7))
+    # One product per transaction: "a" and "b" committed into epoch 1 before the
+    # fence took effect; the fence ends its history there; "c" went to epoch 2 from
+    # position 1. One batch: the three committed into epoch 1 together.
+    in_epoch_1 = 2 if batch == 1 else 3
+    assert after[1] == list(range(1, before[1][-1] + 3 * in_epoch_1 + 1))
     assert [f.position for f in fenced[0]] == [after[1][-1]]
-    assert after[2] == [1, 2, 3]
+    assert after.get(2, []) == list(range(1, 3 * (3 - in_epoch_1) + 1))
 
 
 def test_a_job_message_the_restored_database_has_no_row_of_is_recorded_not_dropped(

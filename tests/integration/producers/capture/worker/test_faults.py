@@ -1,7 +1,10 @@
 """Faults between the steps of a run: what they leave, and that a replay converges.
 
 Each test runs a twin tenant cleanly and compares (``converged``): the faulty run,
-once replayed, must reach the same state as one successful run.
+once replayed, must reach the same state as one successful run. The faults hit one
+product's transaction, so the workers here settle one product per transaction (a
+batch whose product fails is settled that way too: ``test_batches``), except where a
+test says otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ BATCH = [product("a", color="red"), product("b"), product("c", size="42"), produ
 
 def twin(harness: Harness, products: list[dict[str, Any]] = BATCH) -> tuple[Job, Job]:
     """The same capture for two tenants: t2 runs cleanly, t1 takes the faults."""
+    harness.settle_batch = 1
     for tenant in ("t1", "t2"):
         harness.bind(tenant)
         harness.activate(tenant)
@@ -196,7 +200,7 @@ def test_an_operator_skip_is_terminal_audited_and_finishes_the_job(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["mid-product", "before-finish"])
+@pytest.mark.parametrize("point", ["mid-product", "mid-batch", "before-finish"])
 def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
     harness: Harness, point: str
 ) -> None:
@@ -220,7 +224,9 @@ def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
     view = harness.job(job)
     assert (view["status"], view["claim_owner"]) == ("running", "doomed-child")
-    expected = 2 if point == "mid-product" else len(BATCH)
+    # One product per transaction: two committed; batched: the first batch (all four)
+    # went with the kill; the last transaction of either is committed before-finish.
+    expected = {"mid-product": 2, "mid-batch": 0, "before-finish": len(BATCH)}[point]
     assert harness.checkpoint(job) == expected
     assert len(harness.results(job)) == expected
 
@@ -232,7 +238,14 @@ def test_a_worker_killed_mid_job_is_resumed_from_its_checkpoint(
     assert due() == [job.job_id]  # the repair scan finds the abandoned run
     report = harness.worker().run(job.job_id)
     assert report.result == "done"
-    assert report.outcomes == ({"applied": 2} if point == "mid-product" else {})
+    assert (
+        report.outcomes
+        == {
+            "mid-product": {"applied": 2},
+            "mid-batch": {"applied": 4},
+            "before-finish": {},
+        }[point]
+    )
     converged(harness)
 
 
