@@ -11,7 +11,10 @@ intake creates. This phase measures that path as deployed:
    (``infra.demo.captures``, as the demo does);
 4. post a first feed of ``KNOWN_SHARE`` of the products through
    ``POST /v1/captures`` with a collector token and wait until its job is done, so
-   the catalog already holds them;
+   the catalog already holds them; then settle the databases (``VACUUM (ANALYZE)``:
+   a catalog in use has its tables' statistics; a never analyzed table, as a new
+   sandbox's, can get plans that scan a catalog's every row for one item until
+   autovacuum first analyzes it, about a minute in);
 5. post the measured feed of ``products`` products the same way: the known ones
    again (every other one with a changed colour: a new revision; the rest as they
    were: ``unchanged``), then new ones, one in ``REVIEW_EVERY`` of them without a
@@ -42,6 +45,7 @@ from confluent_kafka.admin import AdminClient
 
 from db.objects import s3_client
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
+from infra.bench.settle import settle_sandbox
 from infra.config import load
 from infra.demo.captures import (
     CATEGORIES,
@@ -303,6 +307,7 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
             echo(f"capture worker: a first feed of {known:,} products (known to the catalog)")
             job = _post(api_url, token, first, f"{tenant}-known")
             _wait_done(box, job, known, processes, echo)
+            settle_sandbox(box, echo)
             echo(f"capture worker: posting a feed of {products:,} products ({size:,} bytes)")
             job = _post(api_url, token, measured, f"{tenant}-measured")
             _wait_done(box, job, products, processes, echo)

@@ -9,16 +9,19 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
 from db.control.pauses import PauseWatch
 from db.exceptions import HistoryRewound, StreamPaused
+from db.repositories import capture_batches as batches
 from db.repositories import capture_items as items
+from db.repositories.capture_batches import Settled
 from db.repositories.capture_items import NewResult, SourceItemVersion
 from db.resolver.commit_notifier import CommitNotifier
-from db.unit_of_work import UnitOfWork
+from db.unit_of_work import Transaction, UnitOfWork
 from producers.capture.adapters import ExtractedProduct
 from producers.capture.worker import checkpoints
 from producers.capture.worker.checkpoints import CheckpointLost, CheckpointRef
@@ -75,6 +78,56 @@ class _ItemUnit(UnitOfWork):
         if self.move is not None:
             checkpoints.advance(self.tx, self._ref, *self.move)
         return super().commit()
+
+
+@dataclass
+class _Results:
+    """The result rows of a batch's products, written together before it commits
+    (``capture_batches``); nothing in the batch's transaction reads them before."""
+
+    claims: list[tuple[str, str, str, str]] = field(default_factory=list)
+    settled: list[Settled] = field(default_factory=list)
+    versions: list[SourceItemVersion] = field(default_factory=list)
+
+    @staticmethod
+    def write(
+        tx: Transaction,
+        batch: _Results | None,
+        work: ItemWork,
+        settled: Settled,
+        version: SourceItemVersion | None = None,
+    ) -> None:
+        """Step 5 of ``Settler._work``: at once without a batch, else kept for it."""
+        claims = claims_of(work.product)
+        if batch is not None:
+            batch.claims.extend((work.key.source_item_id, *c) for c in claims)
+            batch.settled.append(settled)
+            if version is not None:
+                batch.versions.append(version)
+            return
+        s = settled
+        items.save_claims(tx, s.key, claims)
+        items.settle(
+            tx,
+            s.key,
+            s.outcome,
+            item_id=s.item_id,
+            decision_id=s.decision_id,
+            case_id=s.case_id,
+            error_code=s.error_code,
+            error=s.error,
+        )
+        # Under the cursor lock this always succeeds; the compare-and-set is the guard.
+        if version is not None and not items.advance_source_item(tx, version):
+            raise RuntimeError("newer work on the source item was applied meanwhile")
+
+    def flush(self, tx: Transaction) -> None:
+        if not self.settled:
+            return
+        batches.save_claims(tx, self.settled[0].key, self.claims)
+        batches.settle(tx, self.settled)
+        if batches.advance_source_items(tx, self.versions) != len(self.versions):
+            raise RuntimeError("newer work on a source item was applied meanwhile")
 
 
 class _Cut(Exception):
@@ -199,9 +252,10 @@ class Settler:
            product after one whose plan holds a fact of a kind ``written_by`` does
            not know; the whole transaction rolls back and ``settle_many`` runs it
            again up to that product, which starts the next batch;
-        4. move the checkpoint past them, write the outbox rows of all of them,
-           COMMIT. An error anywhere rolls all of it back: no result row, not even
-           one only created, commits unsettled.
+        4. write their claims, outcomes and source items' newest versions, one
+           statement each (``capture_batches``), move the checkpoint past them, write
+           the outbox rows of all of them, COMMIT. An error anywhere rolls all of it
+           back: no result row, not even one only created, commits unsettled.
         Returns the checkpoint committed."""
         with self._unit(run, (indices.start, indices.stop)) as uow:
             news = [_new(run, index) for index in indices]
@@ -215,6 +269,7 @@ class Settler:
                 uow.stream(run.job.tenant_id, run.binding.catalog_id)
                 prefetch(uow, list(work.values()))
             reads = CatalogReads.of(uow)
+            results = _Results()
             written: set[Read] = set()
             outcomes: list[str | None] = []
             for index in indices:
@@ -230,8 +285,9 @@ class Settler:
                         raise _Cut(index + 1)
                     written.update(wrote or ())
 
-                settle = functools.partial(self._work, uow, run, work[index], check)
+                settle = functools.partial(self._work, uow, run, work[index], check, results)
                 outcomes.append(decided(run, index, settle))
+            results.flush(uow.tx)
             commit_staged(uow)
         for outcome in outcomes:
             if outcome is not None:
@@ -281,6 +337,7 @@ class Settler:
         run: Run,
         work: ItemWork,
         check: Callable[[ItemWork, Plan | None], None] | None,
+        batch: _Results | None = None,
     ) -> str:
         """Steps 2-6 of settling one product whose result row ``uow`` holds locked,
         written in ``uow`` without committing; returns the outcome.
@@ -290,7 +347,8 @@ class Settler:
         3. newer work on the source item already applied: ``superseded``;
         4. resolve the product (identity in the pinned generation) into a plan;
            ``check`` it, before anything of it is written (a batch's guard);
-        5. write its claims, its outcome and the source item's newest version;
+        5. write its claims, its outcome and the source item's newest version (or,
+           with ``batch``, keep them for the batch's own statements);
         6. stage the decision (``stage_decision``) or open the review case.
         """
         job = run.job
@@ -301,15 +359,12 @@ class Settler:
         if newest is not None and _newer(newest, run):
             if check is not None:
                 check(work, None)
-            items.save_claims(tx, key, claims_of(product))
-            items.settle(tx, key, "superseded", item_id=newest.item_id)
+            _Results.write(tx, batch, work, Settled(key, "superseded", item_id=newest.item_id))
             return "superseded"
         plan = self._resolve(uow, work)
         if check is not None:
             check(work, plan)
-        items.save_claims(tx, key, claims_of(product))
-        items.settle(
-            tx,
+        settled = Settled(
             key,
             plan.outcome,
             item_id=plan.item_id,
@@ -318,11 +373,8 @@ class Settler:
             error_code=plan.case.code if plan.case else None,
             error=sanitize(plan.case.reason) if plan.case else None,
         )
-        # Under the cursor lock this always succeeds; the compare-and-set is the guard.
-        if plan.item_id is not None and not items.advance_source_item(
-            tx, _version(run, work, plan.item_id)
-        ):
-            raise RuntimeError("newer work on the source item was applied meanwhile")
+        version = _version(run, work, plan.item_id) if plan.item_id is not None else None
+        _Results.write(tx, batch, work, settled, version)
         if plan.decision is not None:
             stage_decision(uow, plan.decision)
         elif plan.case is not None:

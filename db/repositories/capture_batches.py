@@ -1,0 +1,128 @@
+"""A batch of capture results written together: the claims, the outcomes and the
+source items' newest versions of every product of a batch, one statement each.
+
+The capture worker settles a batch's products in one transaction and writes these
+rows of all of them just before it commits (``producers.capture.worker.settling``);
+each statement writes what ``db.repositories.capture_items``' function of the same
+purpose writes for one product. All the results are of one run: one tenant,
+capture and parser version, no source item twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from db.repositories.capture_items import ResultKey, SourceItemVersion
+from db.unit_of_work import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A result's terminal outcome (``capture_items.settle``'s arguments)."""
+
+    key: ResultKey
+    outcome: str
+    item_id: str | None = None
+    decision_id: uuid.UUID | None = None
+    case_id: str | None = None
+    error_code: str | None = None
+    error: str | None = None
+
+
+def save_claims(
+    tx: Transaction, head: ResultKey, claims: Sequence[tuple[str, str, str, str]]
+) -> None:
+    """Store the claims (source item id, field, value, locator) of results of
+    ``head``'s tenant, capture and parser version; written once. Deferred: nothing
+    in the transaction reads them back."""
+    if claims:
+        tx.defer(
+            "INSERT INTO capture_claim (tenant_id, capture_id, source_item_id, parser_version,"
+            " field, value, locator) SELECT %s, %s, c.source_item_id, %s, c.field, c.value,"
+            " c.locator FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
+            " AS c(source_item_id, field, value, locator) ON CONFLICT DO NOTHING",
+            (
+                head.tenant_id,
+                head.capture_id,
+                head.parser_version,
+                [c[0] for c in claims],
+                [c[1] for c in claims],
+                [c[2] for c in claims],
+                [c[3] for c in claims],
+            ),
+        )
+
+
+def settle(tx: Transaction, settled: Sequence[Settled]) -> None:
+    """Give each result its terminal outcome; deferred, like ``capture_items.settle``."""
+    if not settled:
+        return
+    head = settled[0].key
+    tx.defer(
+        "UPDATE capture_item AS r SET outcome = u.outcome, next_attempt_at = NULL,"
+        " error_code = u.error_code, last_error = u.error, item_id = u.item_id,"
+        " decision_id = u.decision_id, case_id = u.case_id, updated_at = clock_timestamp()"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+        " %s::uuid[], %s::text[])"
+        " AS u(source_item_id, outcome, error_code, error, item_id, decision_id, case_id)"
+        " WHERE r.tenant_id = %s AND r.capture_id = %s AND r.parser_version = %s"
+        " AND r.source_item_id = u.source_item_id",
+        (
+            [s.key.source_item_id for s in settled],
+            [s.outcome for s in settled],
+            [s.error_code for s in settled],
+            [s.error for s in settled],
+            [s.item_id for s in settled],
+            [s.decision_id for s in settled],
+            [s.case_id for s in settled],
+            head.tenant_id,
+            head.capture_id,
+            head.parser_version,
+        ),
+    )
+
+
+def advance_source_items(tx: Transaction, versions: Sequence[SourceItemVersion]) -> int:
+    """``capture_items.advance_source_item`` for each of ``versions`` (distinct source
+    items of one tenant and source) in one statement; returns how many became the
+    newest (the others lost to newer work, and nothing of them changed)."""
+    if not versions:
+        return 0
+    v = versions[0]
+    rows = tx.execute(
+        "INSERT INTO source_item_state AS s (tenant_id, source, source_item_id, catalog_id,"
+        " captured_at, capture_created_at, capture_id, parser_version, schema_version,"
+        " fingerprint, item_id)"
+        " SELECT %s, %s, n.source_item_id, n.catalog_id, n.captured_at, n.capture_created_at,"
+        " n.capture_id, n.parser_version, n.schema_version, n.fingerprint, n.item_id"
+        " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
+        " %s::uuid[], %s::int[], %s::int[], %s::text[], %s::text[])"
+        " AS n(source_item_id, catalog_id, captured_at, capture_created_at, capture_id,"
+        " parser_version, schema_version, fingerprint, item_id)"
+        " ON CONFLICT (tenant_id, source, source_item_id) DO UPDATE SET"
+        " catalog_id = excluded.catalog_id, captured_at = excluded.captured_at,"
+        " capture_created_at = excluded.capture_created_at, capture_id = excluded.capture_id,"
+        " parser_version = excluded.parser_version, schema_version = excluded.schema_version,"
+        " fingerprint = excluded.fingerprint, item_id = excluded.item_id,"
+        " updated_at = clock_timestamp()"
+        " WHERE (excluded.captured_at, excluded.capture_created_at, excluded.capture_id,"
+        " excluded.parser_version)"
+        " >= (s.captured_at, s.capture_created_at, s.capture_id, s.parser_version)"
+        " RETURNING 1",
+        (
+            v.tenant_id,
+            v.source,
+            [x.source_item_id for x in versions],
+            [x.catalog_id for x in versions],
+            [x.captured_at for x in versions],
+            [x.capture_created_at for x in versions],
+            [x.capture_id for x in versions],
+            [x.parser_version for x in versions],
+            [x.schema_version for x in versions],
+            [x.fingerprint for x in versions],
+            [x.item_id for x in versions],
+        ),
+    ).fetchall()
+    return len(rows)
