@@ -118,3 +118,18 @@ def test_the_memory_bench_follows_the_relay_and_the_agents_through_the_backlog(
         assert d[f"{name}_peak_rss_mb"] >= d[f"{name}_rss_100_mb"] > 20
         assert isinstance(d[f"{name}_flat"], bool)
     assert _sandboxes(db_settings) == before
+
+
+def test_the_worker_bench_runs_the_capture_phase_alone(db_settings: DatabaseSettings) -> None:
+    before, buckets = _sandboxes(db_settings), _buckets()
+    d, stderr = _bench("worker", "--products", "100")
+    worker_keys = [k for k in KEYS if k.startswith("worker_")]
+    assert set(worker_keys) <= d.keys(), set(worker_keys) - d.keys()
+    assert d["worker_products"] == 100 and d["worker_products_per_s"] > 0
+    # 10 known products (half changed), 90 new of which one has no GTIN.
+    assert (d["worker_decisions"], d["worker_unchanged"], d["worker_review_cases"]) == (94, 5, 1)
+    assert {"pg_round_trip_us", "cores", "loadavg_start", "codec_reference_us"} <= d.keys()
+    assert "settle: the databases vacuumed" in stderr  # the catalog analyzed after its first feed
+    assert "writer" not in " ".join(d)  # no other phase ran
+    assert _sandboxes(db_settings) == before
+    assert _buckets() == buckets
