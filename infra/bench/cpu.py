@@ -33,6 +33,14 @@ def _own_seconds(pid: int, with_exited_children: bool) -> float:
     return ticks / TICKS
 
 
+def process_seconds(pid: int) -> float | None:
+    """One process's own user and system time, or None when this machine cannot
+    read it (gone, or not a process of this machine)."""
+    if not Path(f"/proc/{pid}/stat").exists():
+        return None
+    return _own_seconds(pid, with_exited_children=False)
+
+
 def local_service_pids() -> dict[str, int]:
     """The pids of the local PostgreSQL and Kafka, where their pid files name live ones."""
     layout = current_layout()

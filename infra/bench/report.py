@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from infra.bench.agents import AgentsFigures
 from infra.bench.applier import ApplierFigures
 from infra.bench.capture_worker import WorkerFigures
+from infra.bench.decision_cpu import DecisionCpu
 from infra.bench.deployed_latency import RATES, DeployedLatency
 from infra.bench.latency import LatencyFigures
 from infra.bench.machine import load_line
@@ -34,6 +35,7 @@ class Figures:
     agents: AgentsFigures
     deployed: DeployedLatency
     worker: WorkerFigures
+    decision: DecisionCpu
 
     def _deployed(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -100,6 +102,7 @@ class Figures:
             "agents_peak_rss_mb": round(g.peak_rss_mb, 1),
             **self._deployed(),
             **self._worker(),
+            **decision_figures(self.decision),
             "seconds": self.seconds,
             **self.environment,
         }
@@ -170,6 +173,8 @@ def render_table(figures: Figures) -> str:
         f"  highest offered rate with p99 <= 100 ms: {figures.deployed.max_rate:.0f}/s",
         "",
         render_worker(k),
+        "",
+        render_decision(figures.decision),
     ]
     return "\n".join(lines)
 
@@ -196,4 +201,22 @@ def render_worker(k: WorkerFigures) -> str:
         f"  {k.per_second:>11,.0f} products/s over {k.seconds:.1f} s (job {k.job_seconds:.1f} s):"
         f" {k.decisions:,} decisions, {k.outcomes.get('unchanged', 0):,} unchanged,"
         f" {k.review_cases:,} review cases"
+    )
+
+
+def decision_figures(c: DecisionCpu) -> dict[str, object]:
+    """What one one-item decision costs (``decision_cpu``)."""
+    return {
+        "decision_client_cpu_us": round(c.client_us, 1),
+        "decision_backend_cpu_us": None if c.backend_us is None else round(c.backend_us, 1),
+        "decision_wall_us": round(c.wall_us, 1),
+        "decision_cpu_decisions": c.decisions,
+    }
+
+
+def render_decision(c: DecisionCpu) -> str:
+    backend = "not seen" if c.backend_us is None else f"{c.backend_us:,.0f} µs"
+    return (
+        f"one-item decisions from one thread ({c.decisions:,}): {c.wall_us:,.0f} µs each,"
+        f" client CPU {c.client_us:,.0f} µs, PostgreSQL CPU {backend}"
     )

@@ -33,6 +33,7 @@ from db.control.epochs import EpochSource
 from infra.bench.agents import measure_agents
 from infra.bench.applier import measure_applier
 from infra.bench.capture_worker import PRODUCTS, measure_capture_worker
+from infra.bench.decision_cpu import measure_decision_cpu
 from infra.bench.deployed_latency import measure_deployed_latency
 from infra.bench.latency import measure_latency
 from infra.bench.machine import MachineLoad
@@ -91,6 +92,7 @@ def run_bench(
         try:
             pool.wait()
             writer = measure_writer(box, pool, epochs, seconds, echo)
+            decision = measure_decision_cpu(box, epochs, seconds, echo)
             relay = measure_relay(box, pool, epochs, seconds, echo)
             applier = measure_applier(box, seconds, echo)
             latency = measure_latency(box, pool, epochs, seconds, E2E_RATE, echo)
@@ -104,7 +106,7 @@ def run_bench(
             epochs.close()
     environment.update(machine.finish())
     figures = Figures(
-        seconds, environment, writer, relay, applier, latency, agents, deployed, worker
+        seconds, environment, writer, relay, applier, latency, agents, deployed, worker, decision
     )
     if as_json:
         print(json.dumps(figures.as_dict()))

@@ -28,7 +28,8 @@ KEYS = (
     "writer_sql_replay_b1_eps", "writer_ratio_sql_b1", "worker_products_per_s",
     "worker_products", "worker_decisions", "worker_review_cases", "worker_unchanged",
     "worker_seconds", "e2e_deployed_relay_p99_ms_1000", "e2e_deployed_apply_p99_ms_1000",
-    "cpu_busy_pct", "cpu_steal_pct", "codec_reference_us",
+    "cpu_busy_pct", "cpu_steal_pct", "codec_reference_us", "decision_client_cpu_us",
+    "decision_backend_cpu_us", "decision_wall_us", "decision_cpu_decisions",
 )  # fmt: skip
 MEMORY_KEYS = (
     "backlog_events", "relay_peak_rss_mb", "agents_peak_rss_mb", "relay_rss_10_mb",
@@ -96,6 +97,10 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
         assert {"writers", "relay", "agents", "postgres", "kafka"} <= cpu.keys()
         assert all(us > 0 for us in cpu.values()) and d[f"e2e_deployed_cores_{rate}"] > 0
     assert d["e2e_deployed_max_rate_eps"] in (0, 200, 1000, 2000)
+    # The local PostgreSQL's backends are this machine's processes: both are seen.
+    assert d["decision_cpu_decisions"] > 0
+    assert d["decision_wall_us"] > d["decision_client_cpu_us"] > 0
+    assert d["decision_backend_cpu_us"] > 0
     assert d["worker_products"] == 100 and d["worker_products_per_s"] > 0
     # 10 known products (half changed), 90 new of which one has no GTIN.
     assert (d["worker_decisions"], d["worker_unchanged"], d["worker_review_cases"]) == (94, 5, 1)
