@@ -24,6 +24,7 @@ from db.settings import DatabaseSettings
 from infra.config import load
 from infra.control import publish, rebuild_command
 from infra.demo.projection_check import Comparison, serving_generations
+from schemas.control import ControlCommand
 from schemas.settings import KafkaSettings
 
 LIVE_CONSUMER = "product-applier"
@@ -40,14 +41,24 @@ class DemoRebuild:
         self.rebuild_id: uuid.UUID | None = None
         self._lock = threading.Lock()
         self.requested = False
+        self._command: ControlCommand | None = None
 
     def request(self) -> None:
-        """Ask once (the writer threads all report progress; the first one asks)."""
+        """Ask once (the writer threads all report progress; the first one asks).
+
+        Asked again after a failed send (``requested`` reset), it sends the same
+        command: a send reported failed may still have been delivered (the producer
+        goes on retrying after its flush gives up), and the agents take a command id
+        they have seen as a redelivery, so there is one rebuild, the one followed."""
         with self._lock:
             if self.requested:
                 return
             self.requested = True
-        command = rebuild_command(self.tenant, self.catalog, "demo", "the demo's rebuild drill")
+            if self._command is None:
+                self._command = rebuild_command(
+                    self.tenant, self.catalog, "demo", "the demo's rebuild drill"
+                )
+            command = self._command
         kafka = load(KafkaSettings)
         publish(kafka.client_config(), command, kafka.control_topic)
         self.rebuild_id = command.command_id
