@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -246,18 +247,26 @@ def _write(
     crashes = {"relay": events // 3, "agents": (2 * events) // 3} if chaos else {}
     rebuild_at = (45 * events) // 100
     last_echo = [0.0]
+    crashing = threading.Lock()
+
+    def due(done: int) -> list[str]:
+        """The crashes ``done`` events call for, each handed to one writer only (every
+        writer thread reports its progress)."""
+        with crashing:
+            names = [name for name, at in crashes.items() if done >= at]
+            for name in names:
+                del crashes[name]
+        return names
 
     def progress(done: int) -> None:
         now = time.monotonic()
         if done >= rebuild_at and not rebuild.requested:
             rebuild.request()
-        for name, at in list(crashes.items()):
-            if done >= at:
-                del crashes[name]
-                process = relay if name == "relay" else agents
-                echo(f"  crash: kill -9 {name} at {done} events, restarting it")
-                process.kill()
-                process.start()
+        for name in due(done):
+            process = relay if name == "relay" else agents
+            echo(f"  crash: kill -9 {name} at {done} events, restarting it")
+            process.kill()
+            process.start()
         if now - last_echo[0] >= 1.0:
             last_echo[0] = now
             echo(f"  written {min(done, events)}/{events}")
