@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from db.repositories.capture_items import ResultKey, SourceItemVersion
+from db.repositories.capture_items import NEWER_VERSION_WINS, ResultKey, SourceItemVersion
 from db.unit_of_work import Transaction
 
 
@@ -100,17 +100,7 @@ def advance_source_items(tx: Transaction, versions: Sequence[SourceItemVersion])
         " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
         " %s::uuid[], %s::int[], %s::int[], %s::text[], %s::text[])"
         " AS n(source_item_id, catalog_id, captured_at, capture_created_at, capture_id,"
-        " parser_version, schema_version, fingerprint, item_id)"
-        " ON CONFLICT (tenant_id, source, source_item_id) DO UPDATE SET"
-        " catalog_id = excluded.catalog_id, captured_at = excluded.captured_at,"
-        " capture_created_at = excluded.capture_created_at, capture_id = excluded.capture_id,"
-        " parser_version = excluded.parser_version, schema_version = excluded.schema_version,"
-        " fingerprint = excluded.fingerprint, item_id = excluded.item_id,"
-        " updated_at = clock_timestamp()"
-        " WHERE (excluded.captured_at, excluded.capture_created_at, excluded.capture_id,"
-        " excluded.parser_version)"
-        " >= (s.captured_at, s.capture_created_at, s.capture_id, s.parser_version)"
-        " RETURNING 1",
+        " parser_version, schema_version, fingerprint, item_id)" + NEWER_VERSION_WINS,
         (
             v.tenant_id,
             v.source,

@@ -274,6 +274,22 @@ class SourceItemVersion:
     item_id: str
 
 
+NEWER_VERSION_WINS = (
+    " ON CONFLICT (tenant_id, source, source_item_id) DO UPDATE SET"
+    " catalog_id = excluded.catalog_id, captured_at = excluded.captured_at,"
+    " capture_created_at = excluded.capture_created_at, capture_id = excluded.capture_id,"
+    " parser_version = excluded.parser_version, schema_version = excluded.schema_version,"
+    " fingerprint = excluded.fingerprint, item_id = excluded.item_id,"
+    " updated_at = clock_timestamp()"
+    " WHERE (excluded.captured_at, excluded.capture_created_at, excluded.capture_id,"
+    " excluded.parser_version)"
+    " >= (s.captured_at, s.capture_created_at, s.capture_id, s.parser_version)"
+    " RETURNING 1"
+)
+"""The tail of an upsert into ``source_item_state AS s``: a version replaces the row
+only when it is not older (captured_at, capture arrival, capture, parser version)."""
+
+
 def advance_source_item(tx: Transaction, v: SourceItemVersion) -> bool:
     """Make ``v`` the source item's newest applied result unless a newer one is
     already there: compare-and-set on (captured_at, capture arrival, capture id,
@@ -283,16 +299,7 @@ def advance_source_item(tx: Transaction, v: SourceItemVersion) -> bool:
         "INSERT INTO source_item_state AS s (tenant_id, source, source_item_id, catalog_id,"
         " captured_at, capture_created_at, capture_id, parser_version, schema_version,"
         " fingerprint, item_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (tenant_id, source, source_item_id) DO UPDATE SET"
-        " catalog_id = excluded.catalog_id, captured_at = excluded.captured_at,"
-        " capture_created_at = excluded.capture_created_at, capture_id = excluded.capture_id,"
-        " parser_version = excluded.parser_version, schema_version = excluded.schema_version,"
-        " fingerprint = excluded.fingerprint, item_id = excluded.item_id,"
-        " updated_at = clock_timestamp()"
-        " WHERE (excluded.captured_at, excluded.capture_created_at, excluded.capture_id,"
-        " excluded.parser_version)"
-        " >= (s.captured_at, s.capture_created_at, s.capture_id, s.parser_version)"
-        " RETURNING 1",
+        + NEWER_VERSION_WINS,
         (
             v.tenant_id,
             v.source,
