@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool
 from db.control.epochs import FIRST_EPOCH, EpochSource
 from db.control.pauses import PauseWatch
 from db.exceptions import EpochChanged, HistoryRewound, StreamFenced
+from db.own_rows import OwnRows
 from db.resolver.commit_notifier import CommitNotifier
 from db.stream_writer import StreamWriter, locked_cursor, request_cursor_lock
 from schemas.codec import EventCodec
@@ -40,9 +41,17 @@ class Transaction:
     statement. A ``Transaction`` without a queue sends a deferred statement at once.
     """
 
-    def __init__(self, conn: psycopg.Connection, deferred: list[Statement] | None = None) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        deferred: list[Statement] | None = None,
+        own: OwnRows | None = None,
+    ) -> None:
+        """``own``: the rows this transaction inserted (``db.own_rows``), kept by the
+        Unit of Work; without it every read goes to the database."""
         self._conn = conn
         self._deferred = deferred
+        self.own = own if own is not None else OwnRows()
 
     def execute(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
@@ -101,6 +110,7 @@ class UnitOfWork:
         self._writers: dict[tuple[str, str], StreamWriter] = {}
         self._unissued: set[tuple[str, str]] = set()
         self._deferred: list[Statement] = []
+        self._own = OwnRows()
         self._committed = False
         self.envelopes: list[Envelope] = []
         self.held_captures: set[tuple[str, uuid.UUID]] = set()
@@ -130,6 +140,7 @@ class UnitOfWork:
         self._writers.clear()
         self._unissued.clear()
         self._deferred[:] = [BEGIN]
+        self._own.clear()
         self.envelopes = []
         self.held_captures = set()
         self.memo = {}
@@ -158,7 +169,7 @@ class UnitOfWork:
 
     @property
     def tx(self) -> Transaction:
-        return Transaction(self._require(), self._deferred)
+        return Transaction(self._require(), self._deferred, self._own)
 
     def _require(self) -> psycopg.Connection:
         if self._conn is None:
@@ -262,3 +273,4 @@ class UnitOfWork:
         self._require().rollback()
         self._writers.clear()
         self._deferred[:] = [BEGIN]
+        self._own.clear()

@@ -67,8 +67,13 @@ def settle(tx: Transaction, settled: Sequence[Settled]) -> None:
         " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
         " %s::uuid[], %s::text[])"
         " AS u(source_item_id, outcome, error_code, error, item_id, decision_id, case_id)"
-        " WHERE r.tenant_id = %s AND r.capture_id = %s AND r.parser_version = %s"
-        " AND r.source_item_id = u.source_item_id",
+        # Each row found by one primary-key lookup, then updated by its tid: joined on
+        # the key, a new capture's young statistics make the planner scan all of its
+        # rows per batch. The rows are this transaction's (``lock_many``), so the tid
+        # read is the version updated.
+        " CROSS JOIN LATERAL (SELECT ctid AS tid FROM capture_item c"
+        " WHERE c.tenant_id = %s AND c.capture_id = %s AND c.source_item_id = u.source_item_id"
+        " AND c.parser_version = %s LIMIT 1) f WHERE r.ctid = f.tid",
         (
             [s.key.source_item_id for s in settled],
             [s.outcome for s in settled],

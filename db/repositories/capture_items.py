@@ -175,11 +175,18 @@ def lock_many(tx: Transaction, news: Sequence[NewResult]) -> list[Locked]:
             ),
         ).fetchall()
     }
+    # One primary-key lookup per id, in the array's (key) order. ``source_item_id =
+    # ANY(...) ORDER BY`` lets the planner filter the capture's whole key range in
+    # order instead, which it prefers while a new capture has no statistics: the
+    # capture's size per batch.
+    columns = ", ".join(f"r.{c.strip()}" for c in _ROW.split(","))
     rows = tx.execute(
-        f"SELECT {_ROW}, coalesce(next_attempt_at <= clock_timestamp(), false)"
-        " FROM capture_item WHERE tenant_id = %s AND capture_id = %s AND parser_version = %s"
-        " AND source_item_id = ANY(%s::text[]) ORDER BY source_item_id FOR UPDATE",
-        (head[0], head[1], head[3], ids),
+        f"SELECT {columns}, coalesce(r.next_attempt_at <= clock_timestamp(), false)"
+        " FROM unnest(%s::text[]) WITH ORDINALITY AS k(source_item_id, ord)"
+        f" CROSS JOIN LATERAL (SELECT {_ROW} FROM capture_item c"
+        " WHERE c.tenant_id = %s AND c.capture_id = %s AND c.source_item_id = k.source_item_id"
+        " AND c.parser_version = %s LIMIT 1 FOR UPDATE) r ORDER BY k.ord",
+        (ids, head[0], head[1], head[3]),
     ).fetchall()
     locked = {
         row[3]: Locked(ResultRow(*row[:-1]), row[3] in created, bool(row[-1])) for row in rows
@@ -336,12 +343,14 @@ def source_items(
     result applied, by source item id."""
     if not source_item_ids:
         return {}
+    # One primary-key lookup per id (``LIMIT 1``), whatever the table's statistics.
     rows = tx.execute(
-        "SELECT tenant_id, source, source_item_id, catalog_id, captured_at, capture_created_at,"
-        " capture_id, parser_version, schema_version, fingerprint, item_id"
-        " FROM source_item_state WHERE tenant_id = %s AND source = %s"
-        " AND source_item_id = ANY(%s::text[])",
-        (tenant_id, source, list(source_item_ids)),
+        "SELECT s.* FROM unnest(%s::text[]) AS k(source_item_id) CROSS JOIN LATERAL"
+        " (SELECT tenant_id, source, source_item_id, catalog_id, captured_at,"
+        " capture_created_at, capture_id, parser_version, schema_version, fingerprint,"
+        " item_id FROM source_item_state WHERE tenant_id = %s AND source = %s"
+        " AND source_item_id = k.source_item_id LIMIT 1) s",
+        (list(source_item_ids), tenant_id, source),
     ).fetchall()
     return {r[2]: SourceItemVersion(*r) for r in rows}
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from db.repositories.strong_ids import STRONG_IDS
 from db.unit_of_work import Transaction
 
 _COLUMNS = "item_id, class_id, status, title, parent_item_id, attributes, revision"
@@ -29,12 +30,45 @@ def _row(values: Any) -> ItemRow:
     return ItemRow(*values)
 
 
+TABLE = "catalog_item"
+
+
+def _own(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> ItemRow | None:
+    """The item as this transaction wrote it (``db.own_rows``), if it did."""
+    row: ItemRow | None = tx.own.get(TABLE, (tenant_id, catalog_id, item_id))
+    return row
+
+
+def _wrote(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    writes: Sequence[ItemWrite],
+    revisions: dict[str, int],
+) -> None:
+    """Keep the items ``writes`` wrote at ``revisions`` (those missing were not
+    written: a split item)."""
+    for w in writes:
+        key = (tenant_id, catalog_id, w.item_id)
+        revision = revisions.get(w.item_id)
+        if revision is None:
+            tx.own.forget(TABLE, [key])
+            continue
+        values = (w.item_id, w.class_id, w.status, w.title, w.parent_item_id)
+        row = ItemRow(*values, dict(w.attributes), revision)
+        tx.own.put(TABLE, key, row)
+
+
 def get_for_share(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> ItemRow | None:
     """Read an item and hold a share lock on it until the transaction ends.
 
     FOR SHARE keeps a concurrent writer from changing or retiring the item while a
-    dependent change that relies on its current revision commits.
+    dependent change that relies on its current revision commits. An item this
+    transaction wrote is answered from what it wrote: it is locked already.
     """
+    own = _own(tx, tenant_id, catalog_id, item_id)
+    if own is not None:
+        return own
     row = tx.execute(
         f"SELECT {_COLUMNS} FROM catalog_item"
         " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s FOR SHARE",
@@ -59,15 +93,25 @@ def _by_keys(lock: str = "") -> str:
 def get_many_for_share(
     tx: Transaction, tenant_id: str, catalog_id: str, item_ids: Sequence[str]
 ) -> dict[str, ItemRow]:
-    """``get_for_share`` for several items in one statement, locked in key order."""
-    if not item_ids:
-        return {}
+    """``get_for_share`` for several items in one statement, locked in key order;
+    those this transaction wrote are answered from what it wrote, with none."""
+    found: dict[str, ItemRow] = {}
+    others: list[str] = []
+    for item_id in sorted(set(item_ids)):
+        own = _own(tx, tenant_id, catalog_id, item_id)
+        if own is not None:
+            found[item_id] = own
+        else:
+            others.append(item_id)
+    if not others:
+        return found
     columns = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))
     rows = tx.execute(
         f"SELECT {columns}" + _by_keys("FOR SHARE"),
-        {"t": tenant_id, "c": catalog_id, "ids": sorted(set(item_ids))},
+        {"t": tenant_id, "c": catalog_id, "ids": others},
     ).fetchall()
-    return {r[0]: _row(r) for r in rows}
+    found.update((r[0], _row(r)) for r in rows)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +155,10 @@ def get_many(
     """``get`` for several items in one statement: those that exist, by id."""
     if not item_ids:
         return {}
+    columns = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))
     rows = tx.execute(
-        f"SELECT {_COLUMNS} FROM catalog_item"
-        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = ANY(%s::text[])",
-        (tenant_id, catalog_id, list(item_ids)),
+        f"SELECT {columns}" + _by_keys(),
+        {"t": tenant_id, "c": catalog_id, "ids": list(item_ids)},
     ).fetchall()
     return {r[0]: _row(r) for r in rows}
 
@@ -155,7 +199,10 @@ def save(
             decision_id,
         ),
     ).fetchone()
-    return int(row[0]) if row else None
+    revision = int(row[0]) if row else None
+    write = ItemWrite(item_id, class_id, status, title, parent_item_id, attributes)
+    _wrote(tx, tenant_id, catalog_id, [write], {item_id: revision} if revision else {})
+    return revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +265,9 @@ def save_many(
             "attributes": Jsonb([w.attributes for w in writes]),
         },
     ).fetchall()
-    return {r[0]: int(r[1]) for r in rows}
+    revisions = {r[0]: int(r[1]) for r in rows}
+    _wrote(tx, tenant_id, catalog_id, writes, revisions)
+    return revisions
 
 
 def insert_new(
@@ -253,6 +302,9 @@ def insert_new(
             "attributes": Jsonb([w.attributes for w in writes]),
         },
     )
+    _wrote(tx, tenant_id, catalog_id, writes, {w.item_id: 1 for w in writes})
+    for w in writes:  # a new item holds no strong identifiers yet
+        tx.own.put(STRONG_IDS, (tenant_id, catalog_id, w.item_id), {})
 
 
 def all_items(tx: Transaction, tenant_id: str, catalog_id: str) -> list[ItemRow]:

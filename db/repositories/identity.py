@@ -4,7 +4,7 @@ identifiers (INV-02), run inside a Unit of Work's transaction or a read snapshot
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -436,48 +436,6 @@ def release_keys_of(
     ).fetchone()
     assert row is not None
     return int(row[0])
-
-
-def strong_ids(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> dict[str, str]:
-    rows = tx.execute(
-        "SELECT scheme, value FROM identity_strong_id"
-        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s",
-        (tenant_id, catalog_id, item_id),
-    ).fetchall()
-    return {r[0]: r[1] for r in rows}
-
-
-def strong_id_holders(
-    tx: Transaction, tenant_id: str, catalog_id: str, scheme: str, value: str
-) -> list[str]:
-    rows = tx.execute(
-        "SELECT item_id FROM identity_strong_id WHERE tenant_id = %s AND catalog_id = %s"
-        " AND scheme = %s AND value = %s ORDER BY item_id",
-        (tenant_id, catalog_id, scheme, value),
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
-def insert_strong_ids(
-    tx: Transaction, tenant_id: str, catalog_id: str, pairs: Iterable[tuple[str, str, str]]
-) -> None:
-    """Record ``(item_id, scheme, value)`` triples; an item's first value per scheme
-    stays (a differing later one is ignored here; the caller checks if it must)."""
-    triples = list(pairs)
-    if not triples:
-        return
-    tx.execute(
-        "INSERT INTO identity_strong_id (tenant_id, catalog_id, item_id, scheme, value)"
-        " SELECT %s, %s, i, s, v FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(i, s, v)"
-        " ON CONFLICT (tenant_id, catalog_id, item_id, scheme) DO NOTHING",
-        (
-            tenant_id,
-            catalog_id,
-            [t[0] for t in triples],
-            [t[1] for t in triples],
-            [t[2] for t in triples],
-        ),
-    )
 
 
 def decision_actor_kind(

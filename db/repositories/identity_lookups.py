@@ -1,7 +1,12 @@
 """Identity reads of many products at once, one statement each: the capture worker
 reads a whole batch's keys, strong identifiers and their holders this way. Each
 answers what the one-at-a-time read of ``db.repositories.identity`` of the same name
-answers, for every member of the batch."""
+answers, for every member of the batch.
+
+Each is one index lookup per member (``CROSS JOIN LATERAL``): written as ``IN``
+or ``= ANY`` over the batch, the planner scans the catalog's whole range of the
+index while its statistics are young (a first large capture), which costs the
+catalog's size per batch."""
 
 from __future__ import annotations
 
@@ -19,23 +24,24 @@ def find_keys(
     if not wanted:
         return {}
     rows = tx.execute(
-        "SELECT k.class_id, k.identity_generation, k.identity_hash,"
-        " k.item_id, k.state, g.status, i.status FROM identity_key k"
+        "SELECT w.class_id, w.generation, w.hash, f.* FROM unnest(%(classes)s::text[],"
+        " %(generations)s::int[], %(hashes)s::text[]) AS w(class_id, generation, hash)"
+        " CROSS JOIN LATERAL (SELECT k.item_id, k.state, g.status, i.status"
+        " FROM identity_key k"
         " JOIN identity_generation g USING (tenant_id, catalog_id, class_id,"
         " identity_generation)"
         " JOIN catalog_item i USING (tenant_id, catalog_id, item_id)"
-        " WHERE k.tenant_id = %s AND k.catalog_id = %s"
-        " AND (k.class_id, k.identity_generation, k.identity_hash) IN"
-        " (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]))"
+        " WHERE k.tenant_id = %(t)s AND k.catalog_id = %(c)s AND k.class_id = w.class_id"
+        " AND k.identity_generation = w.generation AND k.identity_hash = w.hash"
         " AND ((g.status = 'active' AND k.state = 'active')"
-        " OR (g.status = 'retired' AND k.state = 'retired'))",
-        (
-            tenant_id,
-            catalog_id,
-            [w[0] for w in wanted],
-            [w[1] for w in wanted],
-            [w[2] for w in wanted],
-        ),
+        " OR (g.status = 'retired' AND k.state = 'retired'))) f",
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "classes": [w[0] for w in wanted],
+            "generations": [w[1] for w in wanted],
+            "hashes": [w[2] for w in wanted],
+        },
     ).fetchall()
     found: dict[tuple[str, int, str], KeyMatch] = {}
     for r in rows:
@@ -53,9 +59,10 @@ def strong_ids_of_items(
     if not item_ids:
         return {}
     rows = tx.execute(
-        "SELECT item_id, scheme, value FROM identity_strong_id"
-        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = ANY(%s::text[])",
-        (tenant_id, catalog_id, list(item_ids)),
+        "SELECT k.item_id, s.scheme, s.value FROM unnest(%s::text[]) AS k(item_id)"
+        " CROSS JOIN LATERAL (SELECT scheme, value FROM identity_strong_id"
+        " WHERE tenant_id = %s AND catalog_id = %s AND item_id = k.item_id) s",
+        (list(item_ids), tenant_id, catalog_id),
     ).fetchall()
     found: dict[str, dict[str, str]] = {}
     for item_id, scheme, value in rows:
@@ -71,10 +78,11 @@ def holders_of(
     if not pairs:
         return {}
     rows = tx.execute(
-        "SELECT scheme, value, item_id FROM identity_strong_id"
-        " WHERE tenant_id = %s AND catalog_id = %s AND (scheme, value) IN"
-        " (SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY item_id",
-        (tenant_id, catalog_id, [p[0] for p in pairs], [p[1] for p in pairs]),
+        "SELECT p.scheme, p.value, h.item_id"
+        " FROM unnest(%s::text[], %s::text[]) AS p(scheme, value) CROSS JOIN LATERAL"
+        " (SELECT item_id FROM identity_strong_id WHERE tenant_id = %s AND catalog_id = %s"
+        " AND scheme = p.scheme AND value = p.value) h ORDER BY h.item_id",
+        ([p[0] for p in pairs], [p[1] for p in pairs], tenant_id, catalog_id),
     ).fetchall()
     found: dict[tuple[str, str], list[str]] = {}
     for scheme, value, item_id in rows:

@@ -116,9 +116,13 @@ def get_many(
     """``get`` for several listings in one statement: the mapped ones, by listing."""
     if not listing_ids:
         return {}
+    # One primary-key lookup per listing (``LIMIT 1``): with ``listing_id = ANY(...)``
+    # a cached plan made while the table was small scans all of it.
     rows = tx.execute(
-        "SELECT listing_id, item_id, item_revision, decision_id, revision FROM listing_mapping"
-        " WHERE tenant_id = %s AND catalog_id = %s AND listing_id = ANY(%s::text[])",
-        (tenant_id, catalog_id, list(listing_ids)),
+        "SELECT m.* FROM unnest(%s::text[]) AS k(listing_id) CROSS JOIN LATERAL"
+        " (SELECT listing_id, item_id, item_revision, decision_id, revision"
+        " FROM listing_mapping WHERE tenant_id = %s AND catalog_id = %s"
+        " AND listing_id = k.listing_id LIMIT 1) m",
+        (list(listing_ids), tenant_id, catalog_id),
     ).fetchall()
     return {r[0]: MappingRow(*r) for r in rows}

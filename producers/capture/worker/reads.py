@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from db.repositories import capture_items as results
 from db.repositories import catalog_items, identity_lookups, listing_mappings
 from db.repositories import identity as identity_rows
+from db.repositories import strong_ids as strong_id_rows
 from db.repositories.capture_items import SourceItemVersion
 from db.repositories.catalog_items import ItemRow
 from db.repositories.identity import GenerationKey, KeyMatch
@@ -110,7 +111,7 @@ class CatalogReads:
     def strong_ids(self, tenant_id: str, catalog_id: str, item_id: str) -> dict[str, str]:
         return self._read(
             strong_read(tenant_id, catalog_id, item_id),
-            lambda: identity_rows.strong_ids(self._uow.tx, tenant_id, catalog_id, item_id),
+            lambda: strong_id_rows.strong_ids(self._uow.tx, tenant_id, catalog_id, item_id),
         )
 
     def strong_id_holders(
@@ -118,7 +119,7 @@ class CatalogReads:
     ) -> list[str]:
         return self._read(
             holders_read(tenant_id, catalog_id, scheme, value),
-            lambda: identity_rows.strong_id_holders(
+            lambda: strong_id_rows.strong_id_holders(
                 self._uow.tx, tenant_id, catalog_id, scheme, value
             ),
         )

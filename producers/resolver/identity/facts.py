@@ -24,6 +24,7 @@ import psycopg.errors
 
 from db.repositories import catalog_items as items
 from db.repositories import identity as repo
+from db.repositories import strong_ids as strong
 from db.repositories.identity import GenerationKey
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.exceptions import (
@@ -258,11 +259,11 @@ def _record_strong_ids(
         if pair is None:
             raise InvalidIdentity(f"strong identifier {scheme}={value!r} is not usable")
         normalized[pair[0]] = pair[1]
-    recorded = repo.strong_ids(tx, scope.tenant_id, scope.catalog_id, item_id)
+    recorded = strong.strong_ids(tx, scope.tenant_id, scope.catalog_id, item_id)
     for scheme, value in normalized.items():
         if recorded.get(scheme, value) != value:
             raise StrongIdMismatch(f"item {item_id!r} has {scheme} {recorded[scheme]}, not {value}")
-    repo.insert_strong_ids(
+    strong.insert_strong_ids(
         tx, scope.tenant_id, scope.catalog_id, [(item_id, s, v) for s, v in normalized.items()]
     )
 

@@ -20,6 +20,7 @@ from datetime import datetime
 import psycopg.errors
 
 from db.repositories import identity as repo
+from db.repositories import strong_ids as strong
 from db.repositories.identity import GenerationKey, GenerationRow
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.exceptions import (
@@ -169,7 +170,7 @@ def backfill_generation(
     shared = {digest: ids for digest, ids in by_hash.items() if len(ids) > 1}
     repo.insert_keys(tx, key, holders, "ready")
     repo.insert_collisions(tx, key, shared)
-    repo.insert_strong_ids(
+    strong.insert_strong_ids(
         tx,
         tenant_id,
         catalog_id,

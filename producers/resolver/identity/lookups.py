@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from db.repositories import identity as repo
+from db.repositories import strong_ids as strong
 from db.repositories.identity import GenerationKey, KeyMatch
 from db.unit_of_work import Transaction
 from producers.resolver.identity.rules import check_hash, normalize_strong_id
@@ -52,12 +53,12 @@ class TxKeyReads:
         return repo.find_key(self.tx, key, identity_hash)
 
     def strong_ids(self, tenant_id: str, catalog_id: str, item_id: str) -> dict[str, str]:
-        return repo.strong_ids(self.tx, tenant_id, catalog_id, item_id)
+        return strong.strong_ids(self.tx, tenant_id, catalog_id, item_id)
 
     def strong_id_holders(
         self, tenant_id: str, catalog_id: str, scheme: str, value: str
     ) -> list[str]:
-        return repo.strong_id_holders(self.tx, tenant_id, catalog_id, scheme, value)
+        return strong.strong_id_holders(self.tx, tenant_id, catalog_id, scheme, value)
 
 
 def lookup(

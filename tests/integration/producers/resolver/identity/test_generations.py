@@ -12,6 +12,7 @@ import psycopg.errors
 import pytest
 
 from db.repositories import identity as repo
+from db.repositories import strong_ids as strong
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from producers.capture.adapters import CLAIM_FIELDS
@@ -79,7 +80,7 @@ def test_backfill_keys_unique_hashes_and_keeps_shared_ones_as_candidates(
     with uow() as u:
         assert repo.keys_by_item(u.tx, key) == {"c": h("acme", "x-2")}
         assert repo.candidates_by_item(u.tx, key) == {"a": h("acme", "x-1"), "b": h("acme", "x-1")}
-        assert repo.strong_ids(u.tx, T, C, "a") == {"gtin": "0" + EAN13}
+        assert strong.strong_ids(u.tx, T, C, "a") == {"gtin": "0" + EAN13}
     # Nothing is served before activation: not the ready key, not the candidates.
     assert find(uow, 1, h("acme", "x-2")) is None
     assert find(uow, 1, h("acme", "x-1")) is None
