@@ -1,5 +1,5 @@
-"""A batch of capture results written together: the claims, the outcomes and the
-source items' newest versions of every product of a batch, one statement each.
+"""A batch of capture results written together: the outcomes (with their claims) and
+the source items' newest versions of every product of a batch, one statement each.
 
 The capture worker settles a batch's products in one transaction and writes these
 rows of all of them just before it commits (``producers.capture.worker.settling``);
@@ -14,7 +14,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from db.repositories.capture_items import NEWER_VERSION_WINS, ResultKey, SourceItemVersion
+from db.repositories.capture_items import (
+    NEWER_VERSION_WINS,
+    Claims,
+    ResultKey,
+    SourceItemVersion,
+    claims_column,
+)
 from db.unit_of_work import Transaction
 
 
@@ -29,30 +35,7 @@ class Settled:
     case_id: str | None = None
     error_code: str | None = None
     error: str | None = None
-
-
-def save_claims(
-    tx: Transaction, head: ResultKey, claims: Sequence[tuple[str, str, str, str]]
-) -> None:
-    """Store the claims (source item id, field, value, locator) of results of
-    ``head``'s tenant, capture and parser version; written once. Deferred: nothing
-    in the transaction reads them back."""
-    if claims:
-        tx.defer(
-            "INSERT INTO capture_claim (tenant_id, capture_id, source_item_id, parser_version,"
-            " field, value, locator) SELECT %s, %s, c.source_item_id, %s, c.field, c.value,"
-            " c.locator FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
-            " AS c(source_item_id, field, value, locator) ON CONFLICT DO NOTHING",
-            (
-                head.tenant_id,
-                head.capture_id,
-                head.parser_version,
-                [c[0] for c in claims],
-                [c[1] for c in claims],
-                [c[2] for c in claims],
-                [c[3] for c in claims],
-            ),
-        )
+    claims: Claims = ()
 
 
 def settle(tx: Transaction, settled: Sequence[Settled]) -> None:
@@ -63,10 +46,12 @@ def settle(tx: Transaction, settled: Sequence[Settled]) -> None:
     tx.defer(
         "UPDATE capture_item AS r SET outcome = u.outcome, next_attempt_at = NULL,"
         " error_code = u.error_code, last_error = u.error, item_id = u.item_id,"
-        " decision_id = u.decision_id, case_id = u.case_id, updated_at = clock_timestamp()"
+        " decision_id = u.decision_id, case_id = u.case_id, claims = u.claims,"
+        " updated_at = clock_timestamp()"
         " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-        " %s::uuid[], %s::text[])"
-        " AS u(source_item_id, outcome, error_code, error, item_id, decision_id, case_id)"
+        " %s::uuid[], %s::text[], %s::jsonb[])"
+        " AS u(source_item_id, outcome, error_code, error, item_id, decision_id, case_id,"
+        " claims)"
         # Each row found by one primary-key lookup, then updated by its tid: joined on
         # the key, a new capture's young statistics make the planner scan all of its
         # rows per batch. The rows are this transaction's (``lock_many``), so the tid
@@ -82,6 +67,7 @@ def settle(tx: Transaction, settled: Sequence[Settled]) -> None:
             [s.item_id for s in settled],
             [s.decision_id for s in settled],
             [s.case_id for s in settled],
+            [claims_column(s.claims) for s in settled],
             head.tenant_id,
             head.capture_id,
             head.parser_version,

@@ -8,9 +8,11 @@ the same transaction as the decision it led to, so a crash leaves both or neithe
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+from psycopg.types.json import Jsonb
 
 from db.unit_of_work import Transaction
 
@@ -211,16 +213,27 @@ def settle(
     case_id: str | None = None,
     error_code: str | None = None,
     error: str | None = None,
+    claims: Claims = (),
 ) -> None:
-    """Give the result a terminal outcome (not ``retryable`` or ``failed``).
+    """Give the result a terminal outcome (not ``retryable`` or ``failed``), with the
+    claims it makes (a refusal makes none).
 
     Deferred: it travels with the transaction's next statement (its error, should
     it fail, is raised by that one and the transaction rolls back)."""
     tx.defer(
         "UPDATE capture_item SET outcome = %s, next_attempt_at = NULL, error_code = %s,"
-        " last_error = %s, item_id = %s, decision_id = %s, case_id = %s,"
+        " last_error = %s, item_id = %s, decision_id = %s, case_id = %s, claims = %s,"
         f" updated_at = clock_timestamp() WHERE {_KEY}",
-        (outcome, error_code, error, item_id, decision_id, case_id, *_key(key)),
+        (
+            outcome,
+            error_code,
+            error,
+            item_id,
+            decision_id,
+            case_id,
+            claims_column(claims),
+            *_key(key),
+        ),
     )
 
 
@@ -245,23 +258,15 @@ def record_failure(
     return int(row[0])
 
 
-def save_claims(tx: Transaction, key: ResultKey, claims: Iterable[tuple[str, str, str]]) -> None:
-    """Store the result's claims (field, value, locator); written once. One statement,
-    deferred like ``settle``: nothing in the transaction reads the claims back."""
-    rows = list(claims)
-    if rows:
-        tx.defer(
-            "INSERT INTO capture_claim (tenant_id, capture_id, source_item_id, parser_version,"
-            " field, value, locator) SELECT %s, %s, %s, %s, c.field, c.value, c.locator"
-            " FROM unnest(%s::text[], %s::text[], %s::text[]) AS c(field, value, locator)"
-            " ON CONFLICT DO NOTHING",
-            (
-                *_key(key),
-                [field for field, _, _ in rows],
-                [value for _, value, _ in rows],
-                [locator for _, _, locator in rows],
-            ),
-        )
+Claims = Sequence[tuple[str, str, str]]
+"""A result's claims: (field, value, locator) for each field it states."""
+
+
+def claims_column(claims: Claims) -> Jsonb | None:
+    """``capture_item.claims`` of ``claims``: {field: [value, locator]} (None: none)."""
+    if not claims:
+        return None
+    return Jsonb({field: [value, locator] for field, value, locator in claims})
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,16 +163,10 @@ def kept_reason(
     return None if row is None or row[0] is None else str(row[0])
 
 
-def delete_claims(tx: Transaction, tenant_id: str, capture_id: uuid.UUID) -> dict[str, int]:
-    """Delete the claims of a capture's products (the first of the caller's deletes)."""
-    key = (tenant_id, capture_id)
-    where = "WHERE tenant_id = %s AND capture_id = %s"
-    return {"capture_claim": tx.execute(f"DELETE FROM capture_claim {where}", key).rowcount}
-
-
 def delete_capture_rows(tx: Transaction, tenant_id: str, capture_id: uuid.UUID) -> dict[str, int]:
-    """Delete a capture's products, identity pins and receipts (after the claims,
-    repairs and checkpoints that reference them, before the jobs and the capture)."""
+    """Delete a capture's products (their claims with them), identity pins and
+    receipts (after the repairs and checkpoints that reference them, before the jobs
+    and the capture)."""
     key = (tenant_id, capture_id)
     where = "WHERE tenant_id = %s AND capture_id = %s"
     return {

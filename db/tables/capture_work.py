@@ -1,5 +1,5 @@
 """Resolver tables of the capture worker: where a source's captures go, what became of
-every extracted product, the claims it made, the newest result per source item, the
+every extracted product and the claims it made, the newest result per source item, the
 job checkpoints and the operators' repairs.
 
 They live on the resolver metadata, so the resolver migrations create them. Each
@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 from db.tables.resolver import metadata
 
@@ -94,6 +95,10 @@ capture_item = Table(
     Column("item_id", Text),  # the catalog item the product resolved to
     Column("decision_id", Uuid),
     Column("case_id", Text),
+    # The claims the result makes, written with its terminal outcome: each field the
+    # adapter read, its value and where on the captured page it stands, as
+    # {field: [value, locator]}. NULL: no claims (a failure, a refusal, unsettled).
+    Column("claims", JSONB),
     Column("resolved_by", Text),  # the operator of a skip
     Column("resolution_reason", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
@@ -128,26 +133,6 @@ Index(
     capture_item.c.tenant_id,
     capture_item.c.id,
     postgresql_where=text("outcome IN ('retryable', 'failed')"),
-)
-
-# The claims one result makes: each field the adapter read, its value and where on
-# the captured page it stands. Written with the result's terminal outcome.
-capture_claim = Table(
-    "capture_claim",
-    metadata,
-    Column("tenant_id", Text, nullable=False),
-    Column("capture_id", Uuid, nullable=False),
-    Column("source_item_id", Text, nullable=False),
-    Column("parser_version", Integer, nullable=False),
-    Column("field", Text, nullable=False),
-    Column("value", Text, nullable=False),
-    Column("locator", Text, nullable=False),
-    PrimaryKeyConstraint(*_RESULT, "field"),
-    ForeignKeyConstraint(
-        list(_RESULT),
-        [f"capture_item.{c}" for c in _RESULT],
-        name="capture_claim_item_fk",
-    ),
 )
 
 # The newest result applied for a source item: stale-work protection. A result only

@@ -162,8 +162,9 @@ def expire_capture(
        repair or a worker's claim waits); gone: nothing to do;
     3. ask again what keeps it, in a statement of its own that sees every commit
        made before these locks were granted; kept: end, having written nothing;
-    4. delete its claims, repair records, checkpoints, products, identity pins,
-       receipts, jobs and the capture, in that order (each before what it names);
+    4. delete its repair records, checkpoints, products (with their claims),
+       identity pins, receipts, jobs and the capture, in that order (each before
+       what it names);
     5. record the deletion with those counts;
     6. when no capture names the key any more (and no deletion is pending for it),
        record a pending deletion of the object;
@@ -182,8 +183,7 @@ def expire_capture(
         if reason is not None:
             log.info("capture %s/%s kept: %s", ref.tenant_id, ref.capture_id, reason)
             return None
-        derived = sql.delete_claims(tx, ref.tenant_id, ref.capture_id)
-        derived["capture_repair"] = capture_jobs.delete_repairs(tx, ref.tenant_id, jobs)
+        derived = {"capture_repair": capture_jobs.delete_repairs(tx, ref.tenant_id, jobs)}
         derived["capture_checkpoint"] = checkpoints.forget(tx, ref.tenant_id, jobs)
         derived.update(sql.delete_capture_rows(tx, ref.tenant_id, ref.capture_id))
         derived["intake_job"] = capture_jobs.delete_of_capture(tx, ref.tenant_id, ref.capture_id)

@@ -6,6 +6,7 @@ together; a failed attempt is rolled back and recorded in a transaction of its o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -85,7 +86,6 @@ class _Results:
     """The result rows of a batch's products, written together before it commits
     (``capture_batches``); nothing in the batch's transaction reads them before."""
 
-    claims: list[tuple[str, str, str, str]] = field(default_factory=list)
     settled: list[Settled] = field(default_factory=list)
     versions: list[SourceItemVersion] = field(default_factory=list)
 
@@ -98,15 +98,12 @@ class _Results:
         version: SourceItemVersion | None = None,
     ) -> None:
         """Step 5 of ``Settler._work``: at once without a batch, else kept for it."""
-        claims = claims_of(work.product)
+        s = dataclasses.replace(settled, claims=claims_of(work.product))
         if batch is not None:
-            batch.claims.extend((work.key.source_item_id, *c) for c in claims)
-            batch.settled.append(settled)
+            batch.settled.append(s)
             if version is not None:
                 batch.versions.append(version)
             return
-        s = settled
-        items.save_claims(tx, s.key, claims)
         items.settle(
             tx,
             s.key,
@@ -116,6 +113,7 @@ class _Results:
             case_id=s.case_id,
             error_code=s.error_code,
             error=s.error,
+            claims=s.claims,
         )
         # Under the cursor lock this always succeeds; the compare-and-set is the guard.
         if version is not None and not items.advance_source_item(tx, version):
@@ -124,7 +122,6 @@ class _Results:
     def flush(self, tx: Transaction) -> None:
         if not self.settled:
             return
-        batches.save_claims(tx, self.settled[0].key, self.claims)
         batches.settle(tx, self.settled)
         if batches.advance_source_items(tx, self.versions) != len(self.versions):
             raise RuntimeError("newer work on a source item was applied meanwhile")
@@ -252,8 +249,8 @@ class Settler:
            product after one whose plan holds a fact of a kind ``written_by`` does
            not know; the whole transaction rolls back and ``settle_many`` runs it
            again up to that product, which starts the next batch;
-        4. write their claims, outcomes and source items' newest versions, one
-           statement each (``capture_batches``), move the checkpoint past them, write
+        4. write their outcomes with their claims, and their source items' newest
+           versions, one statement each (``capture_batches``), move the checkpoint past them, write
            the outbox rows of all of them, COMMIT. An error anywhere rolls all of it
            back: no result row, not even one only created, commits unsettled.
         Returns the checkpoint committed."""
@@ -347,7 +344,7 @@ class Settler:
         3. newer work on the source item already applied: ``superseded``;
         4. resolve the product (identity in the pinned generation) into a plan;
            ``check`` it, before anything of it is written (a batch's guard);
-        5. write its claims, its outcome and the source item's newest version (or,
+        5. write its outcome with its claims and the source item's newest version (or,
            with ``batch``, keep them for the batch's own statements);
         6. stage the decision (``stage_decision``) or open the review case.
         """

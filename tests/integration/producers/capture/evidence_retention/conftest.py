@@ -139,9 +139,9 @@ class Captures:
                 conn.execute(
                     "INSERT INTO capture_item (tenant_id, capture_id, source_item_id,"
                     " parser_version, job_id, source, catalog_id, adapter, item_index,"
-                    " schema_version, fingerprint, locator, outcome, error_code, next_attempt_at)"
-                    " VALUES (%s, %s, 'sku-1', 1, %s, 'shop', 'c1', 'json-feed', 0, 1, 'f',"
-                    " '$.items[0]', %s, %s, %s)",
+                    " schema_version, fingerprint, locator, outcome, error_code, next_attempt_at,"
+                    " claims) VALUES (%s, %s, 'sku-1', 1, %s, 'shop', 'c1', 'json-feed', 0, 1,"
+                    " 'f', '$.items[0]', %s, %s, %s, %s::jsonb)",
                     (
                         tenant,
                         capture.capture_id,
@@ -149,13 +149,8 @@ class Captures:
                         outcome,
                         "X" if outcome in ("retryable", "failed", "rejected") else None,
                         datetime.now(UTC) if outcome == "retryable" else None,
+                        json.dumps({"title": ["A lamp", "$.items[0].title"]}),
                     ),
-                )
-                conn.execute(
-                    "INSERT INTO capture_claim (tenant_id, capture_id, source_item_id,"
-                    " parser_version, field, value, locator)"
-                    " VALUES (%s, %s, 'sku-1', 1, 'title', 'A lamp', '$.items[0].title')",
-                    (tenant, capture.capture_id),
                 )
                 conn.execute(
                     "INSERT INTO capture_checkpoint (tenant_id, job_id, parser_version,"
@@ -205,7 +200,6 @@ class Captures:
                 "receipt",
                 "intake_job",
                 "capture_item",
-                "capture_claim",
             ):
                 row = conn.execute(
                     f"SELECT count(*) FROM {table} WHERE tenant_id = %s AND capture_id = %s", key

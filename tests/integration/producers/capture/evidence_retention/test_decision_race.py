@@ -32,7 +32,6 @@ KEPT = {
     "receipt": 1,
     "intake_job": 1,
     "capture_item": 1,
-    "capture_claim": 1,
     "capture_checkpoint": 1,
 }
 
@@ -129,7 +128,7 @@ def test_a_decision_on_a_capture_deleted_while_it_waited_is_refused(
     with psycopg.connect(settings.resolver_owner_dsn) as sweeping, app(settings) as watcher:
         # What the sweep's transaction deletes, held uncommitted.
         sweeping.execute("DELETE FROM capture_checkpoint WHERE job_id = %s", (built.job_id,))
-        for table in ("capture_claim", "capture_item", "receipt", "intake_job", "capture"):
+        for table in ("capture_item", "receipt", "intake_job", "capture"):
             sweeping.execute(f"DELETE FROM {table} WHERE tenant_id = %s AND capture_id = %s", key)
         decision = threading.Thread(target=decide)
         decision.start()

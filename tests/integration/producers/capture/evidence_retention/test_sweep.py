@@ -29,7 +29,6 @@ GONE = {
     "receipt": 0,
     "intake_job": 0,
     "capture_item": 0,
-    "capture_claim": 0,
     "capture_checkpoint": 0,
 }
 KEPT = {k: 1 for k in GONE}
@@ -55,7 +54,6 @@ def test_an_expired_capture_goes_with_its_derived_rows_then_its_object(
         "receipt": 1,
         "intake_job": 1,
         "capture_item": 1,
-        "capture_claim": 1,
         "capture_checkpoint": 1,
         "capture_repair": 0,
         "capture_identity_pin": 0,

@@ -292,8 +292,10 @@ class Harness:
             "results": "SELECT capture_id, source_item_id, parser_version, item_index, outcome,"
             " error_code, item_id, decision_id, case_id FROM capture_item WHERE tenant_id = %s"
             " ORDER BY capture_id, source_item_id, parser_version",
-            "claims": "SELECT capture_id, source_item_id, parser_version, field, value, locator"
-            " FROM capture_claim WHERE tenant_id = %s ORDER BY 1, 2, 3, 4",
+            "claims": "SELECT capture_id, source_item_id, parser_version, c.key,"
+            " c.value ->> 0, c.value ->> 1"
+            " FROM capture_item CROSS JOIN LATERAL jsonb_each(claims) AS c"
+            " WHERE tenant_id = %s ORDER BY 1, 2, 3, 4",
             "source_items": "SELECT source, source_item_id, capture_id, parser_version, item_id"
             " FROM source_item_state WHERE tenant_id = %s ORDER BY source, source_item_id",
             "checkpoints": "SELECT job_id, parser_version, next_item, items"
