@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from psycopg.types.json import Jsonb
 
+from db.own_rows import ABSENT
 from db.repositories.strong_ids import STRONG_IDS
 from db.unit_of_work import Transaction
 
@@ -33,10 +34,13 @@ def _row(values: Any) -> ItemRow:
 TABLE = "catalog_item"
 
 
-def _own(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> ItemRow | None:
-    """The item as this transaction wrote it (``db.own_rows``), if it did."""
-    row: ItemRow | None = tx.own.get(TABLE, (tenant_id, catalog_id, item_id))
-    return row
+def _known(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> tuple[bool, Any]:
+    """Whether this transaction knows the item without reading it (``db.own_rows``),
+    and then the item as it wrote it, or None: absent under the cursor lock."""
+    row = tx.own.get(TABLE, (tenant_id, catalog_id, item_id))
+    if row is None:
+        return False, None
+    return True, None if row is ABSENT else row
 
 
 def _wrote(
@@ -64,11 +68,12 @@ def get_for_share(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str
 
     FOR SHARE keeps a concurrent writer from changing or retiring the item while a
     dependent change that relies on its current revision commits. An item this
-    transaction wrote is answered from what it wrote: it is locked already.
+    transaction wrote is answered from what it wrote: it is locked already; one it
+    found absent under the cursor lock is absent.
     """
-    own = _own(tx, tenant_id, catalog_id, item_id)
-    if own is not None:
-        return own
+    known, own = _known(tx, tenant_id, catalog_id, item_id)
+    if known:
+        return cast(ItemRow | None, own)
     row = tx.execute(
         f"SELECT {_COLUMNS} FROM catalog_item"
         " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s FOR SHARE",
@@ -98,11 +103,11 @@ def get_many_for_share(
     found: dict[str, ItemRow] = {}
     others: list[str] = []
     for item_id in sorted(set(item_ids)):
-        own = _own(tx, tenant_id, catalog_id, item_id)
-        if own is not None:
-            found[item_id] = own
-        else:
+        known, own = _known(tx, tenant_id, catalog_id, item_id)
+        if not known:
             others.append(item_id)
+        elif own is not None:
+            found[item_id] = own
     if not others:
         return found
     columns = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))
@@ -127,14 +132,16 @@ class ItemState:
 def states(
     tx: Transaction, tenant_id: str, catalog_id: str, item_ids: Sequence[str]
 ) -> dict[str, ItemState]:
-    """The current state of those of ``item_ids`` that exist, in one statement."""
-    if not item_ids:
+    """The current state of those of ``item_ids`` that exist, in one statement (none
+    when every one was found absent under the cursor lock, ``get_many``)."""
+    ids = [i for i in item_ids if tx.own.get(TABLE, (tenant_id, catalog_id, i)) is not ABSENT]
+    if not ids:
         return {}
     rows = tx.execute(
         "SELECT i.item_id, i.class_id, i.status, EXISTS (SELECT 1 FROM attribute_value v"
         " WHERE v.tenant_id = i.tenant_id AND v.catalog_id = i.catalog_id"
         " AND v.item_id = i.item_id)" + _by_keys(),
-        {"t": tenant_id, "c": catalog_id, "ids": list(item_ids)},
+        {"t": tenant_id, "c": catalog_id, "ids": ids},
     ).fetchall()
     return {r[0]: ItemState(r[1], r[2], r[3]) for r in rows}
 
@@ -150,9 +157,16 @@ def get(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> ItemR
 
 
 def get_many(
-    tx: Transaction, tenant_id: str, catalog_id: str, item_ids: Sequence[str]
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    item_ids: Sequence[str],
+    *,
+    cursor_locked: bool = False,
 ) -> dict[str, ItemRow]:
-    """``get`` for several items in one statement: those that exist, by id."""
+    """``get`` for several items in one statement: those that exist, by id. With
+    ``cursor_locked`` (the caller holds the catalog's stream cursor lock) the others
+    are recorded absent (``db.own_rows``), so the write path need not look again."""
     if not item_ids:
         return {}
     columns = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))
@@ -160,7 +174,12 @@ def get_many(
         f"SELECT {columns}" + _by_keys(),
         {"t": tenant_id, "c": catalog_id, "ids": list(item_ids)},
     ).fetchall()
-    return {r[0]: _row(r) for r in rows}
+    found = {r[0]: _row(r) for r in rows}
+    if cursor_locked:
+        for item_id in item_ids:
+            if item_id not in found:
+                tx.own.put(TABLE, (tenant_id, catalog_id, item_id), ABSENT)
+    return found
 
 
 def save(

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from db.own_rows import ABSENT
 from db.unit_of_work import Transaction
 
 
@@ -38,6 +39,7 @@ def save(
         (tenant_id, catalog_id, listing_id, item_id, item_revision, decision_id),
     ).fetchone()
     assert row is not None
+    tx.own.forget(TABLE, [(tenant_id, catalog_id, listing_id)])
     return int(row[0])
 
 
@@ -58,29 +60,52 @@ def save_many(
     decision_id: uuid.UUID,
 ) -> dict[str, int]:
     """``save`` for several distinct listings in one statement (binary arrays);
-    returns the new revision by listing id."""
+    returns the new revision by listing id. Those found absent under the cursor
+    lock (``get_many``) are inserted at revision 1 in a statement of their own,
+    deferred, since nothing need be read back; should one exist after all, its
+    primary key refuses it and the transaction rolls back."""
     if not writes:
         return {}
-    rows = tx.execute(
-        "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
-        " item_revision, decision_id, revision)"
-        " SELECT %(t)s, %(c)s, r.listing_id, r.item_id, r.item_revision, %(d)s, 1"
-        " FROM unnest(%(listings)b::text[], %(items)b::text[], %(revisions)b::int4[])"
-        " AS r(listing_id, item_id, item_revision)"
-        " ON CONFLICT (tenant_id, catalog_id, listing_id) DO UPDATE SET"
-        " item_id = excluded.item_id, item_revision = excluded.item_revision,"
-        " decision_id = excluded.decision_id, revision = listing_mapping.revision + 1,"
-        " updated_at = now() RETURNING listing_id, revision",
-        {
-            "t": tenant_id,
-            "c": catalog_id,
-            "d": decision_id,
-            "listings": [w.listing_id for w in writes],
-            "items": [w.item_id for w in writes],
-            "revisions": [w.item_revision for w in writes],
-        },
-    ).fetchall()
-    return {r[0]: int(r[1]) for r in rows}
+    keys = {w.listing_id: (tenant_id, catalog_id, w.listing_id) for w in writes}
+    new = [w for w in writes if tx.own.get(TABLE, keys[w.listing_id]) is ABSENT]
+    rest = [w for w in writes if tx.own.get(TABLE, keys[w.listing_id]) is not ABSENT]
+    tx.own.forget(TABLE, keys.values())
+    revisions = {w.listing_id: 1 for w in new}
+    if new:
+        tx.defer(_INSERT, _params(tenant_id, catalog_id, new, decision_id))
+    if rest:
+        found = tx.execute(
+            _INSERT + " ON CONFLICT (tenant_id, catalog_id, listing_id) DO UPDATE SET"
+            " item_id = excluded.item_id, item_revision = excluded.item_revision,"
+            " decision_id = excluded.decision_id, revision = listing_mapping.revision + 1,"
+            " updated_at = now() RETURNING listing_id, revision",
+            _params(tenant_id, catalog_id, rest, decision_id),
+        ).fetchall()
+        revisions.update((r[0], int(r[1])) for r in found)
+    return {w.listing_id: revisions[w.listing_id] for w in writes}
+
+
+TABLE = "listing_mapping"
+_INSERT = (
+    "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
+    " item_revision, decision_id, revision)"
+    " SELECT %(t)s, %(c)s, r.listing_id, r.item_id, r.item_revision, %(d)s, 1"
+    " FROM unnest(%(listings)b::text[], %(items)b::text[], %(revisions)b::int4[])"
+    " AS r(listing_id, item_id, item_revision)"
+)
+
+
+def _params(
+    tenant_id: str, catalog_id: str, writes: Sequence[MappingWrite], decision_id: uuid.UUID
+) -> dict[str, object]:
+    return {
+        "t": tenant_id,
+        "c": catalog_id,
+        "d": decision_id,
+        "listings": [w.listing_id for w in writes],
+        "items": [w.item_id for w in writes],
+        "revisions": [w.item_revision for w in writes],
+    }
 
 
 def for_item_for_update(
@@ -111,9 +136,16 @@ def get(tx: Transaction, tenant_id: str, catalog_id: str, listing_id: str) -> Ma
 
 
 def get_many(
-    tx: Transaction, tenant_id: str, catalog_id: str, listing_ids: Sequence[str]
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    listing_ids: Sequence[str],
+    *,
+    cursor_locked: bool = False,
 ) -> dict[str, MappingRow]:
-    """``get`` for several listings in one statement: the mapped ones, by listing."""
+    """``get`` for several listings in one statement: the mapped ones, by listing.
+    With ``cursor_locked`` (the caller holds the catalog's stream cursor lock) the
+    others are recorded absent (``db.own_rows``): ``save_many`` inserts them."""
     if not listing_ids:
         return {}
     # One primary-key lookup per listing (``LIMIT 1``): with ``listing_id = ANY(...)``
@@ -125,4 +157,9 @@ def get_many(
         " AND listing_id = k.listing_id LIMIT 1) m",
         (list(listing_ids), tenant_id, catalog_id),
     ).fetchall()
-    return {r[0]: MappingRow(*r) for r in rows}
+    found = {r[0]: MappingRow(*r) for r in rows}
+    if cursor_locked:
+        for listing_id in listing_ids:
+            if listing_id not in found:
+                tx.own.put(TABLE, (tenant_id, catalog_id, listing_id), ABSENT)
+    return found

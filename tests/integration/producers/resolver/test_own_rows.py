@@ -8,10 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import psycopg.errors
 import pytest
 
 from db.repositories import catalog_items as items
+from db.repositories import listing_mappings as mappings
 from db.repositories import strong_ids as strong
+from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import commit_staged, stage_decision
@@ -94,3 +97,49 @@ def test_strong_ids_of_an_item_inserted_in_the_transaction_are_its_own(
         # An item from before is read from the database.
         assert strong.strong_ids(u.tx, T, C, "warm-up") == {}
         assert len(statements) == 2
+
+
+def test_rows_found_absent_under_the_cursor_lock_are_inserted_without_a_second_look(
+    uow: UowFactory, statements: list[str]
+) -> None:
+    add_item(uow, "warm-up")
+    with uow() as u:
+        u.stream(T, C)  # the cursor lock, as the capture worker's read-ahead holds it
+        assert items.get_many(u.tx, T, C, ["n1"], cursor_locked=True) == {}
+        assert mappings.get_many(u.tx, T, C, ["L2"], cursor_locked=True) == {}
+        statements.clear()
+        stage_decision(u, by_rule(T, C, change("n1", "vase"), MapListing("L2", "n1")))
+        assert statements == []  # no state read, no upsert: every write is deferred
+        commit_staged(u)
+    with uow() as u:
+        assert items.get(u.tx, T, C, "n1") == items.ItemRow(
+            "n1", "shoe", "active", "vase", None, {"colour": "red"}, 1
+        )
+        row = mappings.get(u.tx, T, C, "L2")
+        assert row is not None and (row.item_id, row.item_revision, row.revision) == ("n1", 1, 1)
+
+
+def test_a_row_that_appears_after_all_is_refused_and_nothing_commits(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    decided = add_item(uow, "warm-up")
+    with uow() as u:
+        u.stream(T, C)
+        assert items.get_many(u.tx, T, C, ["n2"], cursor_locked=True) == {}
+        # A writer that did not take the cursor lock creates it meanwhile.
+        with psycopg.connect(clean_db.resolver_owner_dsn) as other:
+            other.execute(
+                "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status,"
+                " title, attributes, revision, decision_id) VALUES (%s, %s, 'n2', 'shoe',"
+                " 'active', 'x', '{}', 1, %s)",
+                (T, C, decided),
+            )
+        stage_decision(u, by_rule(T, C, change("n2", "vase")))
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            commit_staged(u)
+    with uow() as u:
+        assert items.get(u.tx, T, C, "n2") == items.ItemRow(
+            "n2", "shoe", "active", "x", None, {}, 1
+        )
+        decisions = u.tx.execute("SELECT count(*) FROM decision").fetchone()
+    assert decisions == (1,)  # the warm-up's only
