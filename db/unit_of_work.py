@@ -39,6 +39,7 @@ class Transaction:
     are never read back in the transaction); it is sent with the next statement in
     one round trip (a pipeline), in order, and its error is raised by that next
     statement. A ``Transaction`` without a queue sends a deferred statement at once.
+    ``defer_checked`` is for a statement whose only result is whether it fails.
     """
 
     def __init__(
@@ -46,12 +47,16 @@ class Transaction:
         conn: psycopg.Connection,
         deferred: list[Statement] | None = None,
         own: OwnRows | None = None,
+        late_errors: bool = False,
     ) -> None:
-        """``own``: the rows this transaction inserted (``db.own_rows``), kept by the
-        Unit of Work; without it every read goes to the database."""
+        """``own``: the rows this transaction wrote (``db.own_rows``), kept by the
+        Unit of Work; without it every read goes to the database. ``late_errors``:
+        the caller lets a checked statement's error be raised by a later statement
+        (``defer_checked``)."""
         self._conn = conn
         self._deferred = deferred
         self.own = own if own is not None else OwnRows()
+        self.late_errors = late_errors
 
     def execute(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
@@ -68,6 +73,20 @@ class Transaction:
             self._conn.execute(query, params)
         else:
             self._deferred.append((query, params))
+
+    def defer_checked(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> None:
+        """A statement whose only result is whether it fails (an insert a unique index
+        may refuse): deferred when the transaction lets errors surface late, else
+        sent at once (after the deferred ones), so its error is raised here, where
+        the caller turns it into the domain's error. A caller letting errors surface
+        late redoes the work without, to learn which statement failed and why (the
+        capture worker's batch, settled one by one after a failure)."""
+        if self.late_errors:
+            self.defer(query, params)
+        else:
+            self.execute(query, params)
 
     def send_deferred(self) -> None:
         """Send the queued statements (inside a pipeline: without waiting)."""
@@ -97,9 +116,11 @@ class UnitOfWork:
         codec: EventCodec,
         pauses: PauseWatch | None = None,
         notifier: CommitNotifier | None = None,
+        late_errors: bool = False,
     ) -> None:
         """``notifier``: announce each commit to the relay after it
-        (``db.resolver.commit_notifier``); without one, each transaction notifies at COMMIT."""
+        (``db.resolver.commit_notifier``); without one, each transaction notifies at COMMIT.
+        ``late_errors``: see ``Transaction.defer_checked``."""
         self._pool = pool
         self._notifier = notifier
         self._epochs = epochs
@@ -111,6 +132,7 @@ class UnitOfWork:
         self._unissued: set[tuple[str, str]] = set()
         self._deferred: list[Statement] = []
         self._own = OwnRows()
+        self._late_errors = late_errors
         self._committed = False
         self.envelopes: list[Envelope] = []
         self.held_captures: set[tuple[str, uuid.UUID]] = set()
@@ -169,7 +191,7 @@ class UnitOfWork:
 
     @property
     def tx(self) -> Transaction:
-        return Transaction(self._require(), self._deferred, self._own)
+        return Transaction(self._require(), self._deferred, self._own, self._late_errors)
 
     def _require(self) -> psycopg.Connection:
         if self._conn is None:

@@ -262,14 +262,15 @@ def insert_keys(
     """Insert one key per ``item_id → identity_hash``.
 
     Raises ``psycopg.errors.UniqueViolation`` when a ready or active key already has
-    the hash in this generation (INV-02), or the item already has a key in it. A
-    concurrent insert of the same hash waits for the other transaction and fails if
-    it commits.
+    the hash in this generation (INV-02), or the item already has a key in it (in a
+    transaction letting errors surface late, a later statement raises it:
+    ``Transaction.defer_checked``). A concurrent insert of the same hash waits for
+    the other transaction and fails if it commits.
     """
     if not holders:
         return
     items = list(holders)
-    tx.execute(
+    tx.defer_checked(
         "INSERT INTO identity_key (tenant_id, catalog_id, class_id, identity_generation,"
         " item_id, identity_hash, state, decision_id)"
         " SELECT %s, %s, %s, %s, i, h, %s, %s FROM unnest(%s::text[], %s::text[]) AS k(i, h)",

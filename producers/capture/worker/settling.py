@@ -70,8 +70,9 @@ class _ItemUnit(UnitOfWork):
         move: tuple[int, int] | None,
         pauses: PauseWatch | None = None,
         notifier: CommitNotifier | None = None,
+        late_errors: bool = False,
     ) -> None:
-        super().__init__(pool, epochs, codec, pauses, notifier)
+        super().__init__(pool, epochs, codec, pauses, notifier, late_errors)
         self._ref = ref
         self.move = move
 
@@ -158,7 +159,7 @@ class Settler:
         self._pauses = pauses
         self._notifier = notifier
 
-    def _unit(self, run: Run, move: tuple[int, int] | None) -> _ItemUnit:
+    def _unit(self, run: Run, move: tuple[int, int] | None, late_errors: bool = False) -> _ItemUnit:
         return _ItemUnit(
             self._uow_pool,
             self._epochs,
@@ -167,6 +168,7 @@ class Settler:
             move,
             self._pauses,
             self._notifier,
+            late_errors,
         )
 
     def settle(self, run: Run, index: int, move: tuple[int, int] | None) -> None:
@@ -254,7 +256,9 @@ class Settler:
            the outbox rows of all of them, COMMIT. An error anywhere rolls all of it
            back: no result row, not even one only created, commits unsettled.
         Returns the checkpoint committed."""
-        with self._unit(run, (indices.start, indices.stop)) as uow:
+        # Any error rolls the batch back and its products are settled one by one, so
+        # a checked statement's error may surface at a later one (``late_errors``).
+        with self._unit(run, (indices.start, indices.stop), late_errors=True) as uow:
             news = [_new(run, index) for index in indices]
             locks = items.lock_many(uow.tx, news)
             work = {

@@ -106,3 +106,45 @@ def test_batches_of_any_size_reach_the_state_of_one_by_one(harness: Harness, bat
     job = _twin(harness, products, batch=batch)
     assert harness.worker().run(job.job_id).result == "done"
     converged(harness)
+
+
+def test_a_key_refused_late_in_a_batch_sends_it_one_by_one(harness: Harness) -> None:
+    """A batch sends a product's identity key without waiting for it; when the
+    database refuses the key, a later statement raises it and the batch rolls back.
+    One by one, the refusal is the product's own IDENTITY_CONFLICT, raised where
+    it happened, and the others settle as they would alone."""
+    products = [product(f"p{n}") for n in range(5)]
+    job = _twin(harness, products, batch=50)  # t2, one by one: all applied
+    with harness.conn() as conn:
+        row = conn.execute(
+            "SELECT k.identity_hash FROM identity_key k JOIN listing_mapping m"
+            " USING (tenant_id, catalog_id, item_id)"
+            " WHERE k.tenant_id = 't2' AND m.listing_id = 'shop:p3'"
+        ).fetchone()
+        assert row is not None
+        # A unique-index refusal of p3's key in t1, raised by PostgreSQL itself.
+        conn.execute(
+            "CREATE FUNCTION refuse_p3_key() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE unique_violation USING CONSTRAINT = 'identity_key_unique_hash',"
+            " MESSAGE = 'refused by the test'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_p3_key BEFORE INSERT ON identity_key FOR EACH ROW"
+            f" WHEN (NEW.tenant_id = 't1' AND NEW.identity_hash = '{row[0]}')"
+            " EXECUTE FUNCTION refuse_p3_key()"
+        )
+    try:
+        report = harness.worker().run(job.job_id)
+    finally:
+        with harness.conn() as conn:
+            conn.execute("DROP TRIGGER refuse_p3_key ON identity_key")
+            conn.execute("DROP FUNCTION refuse_p3_key()")
+    # A conflict is a race another writer may have lost by now: retried later.
+    assert (report.result, report.checkpoint) == ("retrying", 5)
+    assert report.outcomes == {"applied": 4, "retryable": 1}
+    results = harness.results(job)
+    assert results["p3"][:3] == ("retryable", 1, "IDENTITY_CONFLICT")
+    assert len(set(_transactions(harness, job).values())) == 5  # one by one
+    snapshot = harness.snapshot("t1")
+    assert len(snapshot["decisions"]) == 1 + 4  # the rule's, then one per applied product
+    assert [p for _, p, _ in snapshot["outbox"]] == list(range(1, len(snapshot["outbox"]) + 1))
