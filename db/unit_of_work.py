@@ -48,6 +48,7 @@ class Transaction:
         deferred: list[Statement] | None = None,
         own: OwnRows | None = None,
         late_errors: bool = False,
+        groups: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] | None = None,
     ) -> None:
         """``own``: the rows this transaction wrote (``db.own_rows``), kept by the
         Unit of Work; without it every read goes to the database. ``late_errors``:
@@ -57,6 +58,7 @@ class Transaction:
         self._deferred = deferred
         self.own = own if own is not None else OwnRows()
         self.late_errors = late_errors
+        self._groups = groups
 
     def execute(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
@@ -72,6 +74,8 @@ class Transaction:
         if self._deferred is None:
             self._conn.execute(query, params)
         else:
+            if self._groups:
+                self._groups.clear()  # joined statements stay before this one
             self._deferred.append((query, params))
 
     def defer_checked(
@@ -88,8 +92,39 @@ class Transaction:
         else:
             self.execute(query, params)
 
+    def defer_rows(
+        self, query: str, params: dict[str, Any], columns: Sequence[str], rank: int
+    ) -> None:
+        """``defer`` an INSERT of rows nobody reads back, whose ``columns`` (parameters
+        holding one list element per row) may join those of the same statement
+        deferred earlier (the same query and other parameters): one statement for
+        all of them. Such statements queued one after another (no other deferred
+        statement between) are sent in ``rank`` order: a table's rank is above the
+        ranks of the tables its foreign keys name, so every row goes in after the
+        rows it references, wherever its statement was joined. Only when errors may
+        surface late: should the caller have ranked wrong, the insert fails and the
+        caller redoes the work one transaction at a time. Otherwise just ``defer``."""
+        if self._groups is None or self._deferred is None or not self.late_errors:
+            self.defer(query, params)
+            return
+        key = (query, *sorted((k, v) for k, v in params.items() if k not in columns))
+        found = self._groups.get(key)
+        if found is not None:
+            for column in columns:
+                found[1][column].extend(params[column])
+            return
+        group = {k: list(v) if k in columns else v for k, v in params.items()}
+        ranks = {id(g): r for r, g in self._groups.values()}
+        at = len(self._deferred)
+        while at > 0 and ranks.get(id(self._deferred[at - 1][1]), -1) > rank:
+            at -= 1  # a joined statement of a higher rank: this one goes first
+        self._deferred.insert(at, (query, group))
+        self._groups[key] = (rank, group)
+
     def send_deferred(self) -> None:
         """Send the queued statements (inside a pipeline: without waiting)."""
+        if self._groups:
+            self._groups.clear()  # sent: a later row starts a statement of its own
         if self._deferred:
             for query, params in self._deferred:
                 self._conn.execute(query, params)
@@ -133,6 +168,7 @@ class UnitOfWork:
         self._deferred: list[Statement] = []
         self._own = OwnRows()
         self._late_errors = late_errors
+        self._groups: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] = {}
         self._committed = False
         self.envelopes: list[Envelope] = []
         self.held_captures: set[tuple[str, uuid.UUID]] = set()
@@ -162,6 +198,7 @@ class UnitOfWork:
         self._writers.clear()
         self._unissued.clear()
         self._deferred[:] = [BEGIN]
+        self._groups.clear()
         self._own.clear()
         self.envelopes = []
         self.held_captures = set()
@@ -178,6 +215,7 @@ class UnitOfWork:
         if conn is None:
             return
         self._deferred.clear()
+        self._groups.clear()
         try:
             if not self._committed:
                 conn.rollback()  # a no-op if the BEGIN was never sent
@@ -191,7 +229,9 @@ class UnitOfWork:
 
     @property
     def tx(self) -> Transaction:
-        return Transaction(self._require(), self._deferred, self._own, self._late_errors)
+        return Transaction(
+            self._require(), self._deferred, self._own, self._late_errors, self._groups
+        )
 
     def _require(self) -> psycopg.Connection:
         if self._conn is None:
@@ -295,4 +335,5 @@ class UnitOfWork:
         self._require().rollback()
         self._writers.clear()
         self._deferred[:] = [BEGIN]
+        self._groups.clear()
         self._own.clear()

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from psycopg.types.json import Jsonb
 
+from db.insert_ranks import rank
 from db.own_rows import ABSENT
 from db.repositories.strong_ids import STRONG_IDS
 from db.unit_of_work import Transaction
@@ -305,21 +306,28 @@ def insert_new(
     the statement and the transaction rolls back."""
     if not writes:
         return
-    tx.defer(
+    columns = ("ids", "classes", "statuses", "titles", "parents", "attributes", "decisions")
+    tx.defer_rows(  # several decisions' new items may go in one statement
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
         " parent_item_id, attributes, revision, decision_id)"
-        f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {_ITEM_ARRAYS}",
+        " SELECT %(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
+        " r.attributes, 1, r.decision_id FROM unnest(%(ids)b::text[], %(classes)b::text[],"
+        " %(statuses)b::text[], %(titles)b::text[], %(parents)b::text[],"
+        " %(attributes)b::jsonb[], %(decisions)b::uuid[]) AS r(item_id, class_id, status,"
+        " title, parent_item_id, attributes, decision_id)",
         {
             "t": tenant_id,
             "c": catalog_id,
-            "d": decision_id,
             "ids": [w.item_id for w in writes],
             "classes": [w.class_id for w in writes],
             "statuses": [w.status for w in writes],
             "titles": [w.title for w in writes],
             "parents": [w.parent_item_id for w in writes],
-            "attributes": Jsonb([w.attributes for w in writes]),
+            "attributes": [Jsonb(w.attributes) for w in writes],
+            "decisions": [decision_id] * len(writes),
         },
+        columns,
+        rank(TABLE),
     )
     _wrote(tx, tenant_id, catalog_id, writes, {w.item_id: 1 for w in writes})
     for w in writes:  # a new item holds no strong identifiers yet

@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from db.insert_ranks import rank
 from db.unit_of_work import Transaction
 
 
@@ -43,23 +44,30 @@ def insert(
     prior_decision_ids: Sequence[uuid.UUID],
 ) -> None:
     """Insert the decision row and its prior-decision links (sent with the next
-    statement: nothing in the transaction reads them back)."""
-    tx.defer(
+    statement: nothing in the transaction reads them back; the rows of several
+    decisions of one transaction may go in one statement, ``defer_rows``)."""
+    tx.defer_rows(
         "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor, actor_kind,"
         " rationale, evidence, case_id, case_revision)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            tenant_id,
-            catalog_id,
-            decision_id,
-            action,
-            actor,
-            actor_kind,
-            rationale,
-            Jsonb(list(evidence)),
-            case_id,
-            case_revision,
-        ),
+        " SELECT %(t)s, %(c)s, d.id, d.action, d.actor, d.kind, d.rationale, d.evidence,"
+        " d.case_id, d.case_revision FROM unnest(%(ids)b::uuid[], %(actions)b::text[],"
+        " %(actors)b::text[], %(kinds)b::text[], %(rationales)b::text[],"
+        " %(evidence)b::jsonb[], %(cases)s::text[], %(case_revisions)s::int[])"
+        " AS d(id, action, actor, kind, rationale, evidence, case_id, case_revision)",
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "ids": [decision_id],
+            "actions": [action],
+            "actors": [actor],
+            "kinds": [actor_kind],
+            "rationales": [rationale],
+            "evidence": [Jsonb(list(evidence))],
+            "cases": [case_id],
+            "case_revisions": [case_revision],
+        },
+        ("ids", "actions", "actors", "kinds", "rationales", "evidence", "cases", "case_revisions"),
+        rank("decision"),
     )
     if prior_decision_ids:
         tx.executemany(
@@ -93,21 +101,24 @@ def insert_effects(
     """
     if not effects:
         return
-    tx.defer(
+    tx.defer_rows(
         "INSERT INTO decision_effect (tenant_id, catalog_id, aggregate_type, aggregate_id,"
         " revision, role, decision_id)"
-        " SELECT %(t)s, %(c)s, e.type, e.id, e.revision, e.role, %(d)s"
+        " SELECT %(t)s, %(c)s, e.type, e.id, e.revision, e.role, e.decision_id"
         " FROM unnest(%(types)b::text[], %(ids)b::text[], %(revisions)b::int4[],"
-        " %(roles)b::text[]) AS e(type, id, revision, role)",
+        " %(roles)b::text[], %(decisions)b::uuid[])"
+        " AS e(type, id, revision, role, decision_id)",
         {
             "t": tenant_id,
             "c": catalog_id,
-            "d": decision_id,
             "types": [e.aggregate_type for e in effects],
             "ids": [e.aggregate_id for e in effects],
             "revisions": [e.revision for e in effects],
             "roles": [e.role for e in effects],
+            "decisions": [decision_id] * len(effects),
         },
+        ("types", "ids", "revisions", "roles", "decisions"),
+        rank("decision_effect"),
     )
 
 

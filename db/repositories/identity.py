@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from db.insert_ranks import rank
 from db.unit_of_work import Transaction
 
 
@@ -270,12 +271,28 @@ def insert_keys(
     if not holders:
         return
     items = list(holders)
-    tx.defer_checked(
+    query = (
         "INSERT INTO identity_key (tenant_id, catalog_id, class_id, identity_generation,"
         " item_id, identity_hash, state, decision_id)"
-        " SELECT %s, %s, %s, %s, i, h, %s, %s FROM unnest(%s::text[], %s::text[]) AS k(i, h)",
-        (*key.params(), state, decision_id, items, [holders[i] for i in items]),
+        " SELECT %(t)s, %(c)s, %(class)s, %(generation)s, k.i, k.h, %(state)s, k.d"
+        " FROM unnest(%(items)b::text[], %(hashes)b::text[], %(decisions)s::uuid[])"
+        " AS k(i, h, d)"
     )
+    t, c, klass, generation = key.params()
+    params = {
+        "t": t,
+        "c": c,
+        "class": klass,
+        "generation": generation,
+        "state": state,
+        "items": items,
+        "hashes": [holders[i] for i in items],
+        "decisions": [decision_id] * len(items),
+    }
+    if tx.late_errors:  # several decisions' keys may go in one statement
+        tx.defer_rows(query, params, ("items", "hashes", "decisions"), rank("identity_key"))
+    else:
+        tx.defer_checked(query, params)
 
 
 def insert_collisions(

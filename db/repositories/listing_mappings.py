@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from db.insert_ranks import rank
 from db.own_rows import ABSENT
 from db.unit_of_work import Transaction
 
@@ -71,8 +72,10 @@ def save_many(
     rest = [w for w in writes if tx.own.get(TABLE, keys[w.listing_id]) is not ABSENT]
     tx.own.forget(TABLE, keys.values())
     revisions = {w.listing_id: 1 for w in new}
-    if new:
-        tx.defer(_INSERT, _params(tenant_id, catalog_id, new, decision_id))
+    if new:  # several decisions' new mappings may go in one statement
+        columns = ("listings", "items", "revisions", "decisions")
+        params = _params(tenant_id, catalog_id, new, decision_id)
+        tx.defer_rows(_INSERT, params, columns, rank(TABLE))
     if rest:
         found = tx.execute(
             _INSERT + " ON CONFLICT (tenant_id, catalog_id, listing_id) DO UPDATE SET"
@@ -89,9 +92,9 @@ TABLE = "listing_mapping"
 _INSERT = (
     "INSERT INTO listing_mapping (tenant_id, catalog_id, listing_id, item_id,"
     " item_revision, decision_id, revision)"
-    " SELECT %(t)s, %(c)s, r.listing_id, r.item_id, r.item_revision, %(d)s, 1"
-    " FROM unnest(%(listings)b::text[], %(items)b::text[], %(revisions)b::int4[])"
-    " AS r(listing_id, item_id, item_revision)"
+    " SELECT %(t)s, %(c)s, r.listing_id, r.item_id, r.item_revision, r.decision_id, 1"
+    " FROM unnest(%(listings)b::text[], %(items)b::text[], %(revisions)b::int4[],"
+    " %(decisions)b::uuid[]) AS r(listing_id, item_id, item_revision, decision_id)"
 )
 
 
@@ -101,10 +104,10 @@ def _params(
     return {
         "t": tenant_id,
         "c": catalog_id,
-        "d": decision_id,
         "listings": [w.listing_id for w in writes],
         "items": [w.item_id for w in writes],
         "revisions": [w.item_revision for w in writes],
+        "decisions": [decision_id] * len(writes),
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from db.insert_ranks import rank
 from db.unit_of_work import Transaction
 
 STRONG_IDS = "identity_strong_id"
@@ -49,15 +50,18 @@ def insert_strong_ids(
         own = tx.own.get(STRONG_IDS, (tenant_id, catalog_id, item_id))
         if own is not None:
             own.setdefault(scheme, value)
-    tx.defer(
+    tx.defer_rows(  # several decisions' may go in one statement
         "INSERT INTO identity_strong_id (tenant_id, catalog_id, item_id, scheme, value)"
-        " SELECT %s, %s, i, s, v FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(i, s, v)"
+        " SELECT %(t)s, %(c)s, x.i, x.s, x.v"
+        " FROM unnest(%(items)b::text[], %(schemes)b::text[], %(values)b::text[]) AS x(i, s, v)"
         " ON CONFLICT (tenant_id, catalog_id, item_id, scheme) DO NOTHING",
-        (
-            tenant_id,
-            catalog_id,
-            [t[0] for t in triples],
-            [t[1] for t in triples],
-            [t[2] for t in triples],
-        ),
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "items": [t[0] for t in triples],
+            "schemes": [t[1] for t in triples],
+            "values": [t[2] for t in triples],
+        },
+        ("items", "schemes", "values"),
+        rank("identity_strong_id"),
     )
