@@ -46,6 +46,60 @@ def insert(
     """Insert the decision row and its prior-decision links (sent with the next
     statement: nothing in the transaction reads them back; the rows of several
     decisions of one transaction may go in one statement, ``defer_rows``)."""
+    if not tx.late_errors:  # one row alone: VALUES costs less than unnesting arrays
+        tx.defer(
+            "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
+            " actor_kind, rationale, evidence, case_id, case_revision)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                tenant_id,
+                catalog_id,
+                decision_id,
+                action,
+                actor,
+                actor_kind,
+                rationale,
+                Jsonb(list(evidence)),
+                case_id,
+                case_revision,
+            ),
+        )
+    else:
+        _insert_joined(
+            tx,
+            tenant_id,
+            catalog_id,
+            decision_id,
+            action,
+            actor,
+            actor_kind,
+            rationale,
+            evidence,
+            case_id,
+            case_revision,
+        )
+    if prior_decision_ids:
+        tx.executemany(
+            "INSERT INTO decision_prior (tenant_id, catalog_id, decision_id, prior_decision_id)"
+            " VALUES (%s, %s, %s, %s)",
+            [(tenant_id, catalog_id, decision_id, prior) for prior in prior_decision_ids],
+        )
+
+
+def _insert_joined(
+    tx: Transaction,
+    tenant_id: str,
+    catalog_id: str,
+    decision_id: uuid.UUID,
+    action: str,
+    actor: str,
+    actor_kind: str,
+    rationale: str,
+    evidence: Sequence[dict[str, str]],
+    case_id: str | None,
+    case_revision: int | None,
+) -> None:
+    """``insert``'s decision row, joinable with other decisions' (``defer_rows``)."""
     tx.defer_rows(
         "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor, actor_kind,"
         " rationale, evidence, case_id, case_revision)"
@@ -69,12 +123,6 @@ def insert(
         ("ids", "actions", "actors", "kinds", "rationales", "evidence", "cases", "case_revisions"),
         rank("decision"),
     )
-    if prior_decision_ids:
-        tx.executemany(
-            "INSERT INTO decision_prior (tenant_id, catalog_id, decision_id, prior_decision_id)"
-            " VALUES (%s, %s, %s, %s)",
-            [(tenant_id, catalog_id, decision_id, prior) for prior in prior_decision_ids],
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ facts it accepts. ``record_decision`` runs it as one transaction of the Unit of 
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -104,13 +105,16 @@ def effects(events: Sequence[PendingEvent]) -> list[Effect]:
 def _capture_ids(evidence: Sequence[EvidenceRef]) -> list[uuid.UUID]:
     """The cited capture ids that can name a stored capture (intake's are uuids; a
     reference may name evidence held elsewhere)."""
-    ids = set()
-    for ref in evidence:
-        try:
-            ids.add(uuid.UUID(ref.capture_id))
-        except ValueError:
-            continue
-    return sorted(ids)
+    return sorted({i for ref in evidence if (i := _capture_uuid(ref.capture_id)) is not None})
+
+
+@functools.lru_cache(maxsize=1024)
+def _capture_uuid(capture_id: str) -> uuid.UUID | None:
+    """A cited capture id as a uuid, or None (kept: a capture's products cite it alike)."""
+    try:
+        return uuid.UUID(capture_id)
+    except ValueError:
+        return None
 
 
 def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
