@@ -22,7 +22,9 @@ intake creates. This phase measures that path as deployed:
    checkpoint;
 6. the rate is the products over the time from the first settled to the last
    (``capture_item.updated_at``, the settling statements' clock, one server), so
-   the post, the job message and the parse are left out;
+   the post, the job message and the parse are left out; the worker's resident
+   memory is read before the feed, at a tenth of it and at its end, with its peak
+   (``WorkerMemory``);
 7. stop the processes; delete the bucket's objects and the bucket.
 """
 
@@ -30,10 +32,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +48,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 
 from db.objects import s3_client
+from infra.bench.memory import peak_rss_mb, reset_peak, rss_mb
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.bench.settle import settle_sandbox
 from infra.config import load
@@ -73,6 +78,42 @@ TERMINAL = ("done", "failed", "skipped")
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerMemory:
+    """The worker's resident MB: before the measured feed, when a tenth of it was
+    settled (start-up and the first batches behind it), at its end, and its peak
+    (``VmHWM``, reset before the feed; None when the reset was refused)."""
+
+    before_mb: float
+    at_10_mb: float
+    end_mb: float
+    peak_mb: float | None
+
+    @property
+    def flat(self) -> bool:
+        """The end within 15 % of the tenth's mark, as ``gapless bench memory`` judges."""
+        return self.end_mb <= self.at_10_mb * 1.15
+
+
+class _MemoryWatch:
+    """Samples the worker's RSS while ``_wait_done`` polls the measured job."""
+
+    def __init__(self, pid: int, products: int) -> None:
+        self._pid, self._products = pid, products
+        self._before = rss_mb(pid)
+        self._reset = reset_peak(pid)
+        self._at_10: float | None = None
+
+    def __call__(self, settled: int) -> None:
+        if self._at_10 is None and settled * 10 >= self._products:
+            self._at_10 = rss_mb(self._pid)
+
+    def result(self) -> WorkerMemory:
+        end = rss_mb(self._pid)
+        peak = peak_rss_mb(self._pid) if self._reset else None
+        return WorkerMemory(self._before, self._at_10 or end, end, peak)
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerFigures:
     products: int
     seconds: float
@@ -83,6 +124,8 @@ class WorkerFigures:
     decisions: int
     review_cases: int
     known: int
+    memory: WorkerMemory | None = None
+    """The worker process's resident memory over the measured feed."""
 
     @property
     def per_second(self) -> float:
@@ -215,13 +258,19 @@ def _job(conn: psycopg.Connection, job_id: uuid.UUID) -> tuple[str, int, int]:
 
 
 def _wait_done(
-    box: Sandbox, job_id: uuid.UUID, products: int, processes: list[Deployed], echo: Echo
+    box: Sandbox,
+    job_id: uuid.UUID,
+    products: int,
+    processes: list[Deployed],
+    echo: Echo,
+    watch: Callable[[int], None] = lambda _settled: None,
 ) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S + products / MIN_RATE
     echoed = 0.0
     with psycopg.connect(box.databases.resolver_dsn, autocommit=True) as conn:
         while True:
             status, at, total = _job(conn, job_id)
+            watch(at)
             if status in TERMINAL:
                 if status != "done":
                     raise RuntimeError(f"capture job {job_id} ended {status}")
@@ -291,7 +340,7 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
     with _Bucket(box) as bucket:
         size = len(measured["artifact"]) * 3 // 4
         processes = _processes(box, bucket.name, size, logs)
-        api, _worker = processes
+        api, worker = processes
         try:
             for p in processes:
                 p.start()
@@ -309,15 +358,18 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
             _wait_done(box, job, known, processes, echo)
             settle_sandbox(box, echo)
             echo(f"capture worker: posting a feed of {products:,} products ({size:,} bytes)")
+            watch = _MemoryWatch(worker.pid, products)
             job = _post(api_url, token, measured, f"{tenant}-measured")
-            _wait_done(box, job, products, processes, echo)
+            _wait_done(box, job, products, processes, echo, watch)
+            memory = watch.result()
         finally:
             for p in reversed(processes):
                 p.stop()
             _delete_group(box)
-    figures = _figures(box, job, products, known)
+    figures = dataclasses.replace(_figures(box, job, products, known), memory=memory)
     echo(
         f"capture worker: {figures.products:,} products settled in {figures.seconds:.2f} s"
-        f" ({figures.per_second:,.0f}/s): {figures.outcomes}"
+        f" ({figures.per_second:,.0f}/s): {figures.outcomes}; worker RSS {memory.at_10_mb:.0f}"
+        f" MB at a tenth, {memory.end_mb:.0f} MB at the end"
     )
     return figures

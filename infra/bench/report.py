@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from infra.bench.agents import AgentsFigures
 from infra.bench.applier import ApplierFigures
-from infra.bench.capture_worker import WorkerFigures
+from infra.bench.capture_worker import WorkerFigures, WorkerMemory
 from infra.bench.decision_cpu import DecisionCpu
 from infra.bench.deployed_latency import RATES, DeployedLatency
 from infra.bench.latency import LatencyFigures
@@ -190,6 +190,20 @@ def worker_figures(k: WorkerFigures) -> dict[str, object]:
         "worker_decisions": k.decisions,
         "worker_unchanged": k.outcomes.get("unchanged", 0),
         "worker_review_cases": k.review_cases,
+        **_worker_memory(k),
+    }
+
+
+def _worker_memory(k: WorkerFigures) -> dict[str, object]:
+    m = k.memory
+    if m is None:
+        return {}
+    return {
+        "worker_rss_before_mb": round(m.before_mb, 1),
+        "worker_rss_10_mb": round(m.at_10_mb, 1),
+        "worker_rss_end_mb": round(m.end_mb, 1),
+        "worker_peak_rss_mb": round(m.peak_mb, 1) if m.peak_mb is not None else None,
+        "worker_rss_flat": m.flat,
     }
 
 
@@ -200,7 +214,18 @@ def render_worker(k: WorkerFigures) -> str:
         f" capture of {k.products:,} products ({k.known:,} known to the catalog)\n"
         f"  {k.per_second:>11,.0f} products/s over {k.seconds:.1f} s (job {k.job_seconds:.1f} s):"
         f" {k.decisions:,} decisions, {k.outcomes.get('unchanged', 0):,} unchanged,"
-        f" {k.review_cases:,} review cases"
+        f" {k.review_cases:,} review cases{_render_memory(k.memory)}"
+    )
+
+
+def _render_memory(m: WorkerMemory | None) -> str:
+    if m is None:
+        return ""
+    peak = "not read" if m.peak_mb is None else f"{m.peak_mb:,.0f} MB"
+    verdict = "flat" if m.flat else "growing"
+    return (
+        f"\n  worker RSS {m.before_mb:,.0f} MB before, {m.at_10_mb:,.0f} MB at a tenth,"
+        f" {m.end_mb:,.0f} MB at the end ({verdict}), peak {peak}"
     )
 
 
