@@ -23,8 +23,8 @@ intake creates. This phase measures that path as deployed:
 6. the rate is the products over the time from the first settled to the last
    (``capture_item.updated_at``, the settling statements' clock, one server), so
    the post, the job message and the parse are left out; the worker's resident
-   memory is read before the feed, at a tenth of it and at its end, with its peak
-   (``WorkerMemory``);
+   memory is read before the feed, at a tenth and at nine tenths of it, with its
+   peak (``WorkerMemory``);
 7. stop the processes; delete the bucket's objects and the bucket.
 """
 
@@ -80,18 +80,20 @@ TERMINAL = ("done", "failed", "skipped")
 @dataclass(frozen=True, slots=True)
 class WorkerMemory:
     """The worker's resident MB: before the measured feed, when a tenth of it was
-    settled (start-up and the first batches behind it), at its end, and its peak
-    (``VmHWM``, reset before the feed; None when the reset was refused)."""
+    settled (start-up, the parse and the first batches behind it), when nine tenths
+    were, and its peak over the feed (``VmHWM``, reset before it; None when the
+    reset was refused)."""
 
     before_mb: float
     at_10_mb: float
-    end_mb: float
+    at_90_mb: float
     peak_mb: float | None
 
     @property
     def flat(self) -> bool:
-        """The end within 15 % of the tenth's mark, as ``gapless bench memory`` judges."""
-        return self.end_mb <= self.at_10_mb * 1.15
+        """Nine tenths within 15 % of the tenth's mark, as ``gapless bench memory``
+        judges its backlog."""
+        return self.at_90_mb <= self.at_10_mb * 1.15
 
 
 class _MemoryWatch:
@@ -101,16 +103,18 @@ class _MemoryWatch:
         self._pid, self._products = pid, products
         self._before = rss_mb(pid)
         self._reset = reset_peak(pid)
-        self._at_10: float | None = None
+        self._marks: dict[int, float] = {}
 
     def __call__(self, settled: int) -> None:
-        if self._at_10 is None and settled * 10 >= self._products:
-            self._at_10 = rss_mb(self._pid)
+        for tenths in (1, 9):
+            if tenths not in self._marks and settled * 10 >= self._products * tenths:
+                self._marks[tenths] = rss_mb(self._pid)
 
     def result(self) -> WorkerMemory:
-        end = rss_mb(self._pid)
+        """After the job: a mark the polls stepped over is read now."""
+        now = rss_mb(self._pid)
         peak = peak_rss_mb(self._pid) if self._reset else None
-        return WorkerMemory(self._before, self._at_10 or end, end, peak)
+        return WorkerMemory(self._before, self._marks.get(1, now), self._marks.get(9, now), peak)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +374,6 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
     echo(
         f"capture worker: {figures.products:,} products settled in {figures.seconds:.2f} s"
         f" ({figures.per_second:,.0f}/s): {figures.outcomes}; worker RSS {memory.at_10_mb:.0f}"
-        f" MB at a tenth, {memory.end_mb:.0f} MB at the end"
+        f" MB at a tenth, {memory.at_90_mb:.0f} MB at nine tenths"
     )
     return figures

@@ -201,7 +201,7 @@ def _worker_memory(k: WorkerFigures) -> dict[str, object]:
     return {
         "worker_rss_before_mb": round(m.before_mb, 1),
         "worker_rss_10_mb": round(m.at_10_mb, 1),
-        "worker_rss_end_mb": round(m.end_mb, 1),
+        "worker_rss_90_mb": round(m.at_90_mb, 1),
         "worker_peak_rss_mb": round(m.peak_mb, 1) if m.peak_mb is not None else None,
         "worker_rss_flat": m.flat,
     }
@@ -225,7 +225,7 @@ def _render_memory(m: WorkerMemory | None) -> str:
     verdict = "flat" if m.flat else "growing"
     return (
         f"\n  worker RSS {m.before_mb:,.0f} MB before, {m.at_10_mb:,.0f} MB at a tenth,"
-        f" {m.end_mb:,.0f} MB at the end ({verdict}), peak {peak}"
+        f" {m.at_90_mb:,.0f} MB at nine tenths ({verdict}), peak {peak}"
     )
 
 
