@@ -12,10 +12,9 @@ A repository that writes rows records them here (``put``), one that reads them
 under the cursor lock records those it did not find (``ABSENT``); one that reads
 rows answers those it finds here without a statement (``get``); one that changes
 them without knowing the result forgets them (``forget``), so a later read goes to
-the database. A read whose rows are all
-found here is no round trip at all, which is what lets a Unit of Work doing several
-decisions in one transaction (the capture worker's batch) send its writes without
-waiting.
+the database. A read whose rows are all found here is no round trip at all, which
+is what lets a Unit of Work doing several decisions in one transaction (the capture
+worker's batch) send its writes without waiting.
 
 Each Unit of Work keeps one per transaction (``db.unit_of_work``); it is dropped
 with the transaction, committed or rolled back.
@@ -33,13 +32,13 @@ ABSENT: Any = object()
 
 
 class OwnRows:
-    """The rows one transaction wrote, by table and primary key."""
+    """The rows one transaction wrote or found absent, by table and primary key."""
 
     def __init__(self) -> None:
         self._rows: dict[str, dict[Key, Any]] = {}
 
     def put(self, table: str, key: Key, row: Any) -> None:
-        """Record a row as this transaction wrote it."""
+        """Record a row as this transaction wrote it (or ``ABSENT``)."""
         self._rows.setdefault(table, {})[key] = row
 
     def get(self, table: str, key: Key) -> Any | None:

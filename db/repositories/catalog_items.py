@@ -15,6 +15,7 @@ from db.repositories.strong_ids import STRONG_IDS
 from db.unit_of_work import Transaction
 
 _COLUMNS = "item_id, class_id, status, title, parent_item_id, attributes, revision"
+_I_COLUMNS = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))  # of ``_by_keys``
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +112,8 @@ def get_many_for_share(
             found[item_id] = own
     if not others:
         return found
-    columns = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))
     rows = tx.execute(
-        f"SELECT {columns}" + _by_keys("FOR SHARE"),
+        f"SELECT {_I_COLUMNS}" + _by_keys("FOR SHARE"),
         {"t": tenant_id, "c": catalog_id, "ids": others},
     ).fetchall()
     found.update((r[0], _row(r)) for r in rows)
@@ -170,9 +170,8 @@ def get_many(
     are recorded absent (``db.own_rows``), so the write path need not look again."""
     if not item_ids:
         return {}
-    columns = ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(","))
     rows = tx.execute(
-        f"SELECT {columns}" + _by_keys(),
+        f"SELECT {_I_COLUMNS}" + _by_keys(),
         {"t": tenant_id, "c": catalog_id, "ids": list(item_ids)},
     ).fetchall()
     found = {r[0]: _row(r) for r in rows}
