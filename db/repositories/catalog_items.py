@@ -305,29 +305,40 @@ def insert_new(
     the statement and the transaction rolls back."""
     if not writes:
         return
-    columns = ("ids", "classes", "statuses", "titles", "parents", "attributes", "decisions")
-    tx.defer_rows(  # several decisions' new items may go in one statement
-        "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
-        " parent_item_id, attributes, revision, decision_id)"
-        " SELECT %(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
-        " r.attributes, 1, r.decision_id FROM unnest(%(ids)b::text[], %(classes)b::text[],"
-        " %(statuses)b::text[], %(titles)b::text[], %(parents)b::text[],"
-        " %(attributes)b::jsonb[], %(decisions)b::uuid[]) AS r(item_id, class_id, status,"
-        " title, parent_item_id, attributes, decision_id)",
-        {
-            "t": tenant_id,
-            "c": catalog_id,
-            "ids": [w.item_id for w in writes],
-            "classes": [w.class_id for w in writes],
-            "statuses": [w.status for w in writes],
-            "titles": [w.title for w in writes],
-            "parents": [w.parent_item_id for w in writes],
+    params: dict[str, Any] = {
+        "t": tenant_id,
+        "c": catalog_id,
+        "ids": [w.item_id for w in writes],
+        "classes": [w.class_id for w in writes],
+        "statuses": [w.status for w in writes],
+        "titles": [w.title for w in writes],
+        "parents": [w.parent_item_id for w in writes],
+    }
+    if not tx.late_errors:  # one decision's: its id once, the attributes as one JSON array
+        params |= {"d": decision_id, "attributes": Jsonb([w.attributes for w in writes])}
+        tx.defer(
+            "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
+            " parent_item_id, attributes, revision, decision_id)"
+            f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {_ITEM_ARRAYS}",
+            params,
+        )
+    else:  # joinable with other decisions' new items: a decision id and a JSON value a row
+        params |= {
             "attributes": [Jsonb(w.attributes) for w in writes],
             "decisions": [decision_id] * len(writes),
-        },
-        columns,
-        rank(TABLE),
-    )
+        }
+        tx.defer_rows(
+            "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
+            " parent_item_id, attributes, revision, decision_id)"
+            " SELECT %(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
+            " r.attributes, 1, r.decision_id FROM unnest(%(ids)b::text[], %(classes)b::text[],"
+            " %(statuses)b::text[], %(titles)b::text[], %(parents)b::text[],"
+            " %(attributes)b::jsonb[], %(decisions)b::uuid[]) AS r(item_id, class_id, status,"
+            " title, parent_item_id, attributes, decision_id)",
+            params,
+            ("ids", "classes", "statuses", "titles", "parents", "attributes", "decisions"),
+            rank(TABLE),
+        )
     _wrote(tx, tenant_id, catalog_id, writes, {w.item_id: 1 for w in writes})
     for w in writes:  # a new item holds no strong identifiers yet
         tx.own.put(STRONG_IDS, (tenant_id, catalog_id, w.item_id), {})

@@ -149,22 +149,30 @@ def insert_effects(
     """
     if not effects:
         return
-    tx.defer_rows(
+    params: dict[str, Any] = {
+        "t": tenant_id,
+        "c": catalog_id,
+        "types": [e.aggregate_type for e in effects],
+        "ids": [e.aggregate_id for e in effects],
+        "revisions": [e.revision for e in effects],
+        "roles": [e.role for e in effects],
+    }
+    rows = (
+        " FROM unnest(%(types)b::text[], %(ids)b::text[], %(revisions)b::int4[], %(roles)b::text[]"
+    )
+    insert = (
         "INSERT INTO decision_effect (tenant_id, catalog_id, aggregate_type, aggregate_id,"
-        " revision, role, decision_id)"
-        " SELECT %(t)s, %(c)s, e.type, e.id, e.revision, e.role, e.decision_id"
-        " FROM unnest(%(types)b::text[], %(ids)b::text[], %(revisions)b::int4[],"
-        " %(roles)b::text[], %(decisions)b::uuid[])"
+        " revision, role, decision_id) SELECT %(t)s, %(c)s, e.type, e.id, e.revision, e.role,"
+    )
+    if not tx.late_errors:  # one decision's: its id once
+        params["d"] = decision_id
+        tx.defer(insert + " %(d)s" + rows + ") AS e(type, id, revision, role)", params)
+        return
+    params["decisions"] = [decision_id] * len(effects)  # joinable with other decisions'
+    tx.defer_rows(
+        insert + " e.decision_id" + rows + ", %(decisions)b::uuid[])"
         " AS e(type, id, revision, role, decision_id)",
-        {
-            "t": tenant_id,
-            "c": catalog_id,
-            "types": [e.aggregate_type for e in effects],
-            "ids": [e.aggregate_id for e in effects],
-            "revisions": [e.revision for e in effects],
-            "roles": [e.role for e in effects],
-            "decisions": [decision_id] * len(effects),
-        },
+        params,
         ("types", "ids", "revisions", "roles", "decisions"),
         rank("decision_effect"),
     )
