@@ -46,38 +46,27 @@ def insert(
     """Insert the decision row and its prior-decision links (sent with the next
     statement: nothing in the transaction reads them back; the rows of several
     decisions of one transaction may go in one statement, ``defer_rows``)."""
+    row = (
+        decision_id,
+        action,
+        actor,
+        actor_kind,
+        rationale,
+        Jsonb(list(evidence)),
+        case_id,
+        case_revision,
+    )
     if not tx.late_errors:  # one row alone: VALUES costs less than unnesting arrays
         tx.defer(
             "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
             " actor_kind, rationale, evidence, case_id, case_revision)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                tenant_id,
-                catalog_id,
-                decision_id,
-                action,
-                actor,
-                actor_kind,
-                rationale,
-                Jsonb(list(evidence)),
-                case_id,
-                case_revision,
-            ),
+            (tenant_id, catalog_id, *row),
         )
-    else:
-        _insert_joined(
-            tx,
-            tenant_id,
-            catalog_id,
-            decision_id,
-            action,
-            actor,
-            actor_kind,
-            rationale,
-            evidence,
-            case_id,
-            case_revision,
-        )
+    else:  # joinable with other decisions' rows: a list a column
+        params: dict[str, Any] = {"t": tenant_id, "c": catalog_id}
+        params |= {column: [value] for column, value in zip(_DECISION_COLUMNS, row, strict=True)}
+        tx.defer_rows(_JOINED_DECISIONS, params, _DECISION_COLUMNS, rank("decision"))
     if prior_decision_ids:
         tx.executemany(
             "INSERT INTO decision_prior (tenant_id, catalog_id, decision_id, prior_decision_id)"
@@ -86,43 +75,26 @@ def insert(
         )
 
 
-def _insert_joined(
-    tx: Transaction,
-    tenant_id: str,
-    catalog_id: str,
-    decision_id: uuid.UUID,
-    action: str,
-    actor: str,
-    actor_kind: str,
-    rationale: str,
-    evidence: Sequence[dict[str, str]],
-    case_id: str | None,
-    case_revision: int | None,
-) -> None:
-    """``insert``'s decision row, joinable with other decisions' (``defer_rows``)."""
-    tx.defer_rows(
-        "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor, actor_kind,"
-        " rationale, evidence, case_id, case_revision)"
-        " SELECT %(t)s, %(c)s, d.id, d.action, d.actor, d.kind, d.rationale, d.evidence,"
-        " d.case_id, d.case_revision FROM unnest(%(ids)b::uuid[], %(actions)b::text[],"
-        " %(actors)b::text[], %(kinds)b::text[], %(rationales)b::text[],"
-        " %(evidence)b::jsonb[], %(cases)s::text[], %(case_revisions)s::int[])"
-        " AS d(id, action, actor, kind, rationale, evidence, case_id, case_revision)",
-        {
-            "t": tenant_id,
-            "c": catalog_id,
-            "ids": [decision_id],
-            "actions": [action],
-            "actors": [actor],
-            "kinds": [actor_kind],
-            "rationales": [rationale],
-            "evidence": [Jsonb(list(evidence))],
-            "cases": [case_id],
-            "case_revisions": [case_revision],
-        },
-        ("ids", "actions", "actors", "kinds", "rationales", "evidence", "cases", "case_revisions"),
-        rank("decision"),
-    )
+_DECISION_COLUMNS = (
+    "ids",
+    "actions",
+    "actors",
+    "kinds",
+    "rationales",
+    "evidence",
+    "cases",
+    "case_revisions",
+)
+_JOINED_DECISIONS = (
+    "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor, actor_kind,"
+    " rationale, evidence, case_id, case_revision)"
+    " SELECT %(t)s, %(c)s, d.id, d.action, d.actor, d.kind, d.rationale, d.evidence,"
+    " d.case_id, d.case_revision FROM unnest(%(ids)b::uuid[], %(actions)b::text[],"
+    " %(actors)b::text[], %(kinds)b::text[], %(rationales)b::text[],"
+    " %(evidence)b::jsonb[], %(cases)s::text[], %(case_revisions)s::int[])"
+    " AS d(id, action, actor, kind, rationale, evidence, case_id, case_revision)"
+)
+"""The decision rows of several decisions, one list a column (``insert``)."""
 
 
 @dataclass(frozen=True, slots=True)

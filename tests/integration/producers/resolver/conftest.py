@@ -5,6 +5,7 @@ test also proves the role's grants suffice."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -12,7 +13,7 @@ from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
-from db.unit_of_work import UnitOfWork
+from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from schemas.codec import CODEC
 from schemas.events import EvidenceRef
@@ -66,3 +67,17 @@ def assert_contiguous_outbox(dsn: str) -> None:
                 )
             ]
             assert positions == list(range(1, cursor + 1)), (tenant, catalog, epoch)
+
+
+@pytest.fixture()
+def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement the write path sends inside a Unit of Work's transaction."""
+    sent: list[str] = []
+    real = Transaction.execute
+
+    def counting(self: Transaction, query: str, params: Any = None) -> psycopg.Cursor[Any]:
+        sent.append(query)
+        return real(self, query, params)
+
+    monkeypatch.setattr(Transaction, "execute", counting)
+    yield sent

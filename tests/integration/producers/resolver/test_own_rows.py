@@ -4,9 +4,6 @@ holds in that transaction, and it sends no statement for it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import psycopg
 import psycopg.errors
 import pytest
@@ -15,7 +12,6 @@ from db.repositories import catalog_items as items
 from db.repositories import listing_mappings as mappings
 from db.repositories import strong_ids as strong
 from db.settings import DatabaseSettings
-from db.unit_of_work import Transaction
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import commit_staged, stage_decision
 from producers.resolver.listing_mappings import MapListing
@@ -23,19 +19,6 @@ from tests.fixtures.decisions import by_rule
 from tests.integration.producers.resolver.conftest import UowFactory, add_item
 
 T, C = "t1", "c1"
-
-
-@pytest.fixture()
-def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    sent: list[str] = []
-    real = Transaction.execute
-
-    def counting(self: Transaction, query: str, params: Any = None) -> psycopg.Cursor[Any]:
-        sent.append(query)
-        return real(self, query, params)
-
-    monkeypatch.setattr(Transaction, "execute", counting)
-    yield sent
 
 
 def change(item_id: str, title: str) -> ItemChange:

@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
-from db.unit_of_work import Transaction, UnitOfWork
+from db.unit_of_work import UnitOfWork
 from producers.resolver.attributes.facts import DefineAttribute, DefineClass, SetAttributeValue
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
@@ -235,20 +235,6 @@ def test_facts_accepted_together_equal_facts_accepted_one_by_one(
     ]
     # A refused decision leaves nothing behind, either way.
     assert state(dsn, "together") == before
-
-
-@pytest.fixture()
-def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement the write path sends inside a Unit of Work's transaction."""
-    sent: list[str] = []
-    real = Transaction.execute
-
-    def counting(self: Transaction, query: str, params: Any = None) -> psycopg.Cursor[Any]:
-        sent.append(query)
-        return real(self, query, params)
-
-    monkeypatch.setattr(Transaction, "execute", counting)
-    yield sent
 
 
 def test_a_decision_of_many_items_sends_as_many_statements_as_one_of_two(
