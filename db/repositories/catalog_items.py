@@ -276,17 +276,24 @@ def save_many(
             "t": tenant_id,
             "c": catalog_id,
             "d": decision_id,
-            "ids": [w.item_id for w in writes],
-            "classes": [w.class_id for w in writes],
-            "statuses": [w.status for w in writes],
-            "titles": [w.title for w in writes],
-            "parents": [w.parent_item_id for w in writes],
+            **_item_arrays(writes),
             "attributes": Jsonb([w.attributes for w in writes]),
         },
     ).fetchall()
     revisions = {r[0]: int(r[1]) for r in rows}
     _wrote(tx, tenant_id, catalog_id, writes, revisions)
     return revisions
+
+
+def _item_arrays(writes: Sequence[ItemWrite]) -> dict[str, list[Any]]:
+    """The ``_ITEM_ARRAYS`` columns of ``writes`` but the attributes, a list each."""
+    return {
+        "ids": [w.item_id for w in writes],
+        "classes": [w.class_id for w in writes],
+        "statuses": [w.status for w in writes],
+        "titles": [w.title for w in writes],
+        "parents": [w.parent_item_id for w in writes],
+    }
 
 
 def insert_new(
@@ -308,11 +315,7 @@ def insert_new(
     params: dict[str, Any] = {
         "t": tenant_id,
         "c": catalog_id,
-        "ids": [w.item_id for w in writes],
-        "classes": [w.class_id for w in writes],
-        "statuses": [w.status for w in writes],
-        "titles": [w.title for w in writes],
-        "parents": [w.parent_item_id for w in writes],
+        **_item_arrays(writes),
     }
     if not tx.late_errors:  # one decision's: its id once, the attributes as one JSON array
         params |= {"d": decision_id, "attributes": Jsonb([w.attributes for w in writes])}

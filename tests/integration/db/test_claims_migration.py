@@ -12,6 +12,7 @@ from alembic import command
 
 from db.migrate import alembic_config
 from db.settings import DatabaseSettings
+from tests.integration.db.scratch import scratch_database
 
 CAPTURE = uuid.uuid4()
 # source item -> its claims (field, value, locator); "none" settled without any.
@@ -25,16 +26,8 @@ CLAIMS = {
 @pytest.fixture()
 def scratch_dsn(db_settings: DatabaseSettings) -> Iterator[str]:
     """A database of its own, migrated to resolver_0015ob, dropped afterwards."""
-    base, _, name = db_settings.resolver_owner_dsn.rpartition("/")
-    scratch = f"{name}_m0016"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{scratch}"')
-    dsn = f"{base}/{scratch}"
-    command.upgrade(alembic_config("resolver", dsn), "resolver_0015ob")
-    yield dsn
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+    with scratch_database(db_settings, "m0016", "resolver_0015ob") as dsn:
+        yield dsn
 
 
 def _claims(conn: psycopg.Connection) -> set[tuple[str, str, str, str]]:

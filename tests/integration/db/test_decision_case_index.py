@@ -13,6 +13,7 @@ from alembic import command
 
 from db.migrate import alembic_config
 from db.settings import DatabaseSettings
+from tests.integration.db.scratch import scratch_database
 
 # The statement PostgreSQL runs for each foreign-key check against ``decision``.
 RI_CHECK = (
@@ -24,14 +25,8 @@ RI_CHECK = (
 
 @pytest.fixture()
 def scratch_dsn(db_settings: DatabaseSettings) -> Iterator[str]:
-    base, _, name = db_settings.resolver_owner_dsn.rpartition("/")
-    scratch = f"{name}_m0013dc"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{scratch}"')
-    yield f"{base}/{scratch}"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+    with scratch_database(db_settings, "m0013dc") as dsn:
+        yield dsn
 
 
 def _decisions(conn: psycopg.Connection, n: int, case: str | None = None) -> None:

@@ -14,6 +14,7 @@ from db.migrate import alembic_config
 from db.repositories.decisions import for_item
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction
+from tests.integration.db.scratch import scratch_database
 
 MAPPED, SPLIT, POLICY, EMPTY = (uuid.uuid4() for _ in range(4))
 SPLIT_ID = uuid.uuid4()
@@ -22,16 +23,8 @@ SPLIT_ID = uuid.uuid4()
 @pytest.fixture()
 def scratch_dsn(db_settings: DatabaseSettings) -> Iterator[str]:
     """A database of its own, migrated to resolver_0004d, dropped afterwards."""
-    base, _, name = db_settings.resolver_owner_dsn.rpartition("/")
-    scratch = f"{name}_m0005dx"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{scratch}"')
-    dsn = f"{base}/{scratch}"
-    command.upgrade(alembic_config("resolver", dsn), "resolver_0004d")
-    yield dsn
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+    with scratch_database(db_settings, "m0005dx", "resolver_0004d") as dsn:
+        yield dsn
 
 
 def _old_state(conn: psycopg.Connection) -> None:

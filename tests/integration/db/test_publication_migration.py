@@ -10,6 +10,7 @@ from alembic import command
 
 from db.migrate import alembic_config
 from db.settings import DatabaseSettings
+from tests.integration.db.scratch import scratch_database
 
 # Streams of the old schema: (catalog, cursor, positions marked published).
 OLD_STREAMS = [
@@ -24,16 +25,8 @@ OLD_STREAMS = [
 @pytest.fixture()
 def scratch_dsn(db_settings: DatabaseSettings) -> Iterator[str]:
     """A database of its own, migrated to resolver_0001, dropped afterwards."""
-    base, _, name = db_settings.resolver_owner_dsn.rpartition("/")
-    scratch = f"{name}_m0002"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{scratch}"')
-    dsn = f"{base}/{scratch}"
-    command.upgrade(alembic_config("resolver", dsn), "resolver_0001")
-    yield dsn
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+    with scratch_database(db_settings, "m0002", "resolver_0001") as dsn:
+        yield dsn
 
 
 def test_upgrade_keeps_what_was_published_and_downgrade_restores_the_marks(
