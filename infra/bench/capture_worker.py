@@ -185,7 +185,7 @@ def capture_body(products: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-class _Bucket:
+class EvidenceBucket:
     """The sandbox's evidence bucket: created on entry, emptied and removed on exit."""
 
     def __init__(self, box: Sandbox) -> None:
@@ -193,7 +193,7 @@ class _Bucket:
         settings = load(ObjectStoreSettings).model_copy(update={"evidence_bucket": self.name})
         self._s3 = s3_client(settings)
 
-    def __enter__(self) -> _Bucket:
+    def __enter__(self) -> EvidenceBucket:
         self._s3.create_bucket(Bucket=self.name)
         return self
 
@@ -341,7 +341,7 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
     measured = capture_body(measured_feed(products, known))
     logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    with _Bucket(box) as bucket:
+    with EvidenceBucket(box) as bucket:
         size = len(measured["artifact"]) * 3 // 4
         processes = _processes(box, bucket.name, size, logs)
         api, worker = processes

@@ -4,8 +4,10 @@ Phase (d) runs the relay and the applier inside the bench's process; users run
 ``gapless relay`` and ``gapless agents``. This phase starts both as subprocesses
 pointed at the sandbox (an events topic of its own; the agents without a resolver
 API, which the applier does not need), then, at each offered rate of events per
-second, writer threads in this process commit one-item rule decisions (two events
-each, so at half that rate) over ``WRITERS`` streams for ``seconds``, and the phase
+second, ``WRITERS`` writer processes (``infra.bench.client_processes``: each with its
+own connection and commit notifier, as a resolver API process has, so that no
+interpreter lock sets the rate) commit one-item rule decisions (two events each, so
+at half that rate), each on a stream of its own, for ``seconds``, and the phase
 waits until every item event has been applied.
 
 An event's latency is its inbox row's ``decided_at`` minus its outbox row's
@@ -23,9 +25,10 @@ fetch, waiting behind earlier batches). The two parts' p99s need not add up to t
 whole's: the slowest events of one part are not those of the other.
 
 And what each rate costs in CPU (``infra.bench.cpu``): microseconds per event of the
-writers (this process), the relay, the agents and, on the local services, PostgreSQL
-(every backend: the writers', the relay's, the agents') and the Kafka broker, from
-the first write to the last apply; with the cores they kept busy over that time.
+writers (the bench process and its writer processes), the relay, the agents and, on
+the local services, PostgreSQL (every backend: the writers', the relay's, the
+agents') and the Kafka broker, from the first write to the last apply; with the cores
+they kept busy over that time.
 That is the budget a rate needs on this machine, whatever the latencies say.
 
 The highest offered rate whose p99 stayed at or below ``P99_TARGET_MS`` (among those
@@ -34,8 +37,8 @@ measured) is reported as ``e2e_deployed_max_rate_eps``; 0 when none did.
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,6 +50,7 @@ from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
 from db.resolver.commit_notifier import CommitNotifier
+from infra.bench.client_processes import ClientProcesses, at_exit
 from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.latency import percentile
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
@@ -225,48 +229,77 @@ def _figures(
     )
 
 
+@functools.cache
+def _writer(
+    resolver_dsn: str, control_dsn: str
+) -> tuple[ConnectionPool, EpochSource, CommitNotifier]:
+    """A client process's connection, epochs and commit notifier, kept across rounds:
+    as a resolver API process has them."""
+    pool = ConnectionPool(resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(control_dsn)
+    # The writers wake the relay after COMMIT, as the resolver API's do.
+    notifier = CommitNotifier(resolver_dsn, "bench-deployed-notifier").start()
+    at_exit(notifier.close)
+    at_exit(epochs.close)
+    at_exit(pool.close)
+    return pool, epochs, notifier
+
+
+def write_paced(
+    resolver_dsn: str,
+    control_dsn: str,
+    tenant: str,
+    interval: float,
+    start: float,
+    end: float,
+    tag: str,
+) -> list[str]:
+    """In a client process: one-item decisions on ``tenant`` every ``interval``
+    seconds from wall-clock instant ``start`` until ``end``; the item events' ids."""
+    pool, epochs, notifier = _writer(resolver_dsn, control_dsn)
+    ids: list[str] = []
+    due, n = start, 0
+    while due < end:
+        pause = due - time.time()
+        if pause > 0:
+            time.sleep(pause)
+        envelopes = write_gapless(pool, epochs, tenant, [f"{tag}-{n}"], notifier)
+        ids.append(str(envelopes[-1].event_id))  # the item's
+        due += interval
+        n += 1
+    return ids
+
+
 def _offer(
-    pool: ConnectionPool,
-    epochs: EpochSource,
-    notifier: CommitNotifier,
+    clients: ClientProcesses,
+    box: Sandbox,
     tenants: list[str],
     rate: float,
     seconds: float,
     tag: str,
 ) -> tuple[list[str], float]:
-    """Writers at ``rate`` decisions/s for ``seconds``: the item events' ids, and the
-    seconds the writing took."""
-    ids: list[str] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
+    """Writer processes at ``rate`` decisions/s together for ``seconds``: the item
+    events' ids, and the seconds the writing took."""
     interval = len(tenants) / rate
-    start = time.monotonic() + 0.05
-    end = start + seconds
-
-    def writer(index: int) -> None:
-        due = start + index * interval / len(tenants)
-        n = 0
-        try:
-            while due < end:
-                pause = due - time.monotonic()
-                if pause > 0:
-                    time.sleep(pause)
-                envelopes = write_gapless(pool, epochs, tenants[index], [f"{tag}-{n}"], notifier)
-                with lock:
-                    ids.append(str(envelopes[-1].event_id))  # the item's
-                due += interval
-                n += 1
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(tenants))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return ids, time.monotonic() - start
+    start = time.time() + 0.2
+    dbs = box.databases
+    calls = [
+        (
+            write_paced,
+            (
+                dbs.resolver_dsn,
+                dbs.control_dsn,
+                tenant,
+                interval,
+                start + index * interval / len(tenants),
+                start + seconds,
+                tag,
+            ),
+        )
+        for index, tenant in enumerate(tenants)
+    ]
+    ids = [event_id for written in clients.run(calls) for event_id in written]
+    return ids, time.time() - start
 
 
 def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> DeployedLatency:
@@ -275,17 +308,13 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
     topic = box.topic("deployed")
     processes = _processes(box, topic, logs)
     tenants = [box.tenant(f"d{i}") for i in range(WRITERS)]
-    pool = ConnectionPool(box.databases.resolver_dsn, min_size=WRITERS, max_size=WRITERS)
-    epochs = EpochSource(box.databases.control_dsn)
-    # The writers wake the relay after COMMIT, as the resolver API's do.
-    notifier = CommitNotifier(box.databases.resolver_dsn, "bench-deployed-notifier").start()
+    clients = ClientProcesses(WRITERS)
     figures: list[RateFigures] = []
     try:
         for p in processes:
             p.start()
         for p in processes:
             p.wait_ready(START_TIMEOUT_S)
-        pool.wait()
         meter = CpuMeter(
             {"writers": os.getpid(), **{p.name: p.pid for p in processes}, **local_service_pids()}
         )
@@ -300,7 +329,7 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
                 time.sleep(0.2)
             return found
 
-        warm, _ = _offer(pool, epochs, notifier, tenants, 20.0, 1.0, "warm")
+        warm, _ = _offer(clients, box, tenants, 20.0, 1.0, "warm")
         drained(warm, START_TIMEOUT_S)
         for rate in RATES:
             echo(
@@ -308,7 +337,7 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
                 f" for {seconds:g}s"
             )
             cpu_before, clock = meter.sample(), time.monotonic()
-            ids, took = _offer(pool, epochs, notifier, tenants, rate / 2, seconds, f"r{rate:.0f}")
+            ids, took = _offer(clients, box, tenants, rate / 2, seconds, f"r{rate:.0f}")
             applied = drained(ids, DRAIN_TIMEOUT_S)
             cpu_after, elapsed = meter.sample(), time.monotonic() - clock
             cpu_us = CpuMeter.per_event_us(cpu_before, cpu_after, 2 * len(ids))
@@ -327,7 +356,5 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
     finally:
         for p in reversed(processes):
             p.stop()
-        pool.close()
-        epochs.close()
-        notifier.close()
+        clients.close()
     return DeployedLatency(figures)

@@ -12,6 +12,7 @@ from infra.bench.deployed_latency import RATES, DeployedLatency
 from infra.bench.latency import LatencyFigures
 from infra.bench.machine import load_line
 from infra.bench.relay import RelayFigures
+from infra.bench.resolver_api import ApiFigures, Round
 from infra.bench.timing import Rate
 from infra.bench.writer import THREADS, WriterFigures
 
@@ -36,6 +37,7 @@ class Figures:
     deployed: DeployedLatency
     worker: WorkerFigures
     decision: DecisionCpu
+    api: ApiFigures
 
     def _deployed(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -103,6 +105,7 @@ class Figures:
             **self._deployed(),
             **self._worker(),
             **decision_figures(self.decision),
+            **api_figures(self.api),
             "seconds": self.seconds,
             **self.environment,
         }
@@ -175,6 +178,8 @@ def render_table(figures: Figures) -> str:
         render_worker(k),
         "",
         render_decision(figures.decision),
+        "",
+        render_api(figures.api),
     ]
     return "\n".join(lines)
 
@@ -244,4 +249,50 @@ def render_decision(c: DecisionCpu) -> str:
     return (
         f"one-item decisions from one thread ({c.decisions:,}): {c.wall_us:,.0f} µs each,"
         f" client CPU {c.client_us:,.0f} µs, PostgreSQL CPU {backend}"
+    )
+
+
+def _cpu(cpu_us: dict[str, float]) -> dict[str, int]:
+    return {k: round(v) for k, v in cpu_us.items()}
+
+
+def api_figures(f: ApiFigures) -> dict[str, object]:
+    """Phase (h)'s keys (``gapless bench`` and ``gapless bench api``)."""
+    return {
+        "api_decisions_per_s": round(f.http.per_second, 1),
+        "api_decision_p50_ms": round(f.http.p50_ms, 2),
+        "api_decision_p99_ms": round(f.http.p99_ms, 2),
+        "api_vs_inprocess": round(f.vs_in_process, 3),
+        "inprocess_decisions_per_s": round(f.in_process.per_second, 1),
+        "inprocess_decision_p99_ms": round(f.in_process.p99_ms, 2),
+        "api_clients": f.clients,
+        "api_processes": f.api_processes,
+        "api_cpu_us_per_decision": _cpu(f.http.cpu_us),
+        "inprocess_cpu_us_per_decision": _cpu(f.in_process.cpu_us),
+        "intake_captures_per_s": round(f.intake.per_second, 1),
+        "intake_capture_p99_ms": round(f.intake.p99_ms, 2),
+        "intake_capture_bytes": f.capture_bytes,
+        "intake_cpu_us_per_capture": _cpu(f.intake.cpu_us),
+    }
+
+
+def render_api(f: ApiFigures) -> str:
+    """Phase (h)'s lines of the table."""
+
+    def line(name: str, r: Round) -> str:
+        cpu = ", ".join(f"{k} {v:,.0f}" for k, v in r.cpu_us.items())
+        return (
+            f"  {name:<34} {r.per_second:>9,.0f}/s  p50 {r.p50_ms:6.1f} ms  p99 {r.p99_ms:6.1f}"
+            f" ms\n      CPU µs per request: {cpu}"
+        )
+
+    return "\n".join(
+        [
+            f"(h) the resolver API (`gapless resolver-api`, {f.api_processes} process) from"
+            f" {f.clients} client processes, one request at a time each",
+            line("decisions in process", f.in_process),
+            line("decisions over HTTP", f.http),
+            f"  over HTTP / in process: {f.vs_in_process:.2f}",
+            line(f"captures posted ({f.capture_bytes:,} B)", f.intake),
+        ]
     )

@@ -11,7 +11,9 @@ f. end to end through the deployed relay and agents at 200, 1,000 and 2,000
    events/s offered (``infra.bench.deployed_latency``);
 g. the deployed capture worker (``gapless resolver-worker``) settling one json-feed
    capture of ``worker_products`` products posted through the resolver API's intake
-   (``infra.bench.capture_worker``).
+   (``infra.bench.capture_worker``);
+h. the deployed resolver API (``gapless resolver-api``): decisions over HTTP beside
+   the same decisions in process, and captures posted (``infra.bench.resolver_api``).
 Before (e) and before (f) the sandbox's databases are vacuumed, checkpointed and left
 until no autovacuum worker is busy in them (``infra.bench.settle``), so that neither
 phase pays for what the ones before it wrote. Absolute figures depend on the machine;
@@ -38,7 +40,15 @@ from infra.bench.deployed_latency import measure_deployed_latency
 from infra.bench.latency import measure_latency
 from infra.bench.machine import MachineLoad
 from infra.bench.relay import measure_relay
-from infra.bench.report import Figures, render_table, render_worker, worker_figures
+from infra.bench.report import (
+    Figures,
+    api_figures,
+    render_api,
+    render_table,
+    render_worker,
+    worker_figures,
+)
+from infra.bench.resolver_api import measure_resolver_api
 from infra.bench.sandbox import Sandbox, sandbox
 from infra.bench.settle import settle_sandbox
 from infra.bench.writer import THREADS, measure_writer
@@ -101,12 +111,23 @@ def run_bench(
             settle_sandbox(box, echo)  # nor the backlog's, for phase (f)
             deployed = measure_deployed_latency(box, seconds, echo)
             worker = measure_capture_worker(box, worker_products, echo)
+            api = measure_resolver_api(box, seconds, echo)
         finally:
             pool.close()
             epochs.close()
     environment.update(machine.finish())
     figures = Figures(
-        seconds, environment, writer, relay, applier, latency, agents, deployed, worker, decision
+        seconds,
+        environment,
+        writer,
+        relay,
+        applier,
+        latency,
+        agents,
+        deployed,
+        worker,
+        decision,
+        api,
     )
     if as_json:
         print(json.dumps(figures.as_dict()))
@@ -131,4 +152,23 @@ def run_worker_bench(products: int, as_json: bool, echo: Callable[[str], None]) 
         print(json.dumps({**environment, **worker_figures(worker)}))
     else:
         print(render_worker(worker))
+        print(", ".join(f"{k} {v}" for k, v in environment.items()))
+
+
+def run_api_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> None:
+    """Phase (h) alone, in a sandbox of its own, with the machine's load."""
+    from infra.config import use_local_services
+    from infra.provision import provision
+
+    use_local_services()
+    provision(echo)
+    machine = MachineLoad()
+    with sandbox(echo, extra_topics={"jobs": 1}) as box:
+        environment = environment_of(box)
+        api = measure_resolver_api(box, seconds, echo)
+    environment.update(machine.finish())
+    if as_json:
+        print(json.dumps({**environment, **api_figures(api)}))
+    else:
+        print(render_api(api))
         print(", ".join(f"{k} {v}" for k, v in environment.items()))

@@ -43,6 +43,7 @@ def bench(
 
     `gapless bench rebuild` measures a shadow rebuild's recovery time instead;
     `gapless bench worker` runs the capture worker's phase alone;
+    `gapless bench api` runs the resolver API's phase alone;
     `gapless bench peers` compares the relay and agents with Debezium and
     pyeventsourcing; `gapless bench memory` follows the relay's and the agents'
     memory over a 1,000,000-event backlog.
@@ -162,3 +163,16 @@ def bench_worker(products: int, as_json: bool) -> None:
     from infra.bench.run import run_worker_bench
 
     guarded(lambda: run_worker_bench(products, as_json, echo))
+
+
+@bench.command("api")
+@click.option("--seconds", default=5.0, show_default=True, help="Duration of each round.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_api(seconds: float, as_json: bool) -> None:
+    """Phase (h) of `gapless bench` alone: the deployed resolver API taking review
+    decisions over HTTP from client processes, beside the same decisions recorded in
+    process by those processes, then captures posted to its intake. Prints requests
+    per second, p50 and p99, and CPU per request of each process."""
+    from infra.bench.run import run_api_bench
+
+    guarded(lambda: run_api_bench(seconds, as_json, echo))
