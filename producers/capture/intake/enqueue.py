@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -24,9 +23,16 @@ from schemas.settings import KafkaConnection, client_config
 
 log = logging.getLogger(__name__)
 
+POLL_SECONDS = 0.1
+"""The poller's wait for a report when none is due (the bound on noticing close)."""
+
 
 class JobEnqueuer:
-    """One idempotent producer per process; ``send`` is safe from many threads."""
+    """One idempotent producer per process; ``send`` is safe from many threads.
+
+    One thread of its own serves every delivery report (``poll``), and each ``send``
+    waits on its own condition until its reports are in: a caller is woken by its
+    report, not by the end of another caller's poll."""
 
     def __init__(self, kafka: KafkaConnection, topic: str, timeout_seconds: float) -> None:
         self.topic = topic
@@ -47,6 +53,13 @@ class JobEnqueuer:
             )
         )
         self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="intake-enqueue", daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._closing.is_set():
+            self._producer.poll(POLL_SECONDS)
 
     def send(self, messages: Sequence[JobMessage]) -> dict[uuid.UUID, str | None]:
         """Send and wait for the broker's answers: per job, None when confirmed, or a
@@ -78,19 +91,13 @@ class JobEnqueuer:
                 with done:
                     waiting.discard(message.job_id)
                     results[message.job_id] = f"kafka: {type(exc).__name__}: {exc}"
-        deadline = time.monotonic() + self._timeout + 2.0
-        while True:
-            with done:
-                if not waiting:
-                    break
-            if time.monotonic() > deadline:
-                break
-            # Any thread's poll serves every thread's delivery reports.
-            self._producer.poll(0.05)
         with done:
+            done.wait_for(lambda: not waiting, timeout=self._timeout + 2.0)
             for job in waiting:
                 results[job] = "kafka: no delivery report in time"
         return results
 
     def close(self) -> None:
+        self._closing.set()
+        self._poller.join()
         self._producer.flush(self._timeout)
