@@ -4,7 +4,7 @@ that ends between two samples is counted in the postmaster's ``cutime``).
 
 The bench process itself stands for the writers (its other threads are idle while
 they write; the relay and the agents it starts count as themselves, not inside it:
-``exclusive_trees``); the local PostgreSQL and Kafka are found by their pid files when
+``exclusive_trees``); the local PostgreSQL, Kafka and S3 server are found by their pid files when
 the bench runs on the services ``gapless up`` started, and left out otherwise.
 """
 
@@ -18,7 +18,7 @@ from infra.bench.memory import process_tree
 from infra.local.layout import current_layout
 
 TICKS = os.sysconf("SC_CLK_TCK")
-LOCAL_SERVICES = ("postgres", "kafka")
+LOCAL_SERVICES = ("postgres", "kafka", "s3")
 
 
 def _own_seconds(pid: int, with_exited_children: bool) -> float:

@@ -2,10 +2,12 @@
 
 Reviewers' decisions and collectors' captures reach the resolver through
 ``gapless resolver-api``: one uvicorn process (the command runs one worker process;
-more API processes are more replicas of it). This phase measures that process:
+more of them are replicas behind a load balancer, as the chart's ``replicas``).
+This phase measures it:
 
-1. create an evidence bucket of the sandbox's own and start ``gapless resolver-api``
-   pointed at the sandbox (its databases, a jobs topic, that bucket);
+1. create an evidence bucket of the sandbox's own and start two
+   ``gapless resolver-api`` processes pointed at the sandbox (its databases, a jobs
+   topic, that bucket);
 2. seed, for each of ``CLIENTS`` client processes (``infra.bench.client_processes``),
    a tenant of its own (one stream each) holding one active item and review cases
    open on listings (through the domain: ``record_decision`` and ``open_case``);
@@ -15,16 +17,19 @@ more API processes are more replicas of it). This phase measures that process:
    item (two events: the decision's and the mapping's);
 4. **over HTTP:** each client posts the same decisions on its next cases to
    ``POST …/review-cases/{case}/decisions`` with an operator token, one request at a
-   time on a kept-alive connection, for ``seconds``; the latency is the request's
-   round trip as the client sees it;
+   time on a kept-alive connection, for ``seconds``, to the first API process; the
+   latency is the request's round trip as the client sees it; then again with the
+   clients spread over both API processes;
 5. **intake:** each client posts captures (a json-feed of ``CAPTURE_PRODUCTS``
-   products each) to ``POST /v1/captures`` with a collector token, for ``seconds``:
+   products each) to ``POST /v1/captures`` of the first API process with a collector
+   token, for ``seconds``:
    the API puts each artifact in the bucket, records the capture, its receipt and
    its job, and enqueues the job (no worker takes them here).
 
 Rates count requests finished between the round's start and its last reply.
-``api_vs_inprocess`` is (4)'s rate over (3)'s, from the same client processes on
-the same streams, so what it leaves out is HTTP, JSON and the API's one process.
+``api_vs_inprocess`` is (4)'s rate through one API process over (3)'s, from the same
+client processes on the same streams: what it costs is HTTP, JSON and the one
+interpreter the requests share.
 Each round's CPU per request is read for the clients, the API process and, on the
 local services, PostgreSQL (``infra.bench.cpu``).
 """
@@ -60,11 +65,13 @@ from schemas.events import EvidenceRef
 
 CLIENTS = 4
 """Client processes, each one request at a time on a stream of its own."""
+ROUNDS = 3
+"""Measured rounds of decisions: in process, over HTTP, over HTTP to two processes."""
 CASES_PER_S = 600
 """Review cases seeded per client and second of a round: more than one client can
 decide (a decision takes over a millisecond of PostgreSQL's time)."""
-WARM, WARM_S = 300, 0.5
-"""Cases and seconds of each warm-up round (before the measured ones)."""
+WARM, WARM_S = 100, 60.0
+"""Requests of each warm-up round (before the measured ones), at most in seconds."""
 CAPTURE_PRODUCTS = 20
 ITEM = "item-0"
 START_TIMEOUT_S = 90.0
@@ -90,10 +97,13 @@ class Round:
 @dataclass(frozen=True, slots=True)
 class ApiFigures:
     clients: int
-    api_processes: int
     in_process: Round
     http: Round
+    """Through one API process."""
+    http_two: Round
+    """The clients spread over two API processes."""
     intake: Round
+    """Through one API process."""
     capture_bytes: int
 
     @property
@@ -170,15 +180,13 @@ each request's milliseconds."""
 def _loop(
     start: float, seconds: float, first: int, count: int, call: Callable[[int], None]
 ) -> Latencies:
-    """``call(n)`` for n = first, first + 1 … from wall-clock ``start`` for ``seconds``;
-    at most ``count`` calls (the cases seeded for the round)."""
+    """``call(n)`` for n = first, first + 1 … from wall-clock ``start`` for ``seconds``
+    or until ``count`` calls (the cases seeded for the round) are done."""
     pause = start - time.time()
     if pause > 0:
         time.sleep(pause)
     end, n, took = start + seconds, first, []
-    while time.time() < end:
-        if n >= first + count:
-            raise RuntimeError(f"a client decided all {count} cases seeded for its round")
+    while time.time() < end and n < first + count:
         t = time.perf_counter()
         call(n)
         took.append((time.perf_counter() - t) * 1000)
@@ -221,7 +229,9 @@ def decide_over_http(
         return _loop(start, seconds, first, count, one)
 
 
-def post_captures(start: float, seconds: float, url: str, token: str, tenant: str) -> Latencies:
+def post_captures(
+    start: float, seconds: float, url: str, token: str, tenant: str, count: int
+) -> Latencies:
     """In a client process: step 5; each capture's key is its own."""
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30.0) as http:
@@ -233,15 +243,18 @@ def post_captures(start: float, seconds: float, url: str, token: str, tenant: st
             if response.status_code != 201:
                 raise RuntimeError(f"capture answered {response.status_code}: {response.text}")
 
-        return _loop(start, seconds, 0, sys.maxsize, one)
+        return _loop(start, seconds, 0, count, one)
 
 
 class _Rounds:
     """Runs one round on every client, from one wall-clock start, and meters it."""
 
-    def __init__(self, clients: ClientProcesses, api: Deployed, seconds: float, echo: Echo):
-        self._clients, self._seconds, self._echo = clients, seconds, echo
-        self._meter = CpuMeter({"clients": os.getpid(), "api": api.pid, **local_service_pids()})
+    def __init__(
+        self, clients: ClientProcesses, apis: list[Deployed], seconds: float, echo: Echo
+    ) -> None:
+        self._clients, self.seconds, self._echo = clients, seconds, echo
+        named = {f"api{n + 1}" if n else "api": api.pid for n, api in enumerate(apis)}
+        self._meter = CpuMeter({"clients": os.getpid(), **named, **local_service_pids()})
 
     def __call__(
         self,
@@ -250,12 +263,16 @@ class _Rounds:
         args: list[tuple[Any, ...]],
         seconds: float | None = None,
     ) -> Round:
+        """``function(start, seconds, *args[i])`` in client i; the last argument is the
+        count of its requests at most: a measured round that reaches it fails."""
         start = time.time() + 0.2
         before = self._meter.sample()
         done: list[Latencies] = self._clients.run(
-            [(function, (start, seconds or self._seconds, *a)) for a in args]
+            [(function, (start, seconds or self.seconds, *a)) for a in args]
         )
         after = self._meter.sample()
+        if seconds is None and any(n == a[-1] for (n, _s, _t), a in zip(done, args, strict=True)):
+            raise RuntimeError(f"{name}: a client decided every case seeded for its round")
         took = [ms for _count, _seconds, times in done for ms in times]
         requests = sum(count for count, _s, _t in done)
         result = Round(
@@ -273,7 +290,7 @@ class _Rounds:
         return result
 
 
-def _api(box: Sandbox, bucket: str, logs: Path) -> Deployed:
+def _api(box: Sandbox, bucket: str, logs: Path, n: int) -> Deployed:
     port = free_port()
     env = {
         **deployed_env(box, box.relay_topic),  # it does not read the events topic
@@ -282,27 +299,22 @@ def _api(box: Sandbox, bucket: str, logs: Path) -> Deployed:
         "GAPLESS_RESOLVER_API_PORT": str(port),
     }
     return Deployed(
-        "resolver-api",
+        f"resolver-api-{n}",
         ["resolver-api"],
         env,
-        logs / f"bench-{box.run_id}-api.log",
+        logs / f"bench-{box.run_id}-api-{n}.log",
         f"http://127.0.0.1:{port}/healthz",
     )
 
 
-def measure_resolver_api(box: Sandbox, seconds: float, echo: Echo) -> ApiFigures:
-    """Steps 1-5 above."""
+def _seed_all(box: Sandbox, tenants: list[str], cases: int, echo: Echo) -> list[str]:
+    """Step 2 for every tenant, and a collector token for each."""
     from infra.demo.captures import client_id, register_collectors
     from infra.local.collector_keys import mint
     from infra.local.layout import current_layout
 
+    echo(f"resolver API: seeding {len(tenants)} tenants with {cases:,} review cases each")
     dbs = box.databases
-    tenants = [box.tenant(f"api{i}") for i in range(CLIENTS)]
-    per_round = int(CASES_PER_S * seconds) + 1
-    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    cases = 2 * per_round + 2 * WARM
-    echo(f"resolver API: seeding {CLIENTS} tenants with {cases:,} review cases each")
     pool = ConnectionPool(dbs.resolver_dsn, min_size=1, max_size=1, open=True)
     epochs = EpochSource(dbs.control_dsn)
     try:
@@ -312,44 +324,56 @@ def measure_resolver_api(box: Sandbox, seconds: float, echo: Echo) -> ApiFigures
         pool.close()
         epochs.close()
     register_collectors(dbs, [(t, CATALOG) for t in tenants])
-    collectors = [mint(current_layout(), client_id(t)) for t in tenants]
-    operator = os.environ["GAPLESS_RESOLVER_TOKEN"]
+    return [mint(current_layout(), client_id(t)) for t in tenants]
+
+
+def _measure(
+    rounds: _Rounds, box: Sandbox, tenants: list[str], urls: list[str], collectors: list[str]
+) -> tuple[Round, Round, Round, Round]:
+    """Steps 3-5, and step 4 again with the clients spread over two API processes.
+    Client i decides cases ``[r * per_round, (r + 1) * per_round)`` in round r."""
+    dbs, operator = box.databases, os.environ["GAPLESS_RESOLVER_TOKEN"]
+    per_round = int(CASES_PER_S * rounds.seconds) + 1
+    warm = ROUNDS * per_round
+    # Each client's imports, connections and first statements, unmetered.
+    in_process = [(dbs.resolver_dsn, dbs.control_dsn, t) for t in tenants]
+    rounds("warm-up", decide_in_process, [(*a, warm, WARM) for a in in_process], WARM_S)
+    over_http = [(urls[0], operator, t) for t in tenants]
+    rounds("warm-up", decide_over_http, [(*a, warm + WARM, WARM) for a in over_http], WARM_S)
+    local = rounds("in process", decide_in_process, [(*a, 0, per_round) for a in in_process])
+    http = rounds(
+        "decisions over HTTP", decide_over_http, [(*a, per_round, per_round) for a in over_http]
+    )
+    spread = [(urls[i % len(urls)], operator, t) for i, t in enumerate(tenants)]
+    http2 = rounds(
+        f"decisions over HTTP, {len(urls)} API processes",
+        decide_over_http,
+        [(*a, 2 * per_round, per_round) for a in spread],
+    )
+    posts = [(urls[0], c, t, sys.maxsize) for t, c in zip(tenants, collectors, strict=True)]
+    intake = rounds("captures posted", post_captures, posts)
+    return local, http, http2, intake
+
+
+def measure_resolver_api(box: Sandbox, seconds: float, echo: Echo) -> ApiFigures:
+    """Steps 1-5 above."""
+    tenants = [box.tenant(f"api{i}") for i in range(CLIENTS)]
+    cases = ROUNDS * (int(CASES_PER_S * seconds) + 1) + 2 * WARM
+    collectors = _seed_all(box, tenants, cases, echo)
+    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     with EvidenceBucket(box) as bucket, ClientProcesses(CLIENTS) as clients:
-        api = _api(box, bucket.name, logs)
+        apis = [_api(box, bucket.name, logs, n) for n in range(1, 3)]
         try:
-            api.start()
-            api.wait_ready(START_TIMEOUT_S)
-            url = (api.health_url or "").removesuffix("/healthz")
-            rounds = _Rounds(clients, api, seconds, echo)
-            # Each client's imports, connections and first statements, unmetered.
-            rounds(
-                "warm-up",
-                decide_in_process,
-                [(dbs.resolver_dsn, dbs.control_dsn, t, 2 * per_round, WARM) for t in tenants],
-                WARM_S,
-            )
-            rounds(
-                "warm-up",
-                decide_over_http,
-                [(url, operator, t, 2 * per_round + WARM, WARM) for t in tenants],
-                WARM_S,
-            )
-            local = rounds(
-                "in process",
-                decide_in_process,
-                [(dbs.resolver_dsn, dbs.control_dsn, t, 0, per_round) for t in tenants],
-            )
-            http = rounds(
-                "decisions over HTTP",
-                decide_over_http,
-                [(url, operator, t, per_round, per_round) for t in tenants],
-            )
-            intake = rounds(
-                "captures posted",
-                post_captures,
-                [(url, token, t) for t, token in zip(tenants, collectors, strict=True)],
-            )
+            for api in apis:
+                api.start()
+            for api in apis:
+                api.wait_ready(START_TIMEOUT_S)
+            urls = [(api.health_url or "").removesuffix("/healthz") for api in apis]
+            rounds = _Rounds(clients, apis, seconds, echo)
+            local, http, http2, intake = _measure(rounds, box, tenants, urls, collectors)
         finally:
-            api.stop()
+            for api in apis:
+                api.stop()
     size = len(capture_body(known_feed(CAPTURE_PRODUCTS))["artifact"]) * 3 // 4
-    return ApiFigures(CLIENTS, 1, local, http, intake, size)
+    return ApiFigures(CLIENTS, local, http, http2, intake, size)

@@ -30,6 +30,11 @@ KEYS = (
     "worker_seconds", "e2e_deployed_relay_p99_ms_1000", "e2e_deployed_apply_p99_ms_1000",
     "cpu_busy_pct", "cpu_steal_pct", "codec_reference_us", "decision_client_cpu_us",
     "decision_backend_cpu_us", "decision_wall_us", "decision_cpu_decisions",
+    "api_decisions_per_s", "api_decision_p50_ms", "api_decision_p99_ms", "api_vs_inprocess",
+    "inprocess_decisions_per_s", "inprocess_decision_p99_ms", "api_clients", "api_processes",
+    "api_2_processes_decisions_per_s", "api_2_processes_decision_p99_ms",
+    "api_cpu_us_per_decision", "inprocess_cpu_us_per_decision", "intake_captures_per_s",
+    "intake_capture_p99_ms", "intake_capture_bytes", "intake_cpu_us_per_capture",
 )  # fmt: skip
 MEMORY_KEYS = (
     "backlog_events", "relay_peak_rss_mb", "agents_peak_rss_mb", "relay_rss_10_mb",
@@ -104,9 +109,26 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
     assert d["worker_products"] == 100 and d["worker_products_per_s"] > 0
     # 10 known products (half changed), 90 new of which one has no GTIN.
     assert (d["worker_decisions"], d["worker_unchanged"], d["worker_review_cases"]) == (94, 5, 1)
+    _check_api(d)
     assert "(e) the deployed agents" not in stderr  # the table is for --json-less runs
     assert _sandboxes(db_settings) == before
     assert _buckets() == buckets
+
+
+def _check_api(d: dict[str, Any]) -> None:
+    """Phase (h)'s figures: every round did requests, each process's CPU was read."""
+    assert d["api_clients"] == 4 and d["api_processes"] == 1
+    for rate in ("api_decisions_per_s", "inprocess_decisions_per_s", "intake_captures_per_s"):
+        assert d[rate] > 0, rate
+    assert d["api_2_processes_decisions_per_s"] > 0
+    assert 0 < d["api_decision_p50_ms"] <= d["api_decision_p99_ms"]
+    ratio = d["api_decisions_per_s"] / d["inprocess_decisions_per_s"]
+    assert d["api_vs_inprocess"] == pytest.approx(ratio, abs=0.002)
+    assert d["api_cpu_us_per_decision"]["api"] > 0 and d["api_cpu_us_per_decision"]["clients"] > 0
+    assert d["api_cpu_us_per_decision"]["postgres"] > 0
+    # In process, the API processes are idle; the clients do the work.
+    assert d["inprocess_cpu_us_per_decision"]["clients"] > d["inprocess_cpu_us_per_decision"]["api"]
+    assert d["intake_cpu_us_per_capture"]["s3"] > 0 and d["intake_capture_bytes"] > 1000
 
 
 def test_the_memory_bench_follows_the_relay_and_the_agents_through_the_backlog(
@@ -123,6 +145,18 @@ def test_the_memory_bench_follows_the_relay_and_the_agents_through_the_backlog(
         assert d[f"{name}_peak_rss_mb"] >= d[f"{name}_rss_100_mb"] > 20
         assert isinstance(d[f"{name}_flat"], bool)
     assert _sandboxes(db_settings) == before
+
+
+def test_the_api_bench_runs_the_resolver_api_phase_alone(db_settings: DatabaseSettings) -> None:
+    before, buckets = _sandboxes(db_settings), _buckets()
+    d, _stderr = _bench("api", "--seconds", "1")
+    api_keys = [k for k in KEYS if k.startswith(("api_", "inprocess_", "intake_"))]
+    assert set(api_keys) <= d.keys(), set(api_keys) - d.keys()
+    _check_api(d)
+    assert {"pg_round_trip_us", "cores", "loadavg_start", "codec_reference_us"} <= d.keys()
+    assert "writer" not in " ".join(d) and "worker" not in " ".join(d)  # no other phase ran
+    assert _sandboxes(db_settings) == before
+    assert _buckets() == buckets
 
 
 def test_the_worker_bench_runs_the_capture_phase_alone(db_settings: DatabaseSettings) -> None:
