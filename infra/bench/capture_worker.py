@@ -5,7 +5,10 @@ intake creates. This phase measures that path as deployed:
 
 1. create an evidence bucket of the sandbox's own on the S3 server;
 2. start ``gapless resolver-api`` and ``gapless resolver-worker`` as subprocesses
-   pointed at the sandbox (its databases, a jobs topic of its own, that bucket);
+   pointed at the sandbox (its databases, a jobs topic of its own, that bucket), and
+   ``gapless relay`` and ``gapless agents`` on an events topic of its own, the agents
+   filling gaps through that API (``infra.bench.pipeline``): the capture's events
+   are published and applied while it settles, as deployed;
 3. bind a collector's source to a catalog with the ``json-feed`` adapter and
    approve a GTIN identity generation per class through the operator API
    (``infra.demo.captures``, as the demo does);
@@ -25,7 +28,10 @@ intake creates. This phase measures that path as deployed:
    the post, the job message and the parse are left out; the worker's resident
    memory is read before the feed, at a tenth and at nine tenths of it, with its
    peak (``WorkerMemory``);
-7. stop the processes; delete the bucket's objects and the bucket.
+7. wait until the agents' progress reaches the stream's last position:
+   ``worker_settle_to_applied_s`` is the last event's applying (``inbox.decided_at``)
+   minus the last product's settling (the server's clock for both);
+8. stop the processes; delete the bucket's objects and the bucket.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from confluent_kafka.admin import AdminClient
 
 from db.objects import s3_client
 from infra.bench.memory import peak_rss_mb, reset_peak, rss_mb
+from infra.bench.pipeline import last_applied, relay_and_agents
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.bench.settle import settle_sandbox
 from infra.config import load
@@ -69,6 +76,8 @@ KNOWN_SHARE = 0.1
 REVIEW_EVERY = 100
 """One new product in this many states no GTIN: a review case."""
 CATALOG = "capture1"
+EVENTS = "worker-events"
+"""The sandbox topic (``Sandbox.topic``) the phase's relay publishes to."""
 START_TIMEOUT_S = 90.0
 MIN_RATE = 20.0
 """Products/s below which the phase gives up waiting for a job (a stuck worker)."""
@@ -128,8 +137,13 @@ class WorkerFigures:
     decisions: int
     review_cases: int
     known: int
+    last_settled: datetime
+    """The last product's settling (``capture_item.updated_at``)."""
     memory: WorkerMemory | None = None
     """The worker process's resident memory over the measured feed."""
+    settle_to_applied_s: float | None = None
+    """From the last product settled to the deployed agents' applying the last of the
+    capture's events (both on the server's clock)."""
 
     @property
     def per_second(self) -> float:
@@ -301,7 +315,8 @@ def _figures(box: Sandbox, job_id: uuid.UUID, products: int, known: int) -> Work
         }
         row = conn.execute(
             "SELECT count(*), extract(epoch FROM max(updated_at) - min(updated_at)),"
-            " count(decision_id), count(case_id) FROM capture_item WHERE job_id = %s",
+            " count(decision_id), count(case_id), max(updated_at) FROM capture_item"
+            " WHERE job_id = %s",
             (job_id,),
         ).fetchone()
         job = conn.execute(
@@ -320,6 +335,7 @@ def _figures(box: Sandbox, job_id: uuid.UUID, products: int, known: int) -> Work
         decisions=int(row[2]),
         review_cases=int(row[3]),
         known=known,
+        last_settled=row[4],
     )
 
 
@@ -331,7 +347,7 @@ def _delete_group(box: Sandbox) -> None:
 
 
 def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFigures:
-    """Steps 1-7 above, on the sandbox's topic ``jobs``."""
+    """Steps 1-8 above, on the sandbox's topic ``jobs``."""
     from infra.local.collector_keys import mint
     from infra.local.layout import current_layout
 
@@ -352,6 +368,12 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
                 p.wait_ready(START_TIMEOUT_S)
             assert api.health_url is not None
             api_url = api.health_url.removesuffix("/healthz")
+            pipeline = relay_and_agents(box, box.topic(EVENTS), EVENTS, api_url)
+            processes.extend(pipeline)
+            for p in pipeline:
+                p.start()
+            for p in pipeline:
+                p.wait_ready(START_TIMEOUT_S)
             register_collectors(box.databases, [(tenant, CATALOG)])
             operator = {"Authorization": f"Bearer {os.environ['GAPLESS_RESOLVER_TOKEN']}"}
             with httpx.Client(base_url=api_url, headers=operator, timeout=30.0) as http:
@@ -366,14 +388,19 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
             job = _post(api_url, token, measured, f"{tenant}-measured")
             _wait_done(box, job, products, processes, echo, watch)
             memory = watch.result()
+            applied = last_applied(box, tenant, CATALOG, processes, START_TIMEOUT_S)
         finally:
             for p in reversed(processes):
                 p.stop()
             _delete_group(box)
-    figures = dataclasses.replace(_figures(box, job, products, known), memory=memory)
+    figures = _figures(box, job, products, known)
+    figures = dataclasses.replace(
+        figures, memory=memory, settle_to_applied_s=(applied - figures.last_settled).total_seconds()
+    )
     echo(
         f"capture worker: {figures.products:,} products settled in {figures.seconds:.2f} s"
         f" ({figures.per_second:,.0f}/s): {figures.outcomes}; worker RSS {memory.at_10_mb:.0f}"
-        f" MB at a tenth, {memory.at_90_mb:.0f} MB at nine tenths"
+        f" MB at a tenth, {memory.at_90_mb:.0f} MB at nine tenths; the agents applied its"
+        f" last event {figures.settle_to_applied_s:.2f} s after the last product settled"
     )
     return figures

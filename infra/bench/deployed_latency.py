@@ -42,7 +42,6 @@ import os
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
@@ -53,9 +52,9 @@ from db.resolver.commit_notifier import CommitNotifier
 from infra.bench.client_processes import ClientProcesses, at_exit
 from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.latency import percentile
-from infra.bench.sandbox import Echo, Sandbox, deployed_env
+from infra.bench.pipeline import CONSUMER, relay_and_agents
+from infra.bench.sandbox import Echo, Sandbox
 from infra.bench.writer import write_gapless
-from infra.processes import Deployed, free_port
 from schemas.codec import HEADER_EVENT_ID
 
 RATES = (200.0, 1000.0, 2000.0)
@@ -64,7 +63,6 @@ WRITERS = 6
 P99_TARGET_MS = 100.0
 START_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = 120.0
-CONSUMER = "product-applier"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,32 +108,6 @@ class DeployedLatency:
     def max_rate(self) -> float:
         good = [r.offered for r in self.rates if r.p99_ms <= P99_TARGET_MS]
         return max(good, default=0.0)
-
-
-def _processes(box: Sandbox, topic: str, logs: Path) -> list[Deployed]:
-    env = deployed_env(box, topic)
-    relay_port, web_port = free_port(), free_port()
-    relay = Deployed(
-        "relay",
-        ["relay"],
-        {**env, "GAPLESS_RELAY_HTTP_PORT": str(relay_port)},
-        logs / f"bench-{box.run_id}-deployed-relay.log",
-        f"http://127.0.0.1:{relay_port}/readyz",
-    )
-    agents = Deployed(
-        "agents",
-        ["agents"],
-        {
-            **env,
-            "GAPLESS_AGENTS_WEB_PORT": str(web_port),
-            "GAPLESS_AGENTS_APP_ID": f"{box.consumer_group}-deployed",
-            "GAPLESS_AGENTS_CONSUMER": CONSUMER,
-            "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{free_port()}",  # none: see above
-        },
-        logs / f"bench-{box.run_id}-deployed-agents.log",
-        f"http://127.0.0.1:{web_port}/readyz",
-    )
-    return [relay, agents]
 
 
 def _applied(box: Sandbox, event_ids: list[str]) -> dict[str, tuple[datetime, datetime]] | None:
@@ -303,10 +275,8 @@ def _offer(
 
 
 def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> DeployedLatency:
-    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
     topic = box.topic("deployed")
-    processes = _processes(box, topic, logs)
+    processes = relay_and_agents(box, topic, "deployed")
     tenants = [box.tenant(f"d{i}") for i in range(WRITERS)]
     clients = ClientProcesses(WRITERS)
     figures: list[RateFigures] = []

@@ -195,6 +195,9 @@ def worker_figures(k: WorkerFigures) -> dict[str, object]:
         "worker_decisions": k.decisions,
         "worker_unchanged": k.outcomes.get("unchanged", 0),
         "worker_review_cases": k.review_cases,
+        "worker_settle_to_applied_s": (
+            None if k.settle_to_applied_s is None else round(k.settle_to_applied_s, 2)
+        ),
         **_worker_memory(k),
     }
 
@@ -219,7 +222,16 @@ def render_worker(k: WorkerFigures) -> str:
         f" capture of {k.products:,} products ({k.known:,} known to the catalog)\n"
         f"  {k.per_second:>11,.0f} products/s over {k.seconds:.1f} s (job {k.job_seconds:.1f} s):"
         f" {k.decisions:,} decisions, {k.outcomes.get('unchanged', 0):,} unchanged,"
-        f" {k.review_cases:,} review cases{_render_memory(k.memory)}"
+        f" {k.review_cases:,} review cases{_render_applied(k)}{_render_memory(k.memory)}"
+    )
+
+
+def _render_applied(k: WorkerFigures) -> str:
+    if k.settle_to_applied_s is None:
+        return ""
+    return (
+        f"\n  the deployed agents applied its last event {k.settle_to_applied_s:.2f} s"
+        " after the last product settled"
     )
 
 

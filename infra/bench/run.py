@@ -34,7 +34,7 @@ from psycopg_pool import ConnectionPool
 from db.control.epochs import EpochSource
 from infra.bench.agents import measure_agents
 from infra.bench.applier import measure_applier
-from infra.bench.capture_worker import PRODUCTS, measure_capture_worker
+from infra.bench.capture_worker import EVENTS, PRODUCTS, measure_capture_worker
 from infra.bench.decision_cpu import measure_decision_cpu
 from infra.bench.deployed_latency import measure_deployed_latency
 from infra.bench.latency import measure_latency
@@ -49,12 +49,15 @@ from infra.bench.report import (
     worker_figures,
 )
 from infra.bench.resolver_api import measure_resolver_api
-from infra.bench.sandbox import Sandbox, sandbox
+from infra.bench.sandbox import PARTITIONS, Sandbox, sandbox
 from infra.bench.settle import settle_sandbox
 from infra.bench.writer import THREADS, measure_writer
 
 BACKLOG = 100_000
 """Events the deployed agents catch up in phase (e)."""
+WORKER_TOPICS = {"jobs": 1, EVENTS: PARTITIONS, "control": 1, "status": 1}
+"""Phase (g)'s topics: the API's jobs, and its relay's and agents' events, control and
+rebuild status."""
 E2E_RATE = 200.0
 """Offered load of phase (d), decisions (each creating one item: two events) per second:
 well below every phase's capacity."""
@@ -92,7 +95,7 @@ def run_bench(
     use_local_services()
     provision(echo)
     machine = MachineLoad()
-    topics = {"agents": 6, "deployed": 6, "control": 1, "status": 1, "jobs": 1}
+    topics = {**WORKER_TOPICS, "agents": 6, "deployed": 6}
     with sandbox(echo, extra_topics=topics) as box:
         environment = environment_of(box)
         pool = ConnectionPool(
@@ -144,7 +147,7 @@ def run_worker_bench(products: int, as_json: bool, echo: Callable[[str], None]) 
     use_local_services()
     provision(echo)
     machine = MachineLoad()
-    with sandbox(echo, extra_topics={"jobs": 1}) as box:
+    with sandbox(echo, extra_topics=WORKER_TOPICS) as box:
         environment = environment_of(box)
         worker = measure_capture_worker(box, products, echo)
     environment.update(machine.finish())
