@@ -23,6 +23,8 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
+from schemas.errors import GaplessError
+
 STOP_TIMEOUT_S = 30.0
 
 _closers: list[Callable[[], None]] = []
@@ -48,8 +50,10 @@ def _serve(conn: Connection) -> None:
                 callback()
 
 
-class ClientProcessError(RuntimeError):
+class ClientProcessError(GaplessError):
     """A call raised in a client process; the message holds its traceback."""
+
+    code = "BENCH_CLIENT_FAILED"
 
 
 class ClientProcesses:
