@@ -14,7 +14,7 @@ g. the deployed capture worker (``gapless resolver-worker``) settling one json-f
    (``infra.bench.capture_worker``);
 h. the deployed resolver API (``gapless resolver-api``): decisions over HTTP beside
    the same decisions in process, and captures posted (``infra.bench.resolver_api``).
-Before (e) and before (f) the sandbox's databases are vacuumed, checkpointed and left
+Before (e), (f) and (h) the sandbox's databases are vacuumed, checkpointed and left
 until no autovacuum worker is busy in them (``infra.bench.settle``), so that neither
 phase pays for what the ones before it wrote. Absolute figures depend on the machine;
 the ratios, taken within one run, are what to compare between changes.
@@ -114,6 +114,7 @@ def run_bench(
             settle_sandbox(box, echo)  # nor the backlog's, for phase (f)
             deployed = measure_deployed_latency(box, seconds, echo)
             worker = measure_capture_worker(box, worker_products, echo)
+            settle_sandbox(box, echo)  # nor the capture's, for phase (h)
             api = measure_resolver_api(box, seconds, echo)
         finally:
             pool.close()
