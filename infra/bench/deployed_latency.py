@@ -37,7 +37,6 @@ measured) is reported as ``e2e_deployed_max_rate_eps``; 0 when none did.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from dataclasses import dataclass
@@ -45,16 +44,13 @@ from datetime import datetime
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
-from psycopg_pool import ConnectionPool
 
-from db.control.epochs import EpochSource
-from db.resolver.commit_notifier import CommitNotifier
-from infra.bench.client_processes import ClientProcesses, at_exit
+from infra.bench.client_processes import ClientProcesses
 from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.latency import percentile
 from infra.bench.pipeline import CONSUMER, relay_and_agents
 from infra.bench.sandbox import Echo, Sandbox
-from infra.bench.writer import write_gapless
+from infra.bench.writer import process_writer, write_gapless
 from schemas.codec import HEADER_EVENT_ID
 
 RATES = (200.0, 1000.0, 2000.0)
@@ -201,22 +197,6 @@ def _figures(
     )
 
 
-@functools.cache
-def _writer(
-    resolver_dsn: str, control_dsn: str
-) -> tuple[ConnectionPool, EpochSource, CommitNotifier]:
-    """A client process's connection, epochs and commit notifier, kept across rounds:
-    as a resolver API process has them."""
-    pool = ConnectionPool(resolver_dsn, min_size=1, max_size=1, open=True)
-    epochs = EpochSource(control_dsn)
-    # The writers wake the relay after COMMIT, as the resolver API's do.
-    notifier = CommitNotifier(resolver_dsn, "bench-deployed-notifier").start()
-    at_exit(notifier.close)
-    at_exit(epochs.close)
-    at_exit(pool.close)
-    return pool, epochs, notifier
-
-
 def write_paced(
     resolver_dsn: str,
     control_dsn: str,
@@ -228,14 +208,14 @@ def write_paced(
 ) -> list[str]:
     """In a client process: one-item decisions on ``tenant`` every ``interval``
     seconds from wall-clock instant ``start`` until ``end``; the item events' ids."""
-    pool, epochs, notifier = _writer(resolver_dsn, control_dsn)
+    w = process_writer(resolver_dsn, control_dsn)
     ids: list[str] = []
     due, n = start, 0
     while due < end:
         pause = due - time.time()
         if pause > 0:
             time.sleep(pause)
-        envelopes = write_gapless(pool, epochs, tenant, [f"{tag}-{n}"], notifier)
+        envelopes = write_gapless(w.pool, w.epochs, tenant, [f"{tag}-{n}"], w.notifier)
         ids.append(str(envelopes[-1].event_id))  # the item's
         due += interval
         n += 1

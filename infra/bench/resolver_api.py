@@ -36,7 +36,6 @@ local services, PostgreSQL (``infra.bench.cpu``).
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -49,14 +48,13 @@ import httpx
 from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
-from db.resolver.commit_notifier import CommitNotifier
 from db.unit_of_work import UnitOfWork
 from infra.bench.capture_worker import EvidenceBucket, capture_body, known_feed
-from infra.bench.client_processes import ClientProcesses, at_exit
+from infra.bench.client_processes import ClientProcesses
 from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.latency import percentile
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
-from infra.bench.writer import CATALOG, decision, users_codec
+from infra.bench.writer import CATALOG, decision, process_writer, users_codec
 from infra.processes import Deployed, free_port
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.listing_mappings import MapListing
@@ -152,26 +150,6 @@ def _seed(pool: ConnectionPool, epochs: EpochSource, tenant: str, cases: int) ->
         uow.commit()
 
 
-@functools.cache
-def _writer(resolver_dsn: str, control_dsn: str) -> UnitOfWorkSource:
-    pool = ConnectionPool(resolver_dsn, min_size=1, max_size=1, open=True)
-    epochs = EpochSource(control_dsn)
-    notifier = CommitNotifier(resolver_dsn, "bench-api-notifier").start()
-    for close in (notifier.close, epochs.close, pool.close):
-        at_exit(close)
-    return UnitOfWorkSource(pool, epochs, notifier)
-
-
-@dataclass(frozen=True, slots=True)
-class UnitOfWorkSource:
-    pool: ConnectionPool
-    epochs: EpochSource
-    notifier: CommitNotifier
-
-    def __call__(self) -> UnitOfWork:
-        return UnitOfWork(self.pool, self.epochs, users_codec(), notifier=self.notifier)
-
-
 Latencies = tuple[int, float, list[float]]
 """What one client's round did: requests, seconds from the start to its last reply,
 each request's milliseconds."""
@@ -204,10 +182,10 @@ def decide_in_process(
     count: int,
 ) -> Latencies:
     """In a client process: step 3."""
-    unit = _writer(resolver_dsn, control_dsn)
+    writer = process_writer(resolver_dsn, control_dsn)
 
     def one(n: int) -> None:
-        with unit() as uow:
+        with writer.unit() as uow:
             record_decision(uow, _decision(tenant, n))
 
     return _loop(start, seconds, first, count, one)

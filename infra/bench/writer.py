@@ -120,6 +120,33 @@ def write_gapless(
         return uow.envelopes
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessWriter:
+    """A client process's connection, epochs and commit notifier
+    (``infra.bench.client_processes``), kept across its rounds as a resolver API
+    process keeps them; the notifier wakes the relay after each COMMIT."""
+
+    pool: ConnectionPool
+    epochs: EpochSource
+    notifier: CommitNotifier
+
+    def unit(self) -> UnitOfWork:
+        return UnitOfWork(self.pool, self.epochs, users_codec(), notifier=self.notifier)
+
+
+@functools.cache
+def process_writer(resolver_dsn: str, control_dsn: str) -> ProcessWriter:
+    """This process's ``ProcessWriter``, closed when its client group closes."""
+    from infra.bench.client_processes import at_exit
+
+    pool = ConnectionPool(resolver_dsn, min_size=1, max_size=1, open=True)
+    epochs = EpochSource(control_dsn)
+    notifier = CommitNotifier(resolver_dsn, "bench-client-notifier").start()
+    for close in (notifier.close, epochs.close, pool.close):
+        at_exit(close)
+    return ProcessWriter(pool, epochs, notifier)
+
+
 class SequencedWriter(StreamWriter):
     """``StreamWriter.flush`` with an IDENTITY-numbered outbox and no cursor.
 
