@@ -221,3 +221,43 @@ def test_two_sweepers_share_the_backlog_without_sending_a_job_twice(
     jobs = [_job(clean_db, r["job_id"]) for r in receipts]
     # One failed attempt by the API, exactly one by whichever sweeper claimed it.
     assert {(j.status, j.attempts) for j in jobs} == {("enqueued", 2)}
+
+
+def test_concurrent_sends_each_get_their_own_confirmations(
+    kafka_settings: KafkaSettings, jobs_topic_reader: Consumer
+) -> None:
+    """Many request threads send at once; the enqueuer's one poller serves every
+    delivery report and wakes each sender with exactly its own jobs confirmed. After
+    ``close`` its poller has stopped."""
+    import threading
+
+    enqueuer = JobEnqueuer(kafka_settings.client_config(), JOBS_TOPIC, 10.0)
+    jobs = [[uuid.uuid4() for _ in range(3)] for _ in range(8)]
+    results: list[dict[uuid.UUID, str | None]] = [{} for _ in jobs]
+
+    def send(index: int) -> None:
+        messages = [JobMessage(j, "capture.process", "t1", uuid.uuid4()) for j in jobs[index]]
+        results[index] = enqueuer.send(messages)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        for sent, result in zip(jobs, results, strict=True):
+            assert result == dict.fromkeys(sent)  # each confirmed, none of the others'
+        assert any(t.name == "intake-enqueue" and t.is_alive() for t in threading.enumerate())
+    finally:
+        enqueuer.close()
+    assert not any(t.name == "intake-enqueue" and t.is_alive() for t in threading.enumerate())
+    # Every message is on the topic, once.
+    wanted = {str(j) for sent in jobs for j in sent}
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < len(wanted) and time.monotonic() < deadline:
+        for m in jobs_topic_reader.consume(100, timeout=1.0):
+            key = m.key()
+            if m.error() is None and isinstance(key, bytes):
+                seen.append(key.decode())
+    assert sorted(k for k in seen if k in wanted) == sorted(wanted)
