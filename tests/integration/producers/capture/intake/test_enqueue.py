@@ -231,7 +231,10 @@ def test_concurrent_sends_each_get_their_own_confirmations(
     ``close`` its poller has stopped."""
     import threading
 
+    before = set(threading.enumerate())
     enqueuer = JobEnqueuer(kafka_settings.client_config(), JOBS_TOPIC, 10.0)
+    poller = [t for t in set(threading.enumerate()) - before if t.name == "intake-enqueue"]
+    assert len(poller) == 1 and poller[0].is_alive()
     jobs = [[uuid.uuid4() for _ in range(3)] for _ in range(8)]
     results: list[dict[uuid.UUID, str | None]] = [{} for _ in jobs]
 
@@ -247,10 +250,9 @@ def test_concurrent_sends_each_get_their_own_confirmations(
     try:
         for sent, result in zip(jobs, results, strict=True):
             assert result == dict.fromkeys(sent)  # each confirmed, none of the others'
-        assert any(t.name == "intake-enqueue" and t.is_alive() for t in threading.enumerate())
     finally:
         enqueuer.close()
-    assert not any(t.name == "intake-enqueue" and t.is_alive() for t in threading.enumerate())
+    assert not poller[0].is_alive()
     # Every message is on the topic, once.
     wanted = {str(j) for sent in jobs for j in sent}
     seen: list[str] = []
