@@ -47,7 +47,10 @@ def _expected(event: Envelope) -> dict[str, Any]:
 
 
 def _read_all(bootstrap: str, topic: str, registry_url: str) -> list[tuple[Any, Any]]:
-    client = SchemaRegistryClient({"url": registry_url})
+    # A bound on each request, as the writers' own client has: a request the registry
+    # leaves unanswered on a kept-alive connection times out and is retried on a new
+    # one instead of hanging the test (seen once, 2026-12-06).
+    client = SchemaRegistryClient({"url": registry_url, "timeout": 10})
     consumer = DeserializingConsumer(
         {
             "bootstrap.servers": bootstrap,
