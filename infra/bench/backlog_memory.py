@@ -21,10 +21,8 @@ Memory is the process and its children (``infra.bench.memory``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psycopg
 
@@ -32,14 +30,14 @@ from infra.bench.machine import MachineLoad
 from infra.bench.memory import peak_rss_mb, rss_mb
 from infra.bench.memory_report import ProcessMemory, Sample, render_memory_table
 from infra.bench.outbox_seed import seed
+from infra.bench.pipeline import CONSUMER, relay_and_agents
 from infra.bench.run import environment_of
-from infra.bench.sandbox import Echo, Sandbox, deployed_env, sandbox
-from infra.processes import Deployed, free_port
+from infra.bench.sandbox import Echo, Sandbox, sandbox
+from infra.processes import Deployed
 
 EVENTS = 1_000_000
 STREAMS = 8
 CATALOG = "catalog1"
-CONSUMER = "product-applier"
 SAMPLE_S = 1.0
 ECHO_EVERY_S = 10.0
 START_TIMEOUT_S = 90.0
@@ -114,30 +112,7 @@ def measure_memory(
     seeded = seed(box.databases, tenants, CATALOG, events, echo)
     echo(f"memory: {events:,} outbox rows seeded in {seeded:.1f} s")
     topic = box.topic("events")
-    env = deployed_env(box, topic)
-    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    relay_port, web_port = free_port(), free_port()
-    relay = Deployed(
-        "relay",
-        ["relay"],
-        {**env, "GAPLESS_RELAY_HTTP_PORT": str(relay_port)},
-        logs / f"bench-{box.run_id}-memory-relay.log",
-        f"http://127.0.0.1:{relay_port}/healthz",
-    )
-    agents = Deployed(
-        "agents",
-        ["agents"],
-        {
-            **env,
-            "GAPLESS_AGENTS_WEB_PORT": str(web_port),
-            "GAPLESS_AGENTS_APP_ID": f"{box.consumer_group}-memory",
-            "GAPLESS_AGENTS_CONSUMER": CONSUMER,
-            "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{free_port()}",  # none, as in phase (e)
-        },
-        logs / f"bench-{box.run_id}-memory-agents.log",
-        f"http://127.0.0.1:{web_port}/healthz",
-    )
+    relay, agents = relay_and_agents(box, topic, "memory", probe="healthz")
     with (
         psycopg.connect(box.databases.resolver_dsn, autocommit=True) as resolver,
         psycopg.connect(box.databases.product_dsn, autocommit=True) as product,

@@ -31,9 +31,10 @@ def logs_dir() -> Path:
 
 
 def relay_and_agents(
-    box: Sandbox, topic: str, name: str, resolver_url: str | None = None
+    box: Sandbox, topic: str, name: str, resolver_url: str | None = None, probe: str = "readyz"
 ) -> list[Deployed]:
-    """The two processes (not started), named after ``name`` in their logs and app id."""
+    """The two processes (not started), named after ``name`` in their logs and app id,
+    each waited for on its ``probe`` (``healthz`` where a backlog keeps it unready)."""
     env = deployed_env(box, topic)
     logs = logs_dir()
     relay_port, web_port = free_port(), free_port()
@@ -42,7 +43,7 @@ def relay_and_agents(
         ["relay"],
         {**env, "GAPLESS_RELAY_HTTP_PORT": str(relay_port)},
         logs / f"bench-{box.run_id}-{name}-relay.log",
-        f"http://127.0.0.1:{relay_port}/readyz",
+        f"http://127.0.0.1:{relay_port}/{probe}",
     )
     agents = Deployed(
         "agents",
@@ -55,7 +56,7 @@ def relay_and_agents(
             "GAPLESS_RESOLVER_URL": resolver_url or f"http://127.0.0.1:{free_port()}",
         },
         logs / f"bench-{box.run_id}-{name}-agents.log",
-        f"http://127.0.0.1:{web_port}/readyz",
+        f"http://127.0.0.1:{web_port}/{probe}",
     )
     return [relay, agents]
 

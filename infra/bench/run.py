@@ -27,6 +27,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -52,6 +53,8 @@ from infra.bench.resolver_api import measure_resolver_api
 from infra.bench.sandbox import PARTITIONS, Sandbox, sandbox
 from infra.bench.settle import settle_sandbox
 from infra.bench.writer import THREADS, measure_writer
+
+T = TypeVar("T")
 
 BACKLOG = 100_000
 """Events the deployed agents catch up in phase (e)."""
@@ -139,40 +142,52 @@ def run_bench(
         print(render_table(figures))
 
 
-def run_worker_bench(products: int, as_json: bool, echo: Callable[[str], None]) -> None:
-    """Phase (g) alone: the deployed capture worker settling one capture, in a
-    sandbox of its own, with the machine's load and the environment."""
+def _run_alone(
+    topics: dict[str, int],
+    measure: Callable[[Sandbox], T],
+    keys: Callable[[T], dict[str, object]],
+    render: Callable[[T], str],
+    as_json: bool,
+    echo: Callable[[str], None],
+) -> None:
+    """One phase alone, in a sandbox of its own with ``topics``, with the machine's
+    load and the environment."""
     from infra.config import use_local_services
     from infra.provision import provision
 
     use_local_services()
     provision(echo)
     machine = MachineLoad()
-    with sandbox(echo, extra_topics=WORKER_TOPICS) as box:
+    with sandbox(echo, extra_topics=topics) as box:
         environment = environment_of(box)
-        worker = measure_capture_worker(box, products, echo)
+        figures = measure(box)
     environment.update(machine.finish())
     if as_json:
-        print(json.dumps({**environment, **worker_figures(worker)}))
+        print(json.dumps({**environment, **keys(figures)}))
     else:
-        print(render_worker(worker))
+        print(render(figures))
         print(", ".join(f"{k} {v}" for k, v in environment.items()))
+
+
+def run_worker_bench(products: int, as_json: bool, echo: Callable[[str], None]) -> None:
+    """Phase (g) alone: the deployed capture worker settling one capture."""
+    _run_alone(
+        WORKER_TOPICS,
+        lambda box: measure_capture_worker(box, products, echo),
+        worker_figures,
+        render_worker,
+        as_json,
+        echo,
+    )
 
 
 def run_api_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> None:
-    """Phase (h) alone, in a sandbox of its own, with the machine's load."""
-    from infra.config import use_local_services
-    from infra.provision import provision
-
-    use_local_services()
-    provision(echo)
-    machine = MachineLoad()
-    with sandbox(echo, extra_topics={"jobs": 1}) as box:
-        environment = environment_of(box)
-        api = measure_resolver_api(box, seconds, echo)
-    environment.update(machine.finish())
-    if as_json:
-        print(json.dumps({**environment, **api_figures(api)}))
-    else:
-        print(render_api(api))
-        print(", ".join(f"{k} {v}" for k, v in environment.items()))
+    """Phase (h) alone: the deployed resolver API."""
+    _run_alone(
+        {"jobs": 1},
+        lambda box: measure_resolver_api(box, seconds, echo),
+        api_figures,
+        render_api,
+        as_json,
+        echo,
+    )
