@@ -18,10 +18,8 @@ in a loop. This phase measures it:
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 from confluent_kafka import Producer
@@ -29,6 +27,7 @@ from confluent_kafka import Producer
 from db.control.epochs import ensure_epoch
 from infra.bench.applier import CATALOG, MessageSource
 from infra.bench.memory import peak_rss_mb, rss_mb
+from infra.bench.pipeline import logs_dir
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.processes import Deployed, free_port
 
@@ -93,8 +92,7 @@ def measure_agents(box: Sandbox, events: int, echo: Echo) -> AgentsFigures:
     env = deployed_env(box, topic)
     source = _publish_backlog(box, topic, events, echo)
     web_port = free_port()
-    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = logs_dir()
     agents = Deployed(
         "agents",
         ["agents"],

@@ -55,7 +55,7 @@ from confluent_kafka.admin import AdminClient
 
 from db.objects import s3_client
 from infra.bench.memory import peak_rss_mb, reset_peak, rss_mb
-from infra.bench.pipeline import last_applied, relay_and_agents
+from infra.bench.pipeline import last_applied, logs_dir, relay_and_agents
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.bench.settle import settle_sandbox
 from infra.config import load
@@ -355,8 +355,7 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
     known = max(1, int(products * KNOWN_SHARE))
     first = capture_body(known_feed(known))
     measured = capture_body(measured_feed(products, known))
-    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = logs_dir()
     with EvidenceBucket(box) as bucket:
         size = len(measured["artifact"]) * 3 // 4
         processes = _processes(box, bucket.name, size, logs)

@@ -9,16 +9,15 @@ does, and ``Deployed.stop`` ends it.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psycopg
 from confluent_kafka import ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 
 from infra.bench.live_writer import LiveWriter
+from infra.bench.pipeline import logs_dir
 from infra.bench.rebuild_seed import EPOCH
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.bench.writer import CATALOG
@@ -88,8 +87,7 @@ def deployed(box: Sandbox, echo: Echo, tenant: str, items: int) -> DeployedRun:
     ``<GAPLESS_LOCAL_DIR>/logs``, not yet started."""
     api_port = free_port()
     env = process_env(box, api_port, free_port())
-    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = logs_dir()
 
     def process(name: str, args: str, health: str | None, **extra: str) -> Deployed:
         log = logs / f"bench-{box.run_id}-{name}.log"

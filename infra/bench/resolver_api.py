@@ -53,6 +53,7 @@ from infra.bench.capture_worker import EvidenceBucket, capture_body, known_feed
 from infra.bench.client_processes import ClientProcesses
 from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.latency import percentile
+from infra.bench.pipeline import logs_dir
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
 from infra.bench.writer import CATALOG, decision, process_writer, users_codec
 from infra.processes import Deployed, free_port
@@ -338,8 +339,7 @@ def measure_resolver_api(box: Sandbox, seconds: float, echo: Echo) -> ApiFigures
     tenants = [box.tenant(f"api{i}") for i in range(CLIENTS)]
     cases = ROUNDS * (int(CASES_PER_S * seconds) + 1) + 2 * WARM
     collectors = _seed_all(box, tenants, cases, echo)
-    logs = Path(os.environ.get("GAPLESS_LOCAL_DIR", Path.cwd() / ".local")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = logs_dir()
     with EvidenceBucket(box) as bucket, ClientProcesses(CLIENTS) as clients:
         apis = [_api(box, bucket.name, logs, n) for n in range(1, 3)]
         try:
