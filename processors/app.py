@@ -36,7 +36,7 @@ def create_app(settings: AgentSettings) -> Any:
         broker_credentials=broker_credentials(settings),
         store="memory://",
         autodiscover=False,
-        topic_replication_factor=1,
+        topic_replication_factor=settings.kafka_replication_factor,
         topic_partitions=settings.events_partitions,
         consumer_auto_offset_reset="earliest",
         web_port=settings.agents_web_port,

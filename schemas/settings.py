@@ -92,6 +92,19 @@ class KafkaSettings(GaplessSettings):
     events_partitions: int = Field(
         default=6, ge=1, description="GAPLESS_EVENTS_PARTITIONS: used when creating the topic."
     )
+    kafka_replication_factor: int = Field(
+        default=1,
+        ge=1,
+        description="GAPLESS_KAFKA_REPLICATION_FACTOR: replicas of every topic gapless"
+        " creates (3 on a cluster); a topic that exists is left as it is.",
+    )
+    kafka_min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="GAPLESS_KAFKA_MIN_INSYNC_REPLICAS: replicas that must hold an acks=all"
+        " write before it counts (min.insync.replicas, set on every topic gapless creates);"
+        " unset: 2 when the replication factor is 3 or more, else 1.",
+    )
     control_topic: str = Field(
         default=CONTROL_TOPIC,
         description="GAPLESS_CONTROL_TOPIC: operators' commands to the agents (rebuilds).",
@@ -163,6 +176,26 @@ class KafkaSettings(GaplessSettings):
                 f"{named} need GAPLESS_KAFKA_SECURITY_PROTOCOL SSL or SASL_SSL (it is {protocol})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _replication_consistent(self) -> KafkaSettings:
+        if self.kafka_min_insync_replicas is not None and (
+            self.kafka_min_insync_replicas > self.kafka_replication_factor
+        ):
+            raise ValueError(
+                f"GAPLESS_KAFKA_MIN_INSYNC_REPLICAS={self.kafka_min_insync_replicas} is more"
+                f" than GAPLESS_KAFKA_REPLICATION_FACTOR={self.kafka_replication_factor}:"
+                " no write could ever be acknowledged"
+            )
+        return self
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """``kafka_min_insync_replicas``, or what it defaults to: one replica may be lost
+        without losing an acknowledged write once there are three."""
+        if self.kafka_min_insync_replicas is not None:
+            return self.kafka_min_insync_replicas
+        return 2 if self.kafka_replication_factor >= 3 else 1
 
     def kafka_security(self) -> dict[str, str]:
         """The security properties that are set, under librdkafka's names."""

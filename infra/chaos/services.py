@@ -32,16 +32,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from infra.chaos.proxy import PortBlock, Routes, ToxiproxyServer, kafka_listener
 from infra.local import collector_keys, kafka, postgres, registry, s3, toxiproxy
 from infra.local.api_token import dev_token, dev_token_grant
 from infra.local.layout import Layout, current_layout
-from infra.local.processes import wait_until
 
 Echo = Callable[[str], None]
 
@@ -110,12 +107,7 @@ class Private:
         postgres.start(self.layout, echo)
 
     def kill_broker(self, echo: Echo) -> None:
-        pid_file = self.layout.pid_file(kafka.NAME)
-        pid = int(pid_file.read_text().strip())
-        echo(f"kafka: SIGKILL (pid {pid})")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not _running(pid), timeout=30, interval=0.1)
+        kafka.kill_node(self.layout, 1, echo)
 
     def start_broker(self, echo: Echo) -> None:
         kafka.start(self.layout, echo, proxied=kafka_listener(self.proxy_block))
@@ -138,18 +130,6 @@ def _sleep(seconds: float) -> None:
 
     if seconds > 0:
         time.sleep(seconds)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers signal 0; its state in /proc says it is gone.
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
-            return False
-    return True
 
 
 def port_base() -> int:

@@ -1,30 +1,39 @@
-"""Apache Kafka 4.0 as one KRaft node (broker and controller in one JVM).
+"""Apache Kafka 4.0 as KRaft nodes: one (the default) or a cluster of three.
 
 There is no reachable Kafka tarball, so the broker's jars come from Maven Central
-through `infra/kafka/pom.xml` and run straight from `.local/kafka/libs`. The
-storage directory is formatted once (`--standalone`, i.e. a one-voter quorum)
-and reused across restarts, so topics and offsets survive `down`/`up`.
-
-A test that puts a TCP fault proxy between the clients and the broker starts it
-with a ``ProxiedListener`` as well: clients reach a broker at the address its
-metadata advertises, not at the bootstrap address, so going through a proxy takes
-a listener of its own advertised at the proxy's port. The PLAINTEXT listener and
-every default stay as they are; without the option the extra listener is not there.
+through `infra/kafka/pom.xml` and run straight from `.local/kafka/libs`. Each node's
+storage directory is formatted once and reused across restarts, so topics and
+offsets survive `down`/`up`. The nodes, their ports and their configuration:
+``infra.local.kafka_nodes``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
+import signal
+import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from infra.local.errors import ServiceError
+from infra.local.kafka_nodes import (
+    NAME,
+    PROXIED,
+    Node,
+    ProxiedListener,
+    bootstrap,
+    cluster_nodes,
+    kafka_dir,
+    nodes,
+    server_properties,
+    single,
+)
 from infra.local.layout import HOST, INFRA_DIR, Layout
 from infra.local.ports import require_free
 from infra.local.processes import (
@@ -40,7 +49,8 @@ from infra.local.processes import (
 )
 from infra.local.status import ServiceStatus
 
-NAME = "kafka"
+__all__ = ["NAME", "ProxiedListener", "bootstrap", "server_properties"]
+
 MARKER = "kafka.Kafka"  # main class on the broker's command line; see processes.alive
 POM = INFRA_DIR / "kafka" / "pom.xml"
 LOG4J_CONFIG = INFRA_DIR / "kafka" / "log4j2.properties"
@@ -49,42 +59,13 @@ JAVA_HINT = "install a Java 17+ runtime: sudo apt-get install -y openjdk-17-jre-
 MVN_HINT = "install Maven 3: sudo apt-get install -y maven"
 
 
-PROXIED = "PROXIED"
-"""The name of the optional listener a fault proxy forwards to."""
-
-
-@dataclass(frozen=True)
-class ProxiedListener:
-    """A listener on ``port`` that tells clients to connect to ``advertised_port``
-    (where a proxy listens and forwards to ``port``)."""
-
-    port: int
-    advertised_port: int
-
-
-def bootstrap(layout: Layout) -> str:
-    return f"{HOST}:{layout.kafka_port}"
-
-
-def _kafka_dir(layout: Layout) -> Path:
-    return layout.local / "kafka"
-
-
 def _libs(layout: Layout) -> Path:
-    return _kafka_dir(layout) / "libs"
+    return kafka_dir(layout) / "libs"
 
 
-def _data_dir(layout: Layout) -> Path:
-    return _kafka_dir(layout) / "data"
-
-
-def _config_file(layout: Layout) -> Path:
-    return _kafka_dir(layout) / "server.properties"
-
-
-def _stdout_log(layout: Layout) -> Path:
-    # JVM crashes and anything printed before log4j starts; broker logs go to kafka.log.
-    return layout.logs / "kafka.stdout.log"
+def _stdout_log(layout: Layout, node: Node) -> Path:
+    # JVM crashes and anything printed before log4j starts; broker logs go to <name>.log.
+    return layout.logs / f"{node.name}.stdout.log"
 
 
 def _resolve_jars(layout: Layout, echo: Callable[[str], None]) -> None:
@@ -103,7 +84,7 @@ def _resolve_jars(layout: Layout, echo: Callable[[str], None]) -> None:
         return
     mvn = require_tool("mvn", MVN_HINT)
     echo(f"kafka: resolving broker jars from {POM.name} with Maven (one time)")
-    staging = _kafka_dir(layout) / "libs.partial"
+    staging = kafka_dir(layout) / "libs.partial"
     shutil.rmtree(staging, ignore_errors=True)
     run(
         [
@@ -126,43 +107,7 @@ def resolved_libs(layout: Layout, echo: Callable[[str], None]) -> Path:
     return _libs(layout)
 
 
-def server_properties(layout: Layout, proxied: ProxiedListener | None = None) -> str:
-    """The broker's ``server.properties``, with the ``PROXIED`` listener if asked."""
-    broker = f"{HOST}:{layout.kafka_port}"
-    controller = f"{HOST}:{layout.kafka_controller_port}"
-    listeners = f"PLAINTEXT://{broker},CONTROLLER://{controller}"
-    advertised = listeners
-    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
-    if proxied is not None:
-        listeners += f",{PROXIED}://{HOST}:{proxied.port}"
-        advertised += f",{PROXIED}://{HOST}:{proxied.advertised_port}"
-        protocols += f",{PROXIED}:PLAINTEXT"
-    return f"""\
-# Written by infra/local/kafka.py on every start; edits here are overwritten.
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers={controller}
-listeners={listeners}
-advertised.listeners={advertised}
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map={protocols}
-log.dirs={_data_dir(layout)}
-num.partitions=6
-auto.create.topics.enable=false
-# One broker: every internal topic must make do with one replica.
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-min.insync.replicas=1
-# Consumers in tests should not wait 3 s for a group to settle.
-group.initial.rebalance.delay.ms=0
-"""
-
-
-def _java_command(layout: Layout, java: str, *args: str) -> list[str]:
+def _java_command(layout: Layout, java: str, node: Node, *args: str) -> list[str]:
     return [
         java,
         "-Xms256m",
@@ -170,73 +115,113 @@ def _java_command(layout: Layout, java: str, *args: str) -> list[str]:
         "-cp",
         f"{_libs(layout)}/*",
         f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-        f"-Dgapless.kafka.log={layout.log_file(NAME)}",
+        f"-Dgapless.kafka.log={layout.log_file(node.name)}",
         *args,
     ]
 
 
-def _format_storage(layout: Layout, java: str, echo: Callable[[str], None]) -> None:
-    """Format the data directory once; meta.properties marks a formatted one."""
-    data = _data_dir(layout)
-    if (data / "meta.properties").is_file():
-        return
-    echo(f"kafka: formatting storage in {data}")
-    uuid_out = run(
-        _java_command(layout, java, "kafka.tools.StorageTool", "random-uuid"),
+def _storage_tool(layout: Layout, java: str, node: Node, *args: str) -> list[str]:
+    return _java_command(layout, java, node, "kafka.tools.StorageTool", *args)
+
+
+def _cluster_id(layout: Layout, java: str, todo: list[Node]) -> str:
+    """The id a node formatted earlier has, else a new one: every node of a cluster
+    must be formatted with the same."""
+    for node in nodes(layout):
+        meta = node.data / "meta.properties"
+        with contextlib.suppress(OSError):
+            for line in meta.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.removeprefix("cluster.id=").strip()
+    out = run(
+        _storage_tool(layout, java, todo[0], "random-uuid"),
         what="kafka StorageTool random-uuid",
         hint=JAVA_HINT,
     )
-    cluster_id = uuid_out.strip().splitlines()[-1].strip()
+    return out.strip().splitlines()[-1].strip()
+
+
+def _format_storage(
+    layout: Layout, node: Node, java: str, cluster_id: str, echo: Callable[[str], None]
+) -> None:
+    """Format the node's data directory once; meta.properties marks a formatted one.
+    A single node is a one-voter quorum of its own (``--standalone``); a cluster's
+    voters are in every node's configuration."""
+    if (node.data / "meta.properties").is_file():
+        return
+    echo(f"{node.name}: formatting storage in {node.data}")
+    shape = ["--standalone"] if layout.kafka_brokers == 1 else []
     run(
-        _java_command(
-            layout, java, "kafka.tools.StorageTool", "format", "--standalone",
-            "-t", cluster_id, "-c", str(_config_file(layout)),
+        _storage_tool(
+            layout, java, node, "format", *shape, "-t", cluster_id, "-c", str(node.config)
         ),
         what="kafka StorageTool format",
-        hint=f"remove {data} and retry",
-    )  # fmt: skip
+        hint=f"remove {node.data} and retry",
+    )
 
 
 def _admin_ready(layout: Layout) -> bool:
+    """True once the metadata lists every node as a broker."""
     # log_level 0 keeps librdkafka from printing retry chatter to our terminal.
     admin = AdminClient({"bootstrap.servers": bootstrap(layout), "log_level": 0})
     try:
-        admin.list_topics(timeout=5)
+        brokers = admin.list_topics(timeout=5).brokers
     except KafkaException:
         return False
-    return True
+    return len(brokers) == layout.kafka_brokers
 
 
-def _wait_ready(layout: Layout, running: Callable[[], bool]) -> None:
-    log = layout.log_file(NAME)
-
+def _wait_ready(layout: Layout, running: dict[Node, Callable[[], bool]]) -> None:
     def ready() -> bool:
-        if not running():
-            raise ServiceError(
-                f"kafka exited during start-up; last lines of {log}:\n{log_tail(log)}",
-                f"see {log} and {_stdout_log(layout)}",
-            )
-        return port_open(HOST, layout.kafka_port) and _admin_ready(layout)
+        for node, up in running.items():
+            if not up():
+                log = layout.log_file(node.name)
+                raise ServiceError(
+                    f"{node.name} exited during start-up; last lines of {log}:\n{log_tail(log)}",
+                    f"see {log} and {_stdout_log(layout, node)}",
+                )
+        return all(port_open(HOST, n.port) for n in running) and _admin_ready(layout)
 
     if not wait_until(ready, timeout=READY_TIMEOUT, interval=1):
+        logs = " and ".join(str(layout.log_file(n.name)) for n in running)
         raise ServiceError(
-            f"kafka not ready on {bootstrap(layout)} after {READY_TIMEOUT:.0f}s",
-            f"see {log} and {_stdout_log(layout)}",
+            f"kafka not ready on {bootstrap(layout)} after {READY_TIMEOUT:.0f}s", f"see {logs}"
         )
 
 
-def _our_pid(layout: Layout) -> int | None:
-    pid = read_pid(layout.pid_file(NAME))
+def _pid(layout: Layout, node: Node) -> int | None:
+    pid = read_pid(layout.pid_file(node.name))
     return pid if pid is not None and alive(pid, MARKER) else None
 
 
+def _started_nodes(layout: Layout) -> list[Node]:
+    """The nodes gapless has a pid file for, of either shape (``stop`` takes both)."""
+    ids = [p.stem.removeprefix(f"{NAME}-") for p in layout.pids.glob(f"{NAME}-*.pid")]
+    count = max((int(i) for i in ids if i.isdigit()), default=0)
+    found = [single(layout), *cluster_nodes(layout, count)]
+    return [n for n in found if layout.pid_file(n.name).exists()]
+
+
+def _refuse_other_shape(layout: Layout) -> None:
+    wanted = {n.name for n in nodes(layout)}
+    others = [n for n in _started_nodes(layout) if n.name not in wanted and _pid(layout, n)]
+    if others:
+        names = ", ".join(n.name for n in others)
+        raise ServiceError(
+            f"{names} runs, started for another GAPLESS_LOCAL_KAFKA_BROKERS than"
+            f" {layout.kafka_brokers}",
+            "run `gapless down` first, then `gapless up` with the count you want",
+        )
+
+
 def proxied_listener(layout: Layout) -> ProxiedListener | None:
-    """The proxied listener of the broker that runs now (from the configuration it
-    was started with), or None: not running, or without one."""
-    if _our_pid(layout) is None:
+    """The proxied listener of the single broker that runs now (from the configuration
+    it was started with), or None: not running, a cluster, or without one."""
+    node = single(layout)
+    if layout.kafka_brokers != 1 or _pid(layout, node) is None:
         return None
     try:
-        lines = _config_file(layout).read_text().splitlines()
+        lines = node.config.read_text().splitlines()
     except OSError:
         return None
     found: dict[str, int] = {}
@@ -252,68 +237,117 @@ def proxied_listener(layout: Layout) -> ProxiedListener | None:
 
 
 def check_ports(layout: Layout, proxied: ProxiedListener | None = None) -> None:
-    """Unless ours runs: ``PortTaken`` naming the holder if a port of the broker is taken."""
-    if _our_pid(layout) is None:
-        require_free(HOST, layout.kafka_port, NAME, "GAPLESS_LOCAL_KAFKA_PORT")
-        controller = "GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT"
-        require_free(HOST, layout.kafka_controller_port, f"{NAME} controller", controller)
-        if proxied is not None:
-            require_free(HOST, proxied.port, f"{NAME} proxied listener", "GAPLESS_LOCAL_PROXY_PORT")
+    """For each node not running: ``PortTaken`` naming the holder if a port of it is
+    taken (a cluster's other nodes' ports move with the first's variables)."""
+    for node in nodes(layout):
+        if _pid(layout, node) is not None:
+            continue
+        shifted = "" if node.node_id == 1 else f" (node {node.node_id}: its value + stride)"
+        require_free(HOST, node.port, node.name, f"GAPLESS_LOCAL_KAFKA_PORT{shifted}")
+        controller = f"GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT{shifted}"
+        require_free(HOST, node.controller_port, f"{node.name} controller", controller)
+    if proxied is not None and _pid(layout, single(layout)) is None:
+        require_free(HOST, proxied.port, f"{NAME} proxied listener", "GAPLESS_LOCAL_PROXY_PORT")
 
 
 def start(
     layout: Layout, echo: Callable[[str], None], *, proxied: ProxiedListener | None = None
 ) -> None:
-    """Start the broker unless ours already runs; wait until the AdminClient answers.
+    """Start every node of ``layout`` that does not run; wait until the AdminClient
+    sees them all as brokers. After a node was killed this starts that node alone.
 
-    ``proxied``: also listen on ``proxied.port``, advertised at ``proxied.advertised_port``
-    (see the module's docstring). A broker already running is left as it is: see
-    ``proxied_listener`` for what it has, and ``stop`` it first to change it.
+    ``proxied`` (a single broker only): also listen on ``proxied.port``, advertised at
+    ``proxied.advertised_port`` (see ``infra.local.kafka_nodes``). A node already
+    running is left as it is: see ``proxied_listener`` for what it has, and ``stop``
+    it first to change it.
     """
     address = bootstrap(layout)
-    pid = _our_pid(layout)
-    if pid is not None:
-        echo(f"kafka: already running on {address} (pid {pid})")
-        _wait_ready(layout, lambda: alive(pid, MARKER))
+    _refuse_other_shape(layout)
+    running = {n: _pid(layout, n) for n in nodes(layout)}
+    todo = [n for n, pid in running.items() if pid is None]
+    if not todo:
+        pids = ", ".join(str(p) for p in running.values())
+        echo(f"kafka: already running on {address} (pid {pids})")
+        _wait_ready(layout, {n: _alive(p) for n, p in running.items()})
         return
     check_ports(layout, proxied)
     java = require_tool("java", JAVA_HINT)
     _resolve_jars(layout, echo)
-    _data_dir(layout).mkdir(parents=True, exist_ok=True)
-    _config_file(layout).write_text(server_properties(layout, proxied))
-    _format_storage(layout, java, echo)
-    extra = f", proxied {HOST}:{proxied.port}" if proxied is not None else ""
-    echo(f"kafka: starting on {address} (controller {HOST}:{layout.kafka_controller_port}{extra})")
-    broker = spawn(
-        _java_command(layout, java, MARKER, str(_config_file(layout))),
-        log=_stdout_log(layout),
-        pid_file=layout.pid_file(NAME),
-        cwd=_kafka_dir(layout),
-    )
-    _wait_ready(layout, lambda: broker.poll() is None)
-    echo(f"kafka: ready on {address} (pid {broker.pid})")
+    cluster_id = _cluster_id(layout, java, todo)
+    for node in todo:
+        node.data.mkdir(parents=True, exist_ok=True)
+        node.config.write_text(server_properties(layout, node, proxied))
+        _format_storage(layout, node, java, cluster_id, echo)
+    checks = {n: _alive(p) for n, p in running.items() if p is not None}
+    for node in todo:
+        extra = f", proxied {HOST}:{proxied.port}" if proxied is not None else ""
+        echo(f"{node.name}: starting on {node.address} (controller {node.controller_port}{extra})")
+        broker = spawn(
+            _java_command(layout, java, node, MARKER, str(node.config)),
+            log=_stdout_log(layout, node),
+            pid_file=layout.pid_file(node.name),
+            cwd=node.home,
+        )
+        checks[node] = _polling(broker)
+    _wait_ready(layout, checks)
+    echo(f"kafka: ready on {address}")
+
+
+def _alive(pid: int | None) -> Callable[[], bool]:
+    return lambda: pid is not None and alive(pid, MARKER)
+
+
+def _polling(process: subprocess.Popen[bytes]) -> Callable[[], bool]:
+    return lambda: process.poll() is None
+
+
+def kill_node(layout: Layout, node_id: int, echo: Callable[[str], None]) -> int:
+    """SIGKILL node ``node_id`` (a crash: no controlled shutdown) and wait until it is
+    gone; its pid. ``start`` brings it back."""
+    node = next((n for n in nodes(layout) if n.node_id == node_id), None)
+    pid = _pid(layout, node) if node is not None else None
+    if node is None or pid is None:
+        raise ServiceError(f"kafka node {node_id} is not running", "start it with `gapless up`")
+    echo(f"{node.name}: SIGKILL (pid {pid})")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not alive(pid, MARKER), timeout=30, interval=0.1)
+    return pid
 
 
 def stop(layout: Layout, echo: Callable[[str], None]) -> None:
-    """SIGTERM the broker gapless started (a clean KRaft shutdown), SIGKILL after 60 s."""
-    pid_file = layout.pid_file(NAME)
-    pid = _our_pid(layout)
-    if pid is None:
-        echo("kafka: not started by gapless" if not pid_file.exists() else "kafka: not running")
-    else:
-        echo(f"kafka: stopping (pid {pid})")
-        terminate(pid, MARKER, grace=60)
-    with contextlib.suppress(FileNotFoundError):
-        pid_file.unlink()
+    """SIGTERM every node gapless started, of either shape, at once (a clean KRaft
+    shutdown; a cluster's nodes stopped one by one would wait on a lost quorum),
+    SIGKILL those still up after 60 s."""
+    started = _started_nodes(layout)
+    if not started:
+        echo("kafka: not started by gapless")
+    pids = {n: _pid(layout, n) for n in started}
+    for node, pid in pids.items():
+        if pid is None:
+            echo(f"{node.name}: not running")
+            continue
+        echo(f"{node.name}: stopping (pid {pid})")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    for node, pid in pids.items():
+        if pid is not None:
+            terminate(pid, MARKER, grace=60)
+        with contextlib.suppress(FileNotFoundError):
+            layout.pid_file(node.name).unlink()
 
 
-def status(layout: Layout) -> ServiceStatus:
-    address = bootstrap(layout)
-    pid = _our_pid(layout)
-    listening = port_open(HOST, layout.kafka_port)
+def status(layout: Layout) -> list[ServiceStatus]:
+    """One status per node of ``layout``."""
+    return [_node_status(layout, n) for n in nodes(layout)]
+
+
+def _node_status(layout: Layout, node: Node) -> ServiceStatus:
+    pid = _pid(layout, node)
+    listening = port_open(HOST, node.port)
     if pid is None:
         detail = "port open, not started by gapless" if listening else "not running"
-        return ServiceStatus(NAME, listening, address, None, detail)
+        return ServiceStatus(node.name, listening, node.address, None, detail)
     if not listening:
-        return ServiceStatus(NAME, False, address, pid, "process up, broker port closed")
-    return ServiceStatus(NAME, True, address, pid, "started by gapless")
+        return ServiceStatus(node.name, False, node.address, pid, "process up, broker port closed")
+    return ServiceStatus(node.name, True, node.address, pid, "started by gapless")

@@ -35,6 +35,21 @@ def _port(variable: str, default: int) -> int:
     return port
 
 
+KAFKA_BROKER_COUNTS = (1, 3)
+"""What ``GAPLESS_LOCAL_KAFKA_BROKERS`` may be: one node, or a quorum of three that
+survives one death (replication factor 3, two in-sync replicas)."""
+
+
+def _brokers(variable: str) -> int:
+    raw = os.environ.get(variable, "") or "1"
+    if raw not in {str(n) for n in KAFKA_BROKER_COUNTS}:
+        allowed = " or ".join(str(n) for n in KAFKA_BROKER_COUNTS)
+        raise ServiceError(
+            f"{variable}={raw!r} is not a broker count", f"set {variable} to {allowed}"
+        )
+    return int(raw)
+
+
 def _repo_root() -> Path:
     """The nearest ancestor of this module that holds `pyproject.toml`."""
     for candidate in INFRA_DIR.parents:
@@ -72,6 +87,11 @@ class Layout:
     """Jaeger's own Prometheus metrics."""
     registry_database: str = "registry"
     """The database of the local PostgreSQL that keeps the schema registry's data."""
+    kafka_brokers: int = 1
+    """1: one KRaft node; 3: a cluster of three (``infra.local.kafka``)."""
+    kafka_port_stride: int = 2
+    """Node *i* of a cluster listens on ``kafka_port + stride * (i - 1)`` and its
+    controller on ``kafka_controller_port + stride * (i - 1)``."""
 
     @property
     def logs(self) -> Path:
@@ -114,4 +134,5 @@ def current_layout() -> Layout:
         jaeger_query_grpc_port=_port("GAPLESS_LOCAL_JAEGER_QUERY_GRPC_PORT", 16685),
         jaeger_health_port=_port("GAPLESS_LOCAL_JAEGER_HEALTH_PORT", 13133),
         jaeger_metrics_port=_port("GAPLESS_LOCAL_JAEGER_METRICS_PORT", 18888),
+        kafka_brokers=_brokers("GAPLESS_LOCAL_KAFKA_BROKERS"),
     )

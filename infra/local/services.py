@@ -12,7 +12,7 @@ import fcntl
 import os
 from collections.abc import Callable, Iterator
 
-from infra.local import collector_keys, kafka, postgres, registry, s3
+from infra.local import collector_keys, kafka, kafka_nodes, postgres, registry, s3
 from infra.local.api_token import dev_token, dev_token_grant
 from infra.local.errors import ServiceError
 from infra.local.layout import Layout, current_layout
@@ -82,7 +82,7 @@ def status() -> list[ServiceStatus]:
     layout = current_layout()
     return [
         postgres.status(layout),
-        kafka.status(layout),
+        *kafka.status(layout),
         s3.status(layout),
         registry.status(layout),
     ]
@@ -109,6 +109,8 @@ def local_environment() -> dict[str, str]:
         "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
         "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
         "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),
+        # On a local cluster the topics gapless creates are replicated to every node.
+        "GAPLESS_KAFKA_REPLICATION_FACTOR": str(kafka_nodes.replication_factor(layout)),
         # Events in the Confluent framing, through the registry `up` starts.
         "GAPLESS_SCHEMA_REGISTRY_URL": registry.url(layout),
         "GAPLESS_S3_ENDPOINT": s3.endpoint(layout),

@@ -1,12 +1,17 @@
-"""The broker's configuration: today's listeners unless a proxied one is asked for."""
+"""The brokers' configuration: today's listeners unless a proxied one is asked for; a
+cluster's nodes, quorum and replication."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pytest
+
 from infra.chaos.proxy import PortBlock, kafka_listener
-from infra.local.kafka import ProxiedListener, server_properties
-from infra.local.layout import Layout
+from infra.local.errors import ServiceError
+from infra.local.kafka_nodes import ProxiedListener, bootstrap, nodes, server_properties
+from infra.local.layout import Layout, current_layout
 
 LAYOUT = Layout(
     Path("/nowhere"), pg_port=1, kafka_port=19092, kafka_controller_port=19093, s3_port=2
@@ -28,7 +33,7 @@ def test_without_a_proxied_listener_the_broker_listens_as_before() -> None:
 
 def test_a_proxied_listener_is_advertised_at_the_proxy_and_changes_nothing_else() -> None:
     plain = _properties(server_properties(LAYOUT))
-    proxied = _properties(server_properties(LAYOUT, ProxiedListener(18485, 18472)))
+    proxied = _properties(server_properties(LAYOUT, proxied=ProxiedListener(18485, 18472)))
     assert proxied["listeners"] == plain["listeners"] + ",PROXIED://127.0.0.1:18485"
     assert proxied["advertised.listeners"] == (
         plain["advertised.listeners"] + ",PROXIED://127.0.0.1:18472"
@@ -42,3 +47,69 @@ def test_the_port_block_puts_the_broker_listener_behind_the_kafka_proxy() -> Non
     block = PortBlock(18470)
     assert kafka_listener(block) == ProxiedListener(port=18485, advertised_port=18472)
     assert (block.api, block.proxy(1), block.proxy(3)) == (18470, 18471, 18473)
+
+
+CLUSTER = Layout(
+    Path("/nowhere"),
+    pg_port=1,
+    kafka_port=19092,
+    kafka_controller_port=19093,
+    s3_port=2,
+    kafka_brokers=3,
+)
+
+
+def test_a_cluster_is_three_voters_each_a_broker_on_ports_of_its_own() -> None:
+    found = nodes(CLUSTER)
+    assert [(n.name, n.port, n.controller_port) for n in found] == [
+        ("kafka-1", 19092, 19093),
+        ("kafka-2", 19094, 19095),
+        ("kafka-3", 19096, 19097),
+    ]
+    assert len({n.data for n in found}) == 3
+    assert bootstrap(CLUSTER) == "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"
+    props = _properties(server_properties(CLUSTER, found[1]))
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == (
+        "1@127.0.0.1:19093,2@127.0.0.1:19095,3@127.0.0.1:19097"
+    )
+    assert "controller.quorum.bootstrap.servers" not in props
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19094,CONTROLLER://127.0.0.1:19095"
+    assert props["log.dirs"] == str(found[1].data)
+
+
+def test_a_cluster_replicates_every_topic_to_three_with_two_in_sync() -> None:
+    props = _properties(server_properties(CLUSTER, nodes(CLUSTER)[0]))
+    assert props["default.replication.factor"] == "3"
+    assert props["offsets.topic.replication.factor"] == "3"
+    assert props["transaction.state.log.min.isr"] == "2"
+    assert props["min.insync.replicas"] == "2"
+    assert props["unclean.leader.election.enable"] == "false"
+    single = _properties(server_properties(LAYOUT))
+    assert (single["default.replication.factor"], single["min.insync.replicas"]) == ("1", "1")
+    assert bootstrap(LAYOUT) == "127.0.0.1:19092"
+
+
+def test_a_cluster_takes_no_proxied_listener_and_refuses_overlapping_ports() -> None:
+    with pytest.raises(ServiceError, match="single broker"):
+        server_properties(CLUSTER, nodes(CLUSTER)[0], ProxiedListener(18485, 18472))
+    crowded = dataclasses.replace(CLUSTER, kafka_controller_port=19094)
+    with pytest.raises(ServiceError, match="overlap") as caught:
+        nodes(crowded)
+    assert "GAPLESS_LOCAL_KAFKA_CONTROLLER_PORT" in caught.value.hint
+
+
+@pytest.mark.parametrize("raw", ["2", "0", "three", "-1"])
+def test_a_broker_count_other_than_one_or_three_fails_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("GAPLESS_LOCAL_KAFKA_BROKERS", raw)
+    with pytest.raises(ServiceError, match="GAPLESS_LOCAL_KAFKA_BROKERS"):
+        current_layout()
+
+
+def test_the_broker_count_is_read_from_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GAPLESS_LOCAL_KAFKA_BROKERS", raising=False)
+    assert current_layout().kafka_brokers == 1
+    monkeypatch.setenv("GAPLESS_LOCAL_KAFKA_BROKERS", "3")
+    assert current_layout().kafka_brokers == 3
