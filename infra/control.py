@@ -92,7 +92,7 @@ def publish(
 ) -> None:
     """Put one command on the control topic (``GAPLESS_CONTROL_TOPIC``) and wait for
     the broker's confirmation."""
-    producer = Producer(client_config(kafka, {"enable.idempotence": True}))
+    producer = Producer(client_config(kafka, {"enable.idempotence": True, "acks": "all"}))
     problems: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:

@@ -11,7 +11,8 @@ with the same launchers (``infra.local``), under a ``Layout`` of its own
   base+1 (its controller base+2), versitygw on base+3, the registry on base+4 (its
   management port base+5; its schemas in the campaign's PostgreSQL, as ``gapless up``
   keeps them), the campaign's processes' HTTP ports from base+10 up to base+79, and
-  the TCP fault proxy's block (``infra.chaos.proxy.PortBlock``) from base+80 to base+95.
+  the TCP fault proxy's block (``infra.chaos.proxy.PortBlock``) from base+80 to base+95,
+  and a three-node Kafka cluster's ports from base+96 to base+101 (``infra.chaos.cluster``).
 
 The broker runs with its proxied listener from the start (and again after every
 SIGKILL), so the processes reach it, PostgreSQL and the object store through
@@ -48,7 +49,8 @@ PROCESS_PORTS = range(10, 80)
 """Offsets from the base of the ports the campaign's processes listen on."""
 PROXY_BLOCK = 80
 """The offset of the fault proxy's sixteen ports."""
-PORTS_USED = PROXY_BLOCK + 16
+PORTS_USED = PROXY_BLOCK + 16 + 6
+"""The proxy's sixteen, then a three-node Kafka cluster's six (``infra.chaos.cluster``)."""
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,11 @@ def refusal(command: ControlCommand, consumer: str, code: str, message: str) -> 
 
 class StatusPublisher:
     def __init__(self, kafka: KafkaConnection, topic: str = REBUILD_STATUS_TOPIC) -> None:
-        self._producer = Producer(client_config(kafka, {"linger.ms": 5}))
+        # Like every producer here: acks=all and idempotent, so on a cluster a status
+        # event counts as sent once two replicas hold it, and a retry never doubles it.
+        self._producer = Producer(
+            client_config(kafka, {"linger.ms": 5, "enable.idempotence": True, "acks": "all"})
+        )
         self._topic = topic
 
     def _delivered(self, err: Any, _msg: Any) -> None:
