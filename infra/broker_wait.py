@@ -6,8 +6,9 @@ worker's start (a deploy, a crash and its restart) would then leave the agents d
 until someone restarts them. ``wait_for_broker`` holds the start until the broker
 answers a metadata request, however long that takes (the process is not ready
 meanwhile, and SIGTERM still ends it), logging while it waits. The broker can
-still go between that answer and Faust's own connection: ``lost_broker_at_start``
-tells that failure from any other, so the command starts again instead of exiting.
+still go between that answer and Faust's own connection, and on a cluster a node can
+die while Faust starts: ``lost_broker_at_start`` tells those failures from any other,
+so the command starts again instead of exiting.
 """
 
 from __future__ import annotations
@@ -39,14 +40,21 @@ def broker_answers(settings: KafkaSettings) -> bool:
 
 
 def lost_broker_at_start(worker: Any) -> bool:
-    """Whether a Faust worker's start failed because no broker answered
-    (``aiokafka``'s ``KafkaConnectionError``, "Unable to bootstrap")."""
-    from aiokafka.errors import KafkaConnectionError  # type: ignore[import-untyped]
+    """Whether a Faust worker's start failed because a broker it needed did not
+    answer: no broker at all (``aiokafka``'s ``KafkaConnectionError``, "Unable to
+    bootstrap"), or, on a cluster, a node its metadata still names that has just died
+    (``NodeNotReadyError`` while Faust declares its topics), a controller or leader
+    moving (``NotControllerError``, ``LeaderNotAvailableError``) or a request timed
+    out: every error aiokafka marks retriable, and its metadata wait timing out."""
+    from aiokafka.errors import KafkaError, KafkaTimeoutError  # type: ignore[import-untyped]
 
     starting = getattr(worker, "_starting_fut", None)
     if starting is None or not starting.done() or starting.cancelled():
         return False
-    return isinstance(starting.exception(), KafkaConnectionError)
+    failure = starting.exception()
+    if isinstance(failure, KafkaTimeoutError):
+        return True
+    return isinstance(failure, KafkaError) and bool(getattr(failure, "retriable", False))
 
 
 def wait_for_broker(

@@ -1,7 +1,8 @@
 """``gapless chaos``: the deployed pipeline under faults, then checked from the stores.
 
-1. start the campaign's own PostgreSQL, broker and S3 server
-   (``infra.chaos.services``), migrate them and create the topics;
+1. start the campaign's own PostgreSQL, broker (or with ``cluster`` three Kafka
+   nodes) and S3 server (``infra.chaos.services``), migrate them and create the
+   topics;
 2. start the processes (``infra.chaos.roster``, ``infra.chaos.fleet``): one relay,
    two agents workers, one capture worker and resolver API, or with ``scale`` two
    relays, three agents workers and two capture workers; every agents incarnation
@@ -73,6 +74,8 @@ class Settings:
     kills: int
     seconds: float
     scale: bool = False
+    cluster: bool = False
+    """Three Kafka nodes; broker faults are leader kills (``infra.chaos.schedule``)."""
     pg_restarts: int = 4
     broker_restarts: int = 3
     s3_outages: int = 2
@@ -83,13 +86,13 @@ class Settings:
 
 def run_campaign(settings: Settings, echo: Echo) -> Report:
     """Steps 1-7 above."""
-    report = Report(settings.seed, settings.scale)
+    report = Report(settings.seed, settings.scale, settings.cluster)
     run_id = f"chaos{uuid.uuid4().hex[:6]}"
     from infra.local.layout import current_layout
 
     logs = current_layout().logs  # the main local directory's: they outlive the run
     logs.mkdir(parents=True, exist_ok=True)
-    with private_services(echo) as services:
+    with private_services(echo, cluster=settings.cluster) as services:
         saved = dict(os.environ)
         try:
             _use(services)
@@ -183,6 +186,7 @@ def _plan(settings: Settings, fleet: Fleet, run_id: str, echo: Echo) -> list[Pla
         registry_restarts=settings.registry_restarts,
         registry_outages=settings.registry_outages,
         proxy_faults=settings.proxy_faults,
+        cluster=settings.cluster,
     )
     plan = schedule.plan(settings.seed, options)
     echo(

@@ -124,7 +124,7 @@ def _service_lane(
         report.faults[planned.kind] += 1
         if planned.kind in (schedule.PG_FAST, schedule.PG_IMMEDIATE):
             report.pg_restarts += 1
-        elif planned.kind == schedule.BROKER_KILL:
+        elif planned.kind in (schedule.BROKER_KILL, schedule.LEADER_KILL):
             report.broker_restarts += 1
         elif planned.kind == schedule.S3_DOWN:
             report.object_store_outages += 1

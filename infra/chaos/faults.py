@@ -86,6 +86,23 @@ class BrokerKill:
 
 
 @dataclass
+class LeaderKill:
+    """The node leading most of the events topic's partitions SIGKILLed (a cluster),
+    started again at ``heal``; which node it was is decided when it happens."""
+
+    services: Private
+    echo: Echo
+    kind: str = schedule.LEADER_KILL
+    target: str = "kafka"
+
+    def apply(self) -> None:
+        self.services.kill_leader(self.echo)
+
+    def heal(self) -> None:
+        self.services.start_broker(self.echo)
+
+
+@dataclass
 class ObjectStoreDown:
     services: Private
     echo: Echo
@@ -125,6 +142,8 @@ def build(planned: Planned, fleet: Fleet, services: Private, echo: Echo) -> Faul
         return PostgresRestart(services, immediate, planned.hold, echo)
     if planned.kind == schedule.BROKER_KILL:
         return BrokerKill(services, echo)
+    if planned.kind == schedule.LEADER_KILL:
+        return LeaderKill(services, echo)
     if planned.kind == schedule.S3_DOWN:
         return ObjectStoreDown(services, echo)
     if planned.kind in (schedule.REGISTRY_RESTART, schedule.REGISTRY_DOWN):
@@ -140,5 +159,8 @@ _SERVICE_PROXY = {"postgres": "pg", "kafka": "kafka", "s3": "s3"}
 def network_fault(kind: str, target: str, proxies: Routes) -> Fault:
     """``proxy_drop`` / ``proxy_stall`` on the proxy in front of ``target``."""
     fault_class = {"proxy_drop": proxy.Drop, "proxy_stall": proxy.Stall}[kind]
-    fault: Fault = fault_class(getattr(proxies, _SERVICE_PROXY[target]))
+    route = getattr(proxies, _SERVICE_PROXY[target])
+    if route is None:
+        raise ValueError(f"no proxy in front of {target} (a cluster has none)")
+    fault: Fault = fault_class(route)
     return fault

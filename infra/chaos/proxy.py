@@ -318,30 +318,35 @@ def through(dsn: str, proxy: Proxy) -> str:
 
 @dataclass(frozen=True)
 class Routes:
-    """A proxy in front of each local service: ``pg``, ``kafka``, ``s3``."""
+    """A proxy in front of each local service: ``pg``, ``kafka``, ``s3``; no ``kafka``
+    in front of a cluster (its clients reach each node at the address the node
+    advertises; a cluster's faults are its nodes' deaths)."""
 
     pg: Proxy
-    kafka: Proxy
+    kafka: Proxy | None
     s3: Proxy
 
     @classmethod
     def create(cls, server: ToxiproxyServer, layout: Layout, block: PortBlock) -> Routes:
-        """The three proxies. The broker must run with ``kafka_listener(block)``."""
-        listener = kafka_listener(block)
-        if kafka.proxied_listener(layout) != listener:
-            raise ProxyError(
-                "kafka: the broker does not run with the proxied listener"
-                f" on {listener.port} advertised at {listener.advertised_port}",
-                "restart it with infra.local.kafka.start(layout, echo, proxied=...)",
-            )
+        """The proxies. A single broker must run with ``kafka_listener(block)``."""
+        broker: Proxy | None = None
+        if layout.kafka_brokers == 1:
+            listener = kafka_listener(block)
+            if kafka.proxied_listener(layout) != listener:
+                raise ProxyError(
+                    "kafka: the broker does not run with the proxied listener"
+                    f" on {listener.port} advertised at {listener.advertised_port}",
+                    "restart it with infra.local.kafka.start(layout, echo, proxied=...)",
+                )
+            broker = server.proxy("kafka", listener.advertised_port, f"{HOST}:{listener.port}")
         return cls(
             pg=server.proxy("pg", block.proxy(1), f"{HOST}:{layout.pg_port}"),
-            kafka=server.proxy("kafka", listener.advertised_port, f"{HOST}:{listener.port}"),
+            kafka=broker,
             s3=server.proxy("s3", block.proxy(3), f"{HOST}:{layout.s3_port}"),
         )
 
-    def all(self) -> tuple[Proxy, Proxy, Proxy]:
-        return (self.pg, self.kafka, self.s3)
+    def all(self) -> tuple[Proxy, ...]:
+        return tuple(p for p in (self.pg, self.kafka, self.s3) if p is not None)
 
     def heal_all(self) -> None:
         """Every toxic removed and every proxy enabled, whoever applied them."""
@@ -352,13 +357,15 @@ class Routes:
                 proxy.set_enabled(True)
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """``env`` with the processes' DSNs, Kafka bootstrap and S3 endpoint routed
-        through the proxies (the migration DSN, for set-up only, is left direct)."""
+        """``env`` with the processes' DSNs, Kafka bootstrap (a single broker's) and S3
+        endpoint routed through the proxies (the migration DSN, for set-up only, is
+        left direct)."""
         routed = dict(env)
         for name in DSN_VARIABLES:
             if name in routed:
                 routed[name] = through(routed[name], self.pg)
-        routed["GAPLESS_KAFKA_BOOTSTRAP"] = self.kafka.listen
+        if self.kafka is not None:
+            routed["GAPLESS_KAFKA_BOOTSTRAP"] = self.kafka.listen
         routed["GAPLESS_S3_ENDPOINT"] = f"http://{self.s3.listen}"
         return routed
 

@@ -15,6 +15,8 @@ from infra.chaos import check, lane
 class Report:
     seed: int
     scale: bool
+    cluster: bool = False
+    """Three Kafka nodes (``gapless chaos --cluster``)."""
     faults: Counter[str] = field(default_factory=Counter)
     kills: int = 0
     kills_undelivered: int = 0
@@ -50,6 +52,7 @@ class Report:
         return {
             "seed": self.seed,
             "scale": self.scale,
+            "kafka_nodes": 3 if self.cluster else 1,
             "ok": self.ok,
             "kills": self.kills,
             "kills_undelivered": self.kills_undelivered,
@@ -92,9 +95,11 @@ class Report:
         v = self.verdict
         by_kind = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items()))
         converged = f"{self.converged_s:.1f} s" if self.converged_s is not None else "never"
+        nodes = " (3 Kafka nodes)" if self.cluster else ""
         return (
-            f"chaos seed {self.seed}: {self.kills} kills ({sum(self.window_crashes.values())}"
-            f" in narrow windows), faults {by_kind}; {v.events_committed} events:"
+            f"chaos seed {self.seed}{nodes}: {self.kills} kills"
+            f" ({sum(self.window_crashes.values())} in narrow windows), faults {by_kind};"
+            f" {v.events_committed} events:"
             f" lost {v.lost}, doubled {v.doubled}, mismatched rows {v.mismatched_rows},"
             f" progress regressions {v.progress_regressions}, stuck jobs {v.stuck_jobs};"
             f" rebuild points {len(self.rebuild_lane.by_point)} of"

@@ -12,7 +12,9 @@ lanes run side by side:
   after the applier's commit before its acknowledgement, between the evidence put
   and the intake commit, around a checkpoint move, inside a rebuild's load
   transaction) the n-th time it passes there;
-- services: PostgreSQL restarts (fast and immediate shutdown), broker SIGKILLs, the
+- services: PostgreSQL restarts (fast and immediate shutdown), broker SIGKILLs (on a
+  three-node cluster, ``cluster``: SIGKILLs of the node leading most of the events
+  topic's partitions, started again after the hold), the
   object store down for a while, the schema registry restarted and stopped for
   ``REGISTRY_DOWN_S``, and proxy faults when a proxy is available, one at a time,
   each held ``hold`` seconds before it is healed, in slots spread over the campaign
@@ -40,6 +42,8 @@ KILL = "kill"
 PG_FAST = "pg_restart_fast"
 PG_IMMEDIATE = "pg_restart_immediate"
 BROKER_KILL = "broker_kill"
+LEADER_KILL = "leader_kill"
+"""On a cluster: the events topic's busiest leader SIGKILLed, started after the hold."""
 S3_DOWN = "object_store_down"
 REGISTRY_RESTART = "registry_restart"
 REGISTRY_DOWN = "registry_down"
@@ -104,6 +108,9 @@ class Options:
     registry_outages: int = 1
     proxy_faults: int = 0
     """0 unless a TCP fault proxy runs between the processes and the services."""
+    cluster: bool = False
+    """Three Kafka nodes: broker faults are leader kills, and no proxy is in front of
+    Kafka (its proxy faults go to PostgreSQL and the object store)."""
 
 
 def kind_of(process: str) -> str:
@@ -154,7 +161,7 @@ def _services(rng: random.Random, options: Options) -> list[Planned]:
         pg.append(rng.choice((PG_FAST, PG_IMMEDIATE)))
     kinds = (
         pg
-        + [BROKER_KILL] * options.broker_restarts
+        + [LEADER_KILL if options.cluster else BROKER_KILL] * options.broker_restarts
         + [S3_DOWN] * options.s3_outages
         + [REGISTRY_RESTART] * options.registry_restarts
         + [REGISTRY_DOWN] * options.registry_outages
@@ -178,7 +185,8 @@ def _services(rng: random.Random, options: Options) -> list[Planned]:
             hold = _hold(rng, kind, slot)
             room = slot
         at = start + rng.uniform(0, max(room - hold, 0.0) * 0.8)
-        planned.append(Planned(round(at, 3), kind, _target(rng, kind), round(hold, 3)))
+        target = _target(rng, kind, options.cluster)
+        planned.append(Planned(round(at, 3), kind, target, round(hold, 3)))
         start += room
     return planned
 
@@ -197,6 +205,9 @@ def _hold(rng: random.Random, kind: str, slot: float) -> float:
         PG_FAST: (0.5, 3.0),
         PG_IMMEDIATE: (0.0, 2.0),
         BROKER_KILL: (1.0, 5.0),
+        # Long enough, at times, for the controllers to fence the node and move its
+        # partitions' leadership (``infra.local.kafka_nodes.SESSION_TIMEOUT_MS``).
+        LEADER_KILL: (2.0, 10.0),
         S3_DOWN: (5.0, 12.0),
         REGISTRY_RESTART: (0.5, 3.0),
         "proxy_drop": (1.0, 4.0),
@@ -204,16 +215,16 @@ def _hold(rng: random.Random, kind: str, slot: float) -> float:
     return min(rng.uniform(low, high), 0.6 * slot)
 
 
-def _target(rng: random.Random, kind: str) -> str:
+def _target(rng: random.Random, kind: str, cluster: bool) -> str:
     if kind in (PG_FAST, PG_IMMEDIATE):
         return "postgres"
-    if kind == BROKER_KILL:
+    if kind in (BROKER_KILL, LEADER_KILL):
         return "kafka"
     if kind == S3_DOWN:
         return "s3"
     if kind in (REGISTRY_RESTART, REGISTRY_DOWN):
         return "registry"
-    return rng.choice(SERVICE_TARGETS)
+    return rng.choice([t for t in SERVICE_TARGETS if not (cluster and t == "kafka")])
 
 
 def counts(planned: Sequence[Planned]) -> dict[str, int]:

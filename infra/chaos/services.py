@@ -31,14 +31,17 @@ whatever failed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from infra.chaos.cluster import busiest_leader, cluster_layout
 from infra.chaos.proxy import PortBlock, Routes, ToxiproxyServer, kafka_listener
 from infra.local import collector_keys, kafka, postgres, registry, s3, toxiproxy
 from infra.local.api_token import dev_token, dev_token_grant
+from infra.local.kafka_nodes import replication_factor
 from infra.local.layout import Layout, current_layout
 
 Echo = Callable[[str], None]
@@ -85,6 +88,7 @@ class Private:
             "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
             "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
             "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),
+            "GAPLESS_KAFKA_REPLICATION_FACTOR": str(replication_factor(layout)),
             "GAPLESS_SCHEMA_REGISTRY_URL": registry.url(layout),
             "GAPLESS_S3_ENDPOINT": s3.endpoint(layout),
             "GAPLESS_S3_ACCESS_KEY": creds.access_key,
@@ -111,8 +115,20 @@ class Private:
     def kill_broker(self, echo: Echo) -> None:
         kafka.kill_node(self.layout, 1, echo)
 
+    def kill_leader(self, echo: Echo) -> None:
+        """SIGKILL the node leading most of the events topic's partitions (a cluster)."""
+        from infra.config import load
+        from schemas.settings import KafkaSettings
+
+        topic = load(KafkaSettings).events_topic
+        kafka.kill_node(self.layout, busiest_leader(kafka.bootstrap(self.layout), topic), echo)
+
     def start_broker(self, echo: Echo) -> None:
-        kafka.start(self.layout, echo, proxied=kafka_listener(self.proxy_block))
+        """Start what is not running: the single broker with its proxied listener, or
+        a cluster's killed node."""
+        cluster = self.layout.kafka_brokers > 1
+        proxied = None if cluster else kafka_listener(self.proxy_block)
+        kafka.start(self.layout, echo, proxied=proxied)
 
     def stop_object_store(self, echo: Echo) -> None:
         s3.stop(self.layout, echo)
@@ -163,9 +179,10 @@ def _link_shared(main: Layout, layout: Layout, echo: Echo) -> None:
 
 
 @contextlib.contextmanager
-def private_services(echo: Echo) -> Iterator[Private]:
-    """Start PostgreSQL, the broker, versitygw and the registry on the campaign's
-    layout; stop them and remove their directory on the way out."""
+def private_services(echo: Echo, *, cluster: bool = False) -> Iterator[Private]:
+    """Start PostgreSQL, the broker (``cluster``: three Kafka nodes, on the block's
+    cluster ports, with no proxy in front), versitygw and the registry on the
+    campaign's layout; stop them and remove their directory on the way out."""
     main = current_layout()
     base = port_base()
     layout = Layout(
@@ -177,6 +194,14 @@ def private_services(echo: Echo) -> Iterator[Private]:
         registry_port=base + 4,
         registry_management_port=base + 5,
     )
+    if cluster:
+        nodes = cluster_layout(main, base, layout.local)
+        layout = dataclasses.replace(
+            layout,
+            kafka_port=nodes.kafka_port,
+            kafka_controller_port=nodes.kafka_controller_port,
+            kafka_brokers=nodes.kafka_brokers,
+        )
     # Left over from a campaign that was itself killed: its servers first.
     _stop_all(layout, echo)
     shutil.rmtree(layout.local, ignore_errors=True)
@@ -184,13 +209,14 @@ def private_services(echo: Echo) -> Iterator[Private]:
     toxiproxy.ensure_binary(main, echo)  # built once, for every campaign after
     _link_shared(main, layout, echo)
     block = PortBlock(base + PROXY_BLOCK)
+    listener = None if cluster else kafka_listener(block)
     server: ToxiproxyServer | None = None
     try:
         for launcher in (postgres, s3, registry):
             launcher.check_ports(layout)
-        kafka.check_ports(layout, kafka_listener(block))
+        kafka.check_ports(layout, listener)
         postgres.start(layout, echo)
-        kafka.start(layout, echo, proxied=kafka_listener(block))
+        kafka.start(layout, echo, proxied=listener)
         s3.start(layout, echo)
         registry.start(layout, echo)
         server = ToxiproxyServer.start(layout, block, layout.log_file("toxiproxy"), echo)

@@ -21,8 +21,20 @@ from infra.cli.output import echo, guarded
     is_flag=True,
     help="Two relays, three agents workers and two capture workers at once.",
 )
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Three Kafka nodes instead of one, topics replicated to all three with two in"
+    " sync; each broker fault SIGKILLs the node leading most of the events topic's"
+    " partitions and starts it again after the hold.",
+)
 @click.option("--pg-restarts", default=4, show_default=True, help="PostgreSQL restarts.")
-@click.option("--broker-restarts", default=3, show_default=True, help="Broker SIGKILLs.")
+@click.option(
+    "--broker-restarts",
+    default=3,
+    show_default=True,
+    help="Broker SIGKILLs (with --cluster: leader kills).",
+)
 @click.option(
     "--s3-outages", default=2, show_default=True, help="Times the object store goes away."
 )
@@ -46,6 +58,7 @@ def chaos(
     seconds: float,
     seed: int | None,
     scale: bool,
+    cluster: bool,
     pg_restarts: int,
     broker_restarts: int,
     s3_outages: int,
@@ -64,7 +77,7 @@ def chaos(
     fence go on.
     Progress goes to stderr; the figures to stdout. Exits 1 on any violation,
     printing the seed that reproduces it. Services on GAPLESS_CHAOS_PORT_BASE
-    (default 17100) and the next 95 ports.
+    (default 17100) and the next 101 ports.
     """
     from infra.chaos.campaign import Settings, run_campaign
     from infra.chaos.report import render
@@ -75,6 +88,7 @@ def chaos(
         kills=kills,
         seconds=seconds,
         scale=scale,
+        cluster=cluster,
         pg_restarts=pg_restarts,
         broker_restarts=broker_restarts,
         s3_outages=s3_outages,

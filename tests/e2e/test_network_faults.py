@@ -274,6 +274,7 @@ class Phase:
 def _phases(routes: Routes) -> list[Phase]:
     worker = ("resolver-worker",)
     others = ("resolver-api", "relay", "agents")
+    assert routes.kafka is not None  # a single broker, behind its proxy
     return [
         Phase(Drop(routes.pg), 0.0, EVERYONE),
         Phase(Stall(routes.pg), STALL_S, EVERYONE),

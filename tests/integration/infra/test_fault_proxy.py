@@ -91,12 +91,14 @@ def test_down_refuses_connections_and_slow_delays_answers(
 
 
 def test_kafka_clients_reach_the_broker_only_through_the_proxy(fault_routes: Routes) -> None:
-    admin = AdminClient({"bootstrap.servers": fault_routes.kafka.listen, "log_level": 0})
+    broker = fault_routes.kafka
+    assert broker is not None
+    admin = AdminClient({"bootstrap.servers": broker.listen, "log_level": 0})
     brokers = admin.list_topics(timeout=10).brokers
     # The broker advertises the proxy on this listener, so no client goes around it.
-    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [fault_routes.kafka.listen]
+    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [broker.listen]
     env = fault_routes.environment({"GAPLESS_PRODUCT_DSN": "postgresql://u@127.0.0.1:1/product"})
-    assert env["GAPLESS_KAFKA_BOOTSTRAP"] == fault_routes.kafka.listen
+    assert env["GAPLESS_KAFKA_BOOTSTRAP"] == broker.listen
     assert env["GAPLESS_PRODUCT_DSN"] == f"postgresql://u@{fault_routes.pg.listen}/product"
 
 
