@@ -44,6 +44,10 @@ PG_IMMEDIATE = "pg_restart_immediate"
 BROKER_KILL = "broker_kill"
 LEADER_KILL = "leader_kill"
 """On a cluster: the events topic's busiest leader SIGKILLed, started after the hold."""
+LEADER_DOWN_S = (8.0, 12.0)
+"""How long a killed leader stays down: past the controllers' fencing of a silent node
+(``infra.local.kafka_nodes.SESSION_TIMEOUT_MS``), so its partitions' leadership moves
+to the other nodes every time, and moves again when it is back."""
 S3_DOWN = "object_store_down"
 REGISTRY_RESTART = "registry_restart"
 REGISTRY_DOWN = "registry_down"
@@ -195,6 +199,8 @@ def _fixed(rng: random.Random, kind: str) -> float:
     """The length of a fault that lasts as long as it must (0: one that shares a slot)."""
     if kind == "proxy_stall":
         return rng.uniform(*STALL_S)
+    if kind == LEADER_KILL:
+        return rng.uniform(*LEADER_DOWN_S)
     return REGISTRY_DOWN_S if kind == REGISTRY_DOWN else 0.0
 
 
@@ -205,9 +211,6 @@ def _hold(rng: random.Random, kind: str, slot: float) -> float:
         PG_FAST: (0.5, 3.0),
         PG_IMMEDIATE: (0.0, 2.0),
         BROKER_KILL: (1.0, 5.0),
-        # Long enough, at times, for the controllers to fence the node and move its
-        # partitions' leadership (``infra.local.kafka_nodes.SESSION_TIMEOUT_MS``).
-        LEADER_KILL: (2.0, 10.0),
         S3_DOWN: (5.0, 12.0),
         REGISTRY_RESTART: (0.5, 3.0),
         "proxy_drop": (1.0, 4.0),

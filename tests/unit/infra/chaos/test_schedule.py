@@ -91,12 +91,13 @@ def test_a_writer_and_an_agents_worker_start_again_while_the_registry_is_down() 
 
 
 def test_on_a_cluster_broker_faults_are_leader_kills_and_no_proxy_fault_targets_kafka() -> None:
-    cluster = Options(seconds=300.0, kills=10, processes=PROCESSES, proxy_faults=12, cluster=True)
+    cluster = Options(seconds=60.0, kills=10, processes=PROCESSES, proxy_faults=12, cluster=True)
     for seed in range(5):
         planned = schedule.plan(seed, cluster)
         counts = schedule.counts(planned)
         assert counts[schedule.LEADER_KILL] == 3 and schedule.BROKER_KILL not in counts
         leaders = [p for p in planned if p.kind == schedule.LEADER_KILL]
-        assert all(p.target == "kafka" and p.hold >= 2.0 for p in leaders)
+        # Down past the controllers' fencing, however crowded the plan: leadership moves.
+        assert all(p.target == "kafka" and p.hold >= 8.0 for p in leaders)
         proxied = [p for p in planned if p.kind in schedule.PROXY_KINDS]
         assert len(proxied) == 12 and {p.target for p in proxied} <= {"postgres", "s3"}
