@@ -7,7 +7,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine
+from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy import URL, create_engine
 
 from db.settings import DatabaseSettings
 from db.tables import Database, metadata_of
@@ -17,11 +18,34 @@ _MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 def sqlalchemy_url(dsn: str) -> str:
-    """Turn a libpq URL into one SQLAlchemy opens with psycopg 3."""
-    for scheme in ("postgresql://", "postgres://"):
-        if dsn.startswith(scheme):
-            return "postgresql+psycopg://" + dsn[len(scheme) :]
-    return dsn
+    """Turn a libpq URL into one SQLAlchemy opens with psycopg 3.
+
+    A URL naming several hosts (``h1:p1,h2:p2``: a primary and its standby behind
+    ``target_session_attrs=read-write``) has no place in SQLAlchemy's URL grammar; it
+    takes them as one ``host`` query parameter each, which its psycopg dialect hands
+    back to libpq as the same list.
+    """
+    params = conninfo_to_dict(dsn)
+    hosts = str(params.get("host") or "").split(",")
+    if len(hosts) < 2:
+        for scheme in ("postgresql://", "postgres://"):
+            if dsn.startswith(scheme):
+                return "postgresql+psycopg://" + dsn[len(scheme) :]
+        return dsn
+    ports = str(params.pop("port", None) or "").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    params.pop("host")
+    user, password, database = (params.pop(k, None) for k in ("user", "password", "dbname"))
+    query: dict[str, str | list[str]] = {k: str(v) for k, v in params.items()}
+    query["host"] = [f"{h}:{p}" if p else h for h, p in zip(hosts, ports, strict=True)]
+    url = URL.create(
+        "postgresql+psycopg",
+        username=None if user is None else str(user),
+        password=None if password is None else str(password),
+        database=None if database is None else str(database),
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
 
 
 def alembic_config(database: Database, dsn: str) -> Config:

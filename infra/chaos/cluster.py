@@ -1,4 +1,5 @@
-"""A private three-node Kafka cluster, and which node leads what.
+"""A private three-node Kafka cluster and which node leads what, and a private
+PostgreSQL formation (a primary and a standby under pg_auto_failover).
 
 The cluster's faults are its nodes' deaths, and killing a node of the cluster
 ``gapless up`` runs would break everyone else's work on the machine; so the
@@ -6,11 +7,14 @@ broker-death tests and the campaign's cluster mode start one of their own with
 the same launcher (``infra.local.kafka``), under ``<local dir>/<name>`` on the
 campaign's port block (``infra.chaos.services``): node *i* on base + 96 + 2(*i* - 1),
 its controller one above. The broker's jars are linked from the main local directory.
+The failover tests' formation likewise: its two nodes on base + 6 and + 7, its
+monitor on + 8 (``infra.local.postgres_ha``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,13 +22,15 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from infra.local import kafka
+from infra.local import kafka, postgres_ha
 from infra.local.layout import Layout, current_layout
 
 Echo = Callable[[str], None]
 
 KAFKA_CLUSTER = 96
 """The offset, from the campaign's port base, of the cluster's first node's port."""
+PG_FORMATION = 6
+"""The offset of a formation's first node's port (the second +1, the monitor +2)."""
 NODES = 3
 
 
@@ -61,6 +67,27 @@ def kafka_cluster(echo: Echo, base: int, name: str = "kafka-cluster") -> Iterato
         yield layout
     finally:
         kafka.stop(layout, echo)
+        shutil.rmtree(layout.local, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def pg_formation(
+    echo: Echo, base: int, standby: str, name: str = "pg-formation"
+) -> Iterator[Layout]:
+    """Start a fresh primary and ``standby`` (``sync`` or ``async``) standby on the
+    port block at ``base``; stop them and remove their directory on the way out."""
+    main = current_layout()
+    layout = dataclasses.replace(
+        main, local=main.local / name, pg_port=base + PG_FORMATION, pg_standby=standby
+    )
+    postgres_ha.stop(layout, echo)  # left over from a run that was itself killed
+    shutil.rmtree(layout.local, ignore_errors=True)
+    layout.ensure_dirs()
+    try:
+        postgres_ha.start(layout, echo)
+        yield layout
+    finally:
+        postgres_ha.stop(layout, echo)
         shutil.rmtree(layout.local, ignore_errors=True)
 
 

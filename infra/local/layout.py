@@ -50,6 +50,19 @@ def _brokers(variable: str) -> int:
     return int(raw)
 
 
+PG_STANDBY_MODES = ("none", "sync", "async")
+
+
+def _standby(variable: str) -> str:
+    raw = os.environ.get(variable, "") or "none"
+    if raw not in PG_STANDBY_MODES:
+        raise ServiceError(
+            f"{variable}={raw!r} is not a standby mode",
+            f"set {variable} to {', '.join(PG_STANDBY_MODES)}",
+        )
+    return raw
+
+
 def _repo_root() -> Path:
     """The nearest ancestor of this module that holds `pyproject.toml`."""
     for candidate in INFRA_DIR.parents:
@@ -89,6 +102,10 @@ class Layout:
     """The database of the local PostgreSQL that keeps the schema registry's data."""
     kafka_brokers: int = 1
     """1: one KRaft node; 3: a cluster of three (``infra.local.kafka``)."""
+    pg_standby: str = "none"
+    """``none``: one PostgreSQL server. ``sync`` / ``async``: a primary and a standby
+    replicating to it synchronously or not, under pg_auto_failover
+    (``infra.local.postgres_ha``)."""
     kafka_port_stride: int = 2
     """Node *i* of a cluster listens on ``kafka_port + stride * (i - 1)`` and its
     controller on ``kafka_controller_port + stride * (i - 1)``."""
@@ -135,4 +152,5 @@ def current_layout() -> Layout:
         jaeger_health_port=_port("GAPLESS_LOCAL_JAEGER_HEALTH_PORT", 13133),
         jaeger_metrics_port=_port("GAPLESS_LOCAL_JAEGER_METRICS_PORT", 18888),
         kafka_brokers=_brokers("GAPLESS_LOCAL_KAFKA_BROKERS"),
+        pg_standby=_standby("GAPLESS_LOCAL_PG_STANDBY"),
     )

@@ -106,7 +106,7 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _as_cluster_owner(command: Sequence[str]) -> list[str]:
+def as_cluster_owner(command: Sequence[str]) -> list[str]:
     """`command`, run as `postgres` when we are root (initdb and pg_ctl refuse root)."""
     if _is_root():
         runuser = require_tool("runuser", "install util-linux: sudo apt-get install -y util-linux")
@@ -189,7 +189,7 @@ def _initdb(layout: Layout, echo: Callable[[str], None]) -> None:
         "--locale=C.UTF-8",
     ]  # fmt: skip
     run(
-        _as_cluster_owner(command),
+        as_cluster_owner(command),
         what="initdb",
         hint="remove the half-made data directory and retry: rm -rf " + str(data),
         cwd=_pg_dir(layout),
@@ -225,16 +225,17 @@ def _accepts_connections(layout: Layout) -> bool:
     return True
 
 
-def _create_databases(layout: Layout, echo: Callable[[str], None]) -> None:
+def create_databases(
+    connection: psycopg.Connection[tuple[object, ...]], layout: Layout, echo: Callable[[str], None]
+) -> None:
     """gapless's three databases, and the schema registry's (its own SQL storage)."""
-    with _connect(layout) as connection:
-        for database in (*DATABASES, layout.registry_database):
-            found = connection.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-            ).fetchone()
-            if found is None:
-                echo(f"postgres: creating database {database}")
-                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    for database in (*DATABASES, layout.registry_database):
+        found = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+        ).fetchone()
+        if found is None:
+            echo(f"postgres: creating database {database}")
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
 
 
 def check_ports(layout: Layout) -> None:
@@ -262,7 +263,7 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
         )
         pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(_data_dir(layout)), "-l", str(log)]
         run(
-            _as_cluster_owner([*pg_ctl, "-o", options, "-w", "-t", "60", "start"]),
+            as_cluster_owner([*pg_ctl, "-o", options, "-w", "-t", "60", "start"]),
             what="pg_ctl start",
             hint=f"see {log}",
             cwd=_pg_dir(layout),
@@ -273,8 +274,8 @@ def start(layout: Layout, echo: Callable[[str], None]) -> None:
         write_pid(layout.pid_file(NAME), pid)
     if not wait_until(lambda: _accepts_connections(layout), timeout=30):
         raise ServiceError(f"postgres on {address} does not accept connections", f"see {log}")
-    _create_databases(layout, echo)
     with _connect(layout) as connection:
+        create_databases(connection, layout, echo)
         ensure_app_login(connection)
     echo(f"postgres: ready on {address}")
 
@@ -289,7 +290,7 @@ def stop(layout: Layout, echo: Callable[[str], None]) -> None:
         echo("postgres: stopping")
         pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(_data_dir(layout)), "-m", "fast", "-w"]
         run(
-            _as_cluster_owner([*pg_ctl, "stop"]),
+            as_cluster_owner([*pg_ctl, "stop"]),
             what="pg_ctl stop",
             hint=f"see {layout.log_file(NAME)}",
             cwd=_pg_dir(layout),
@@ -310,7 +311,7 @@ def crash(layout: Layout, echo: Callable[[str], None]) -> None:
     echo("postgres: immediate shutdown")
     pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(_data_dir(layout)), "-m", "immediate", "-w"]
     run(
-        _as_cluster_owner([*pg_ctl, "stop"]),
+        as_cluster_owner([*pg_ctl, "stop"]),
         what="pg_ctl stop -m immediate",
         hint=f"see {layout.log_file(NAME)}",
         cwd=_pg_dir(layout),

@@ -11,8 +11,9 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator
+from types import ModuleType
 
-from infra.local import collector_keys, kafka, kafka_nodes, postgres, registry, s3
+from infra.local import collector_keys, kafka, kafka_nodes, postgres, postgres_ha, registry, s3
 from infra.local.api_token import dev_token, dev_token_grant
 from infra.local.errors import ServiceError
 from infra.local.layout import Layout, current_layout
@@ -39,6 +40,15 @@ def _exclusive(layout: Layout) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _ha(layout: Layout) -> bool:
+    return layout.pg_standby != "none"
+
+
+def _postgres(layout: Layout) -> ModuleType:
+    """The one server, or a primary and a standby under pg_auto_failover."""
+    return postgres_ha if _ha(layout) else postgres
+
+
 def up(echo: Echo) -> None:
     """Start PostgreSQL, Kafka, versitygw and the schema registry unless running; wait
     until each is ready.
@@ -49,10 +59,11 @@ def up(echo: Echo) -> None:
     ready in time.
     """
     layout = current_layout()
+    pg = _postgres(layout)
     with _exclusive(layout):
-        for launcher in (postgres, kafka, s3, registry):
+        for launcher in (pg, kafka, s3, registry):
             launcher.check_ports(layout)
-        postgres.start(layout, echo)
+        pg.start(layout, echo)
         kafka.start(layout, echo)
         s3.start(layout, echo)
         registry.start(layout, echo)
@@ -67,7 +78,7 @@ def down(echo: Echo) -> None:
     layout = current_layout()
     failures: list[ServiceError] = []
     with _exclusive(layout):
-        for stop in (registry.stop, s3.stop, kafka.stop, postgres.stop):
+        for stop in (registry.stop, s3.stop, kafka.stop, postgres_ha.stop, postgres.stop):
             try:
                 stop(layout, echo)
             except ServiceError as exc:
@@ -80,8 +91,9 @@ def down(echo: Echo) -> None:
 def status() -> list[ServiceStatus]:
     """One ServiceStatus per service, in start order. Never starts anything."""
     layout = current_layout()
+    pg = postgres_ha.status(layout) if _ha(layout) else [postgres.status(layout)]
     return [
-        postgres.status(layout),
+        *pg,
         *kafka.status(layout),
         s3.status(layout),
         registry.status(layout),
@@ -98,16 +110,17 @@ def local_environment() -> dict[str, str]:
     layout = current_layout()
     creds = s3.credentials(layout)
     token = dev_token(layout)
+    pg = _postgres(layout)
     api_port = os.environ.get("GAPLESS_RESOLVER_API_PORT", "18080")
     return {
         "GAPLESS_RESOLVER_URL": f"http://127.0.0.1:{api_port}",
         "GAPLESS_RESOLVER_TOKEN": token,
         # The local dev token is admin on every tenant; deployments scope theirs.
         "GAPLESS_API_TOKENS": dev_token_grant(token),
-        "GAPLESS_RESOLVER_DSN": postgres.dsn(layout, "resolver", postgres.APP_LOGIN),
-        "GAPLESS_RESOLVER_MIGRATION_DSN": postgres.dsn(layout, "resolver"),
-        "GAPLESS_PRODUCT_DSN": postgres.dsn(layout, "product"),
-        "GAPLESS_CONTROL_DSN": postgres.dsn(layout, "control"),
+        "GAPLESS_RESOLVER_DSN": pg.dsn(layout, "resolver", postgres.APP_LOGIN),
+        "GAPLESS_RESOLVER_MIGRATION_DSN": pg.dsn(layout, "resolver"),
+        "GAPLESS_PRODUCT_DSN": pg.dsn(layout, "product"),
+        "GAPLESS_CONTROL_DSN": pg.dsn(layout, "control"),
         "GAPLESS_KAFKA_BOOTSTRAP": kafka.bootstrap(layout),
         # On a local cluster the topics gapless creates are replicated to every node.
         "GAPLESS_KAFKA_REPLICATION_FACTOR": str(kafka_nodes.replication_factor(layout)),
