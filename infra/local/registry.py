@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from infra.local import postgres_ha
 from infra.local.errors import ServiceError
 from infra.local.layout import HOST, Layout
 from infra.local.ports import require_free
@@ -145,8 +146,12 @@ def _unpack(layout: Layout, echo: Callable[[str], None]) -> Path:
 
 
 def storage_url(layout: Layout) -> str:
-    """The JDBC URL of the registry's database in the local PostgreSQL."""
-    return f"jdbc:postgresql://{HOST}:{layout.pg_port}/{layout.registry_database}"
+    """The JDBC URL of the registry's database in the local PostgreSQL; with a
+    standby (``GAPLESS_LOCAL_PG_STANDBY``) both nodes, the driver keeping the primary."""
+    if layout.pg_standby == "none":
+        return f"jdbc:postgresql://{HOST}:{layout.pg_port}/{layout.registry_database}"
+    hosts = ",".join(f"{HOST}:{node.port}" for node in postgres_ha.nodes(layout))
+    return f"jdbc:postgresql://{hosts}/{layout.registry_database}?targetServerType=primary"
 
 
 def _command(layout: Layout, java: str, home: Path) -> list[str]:
