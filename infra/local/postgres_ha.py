@@ -193,17 +193,26 @@ def _connect(port: int, database: str) -> psycopg.Connection[tuple[object, ...]]
     )
 
 
-def states(layout: Layout) -> dict[str, str]:
-    """Each node's state as the monitor last heard it reported (``primary``,
-    ``secondary``, ``wait_primary``, …); empty while the monitor does not answer."""
+def _node_rows(layout: Layout) -> list[tuple[str, str, str]]:
+    """Each node's name, the state it last reported and the one the monitor assigned
+    it; empty while the monitor does not answer."""
     try:
         with _connect(monitor(layout).port, MONITOR_DATABASE) as conn:
             rows = conn.execute(
-                "SELECT nodename, reportedstate::text FROM pgautofailover.node"
+                "SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node"
             ).fetchall()
     except psycopg.Error:
-        return {}
-    return {str(name): str(state) for name, state in rows}
+        return []
+    return [(str(name), str(reported), str(goal)) for name, reported, goal in rows]
+
+
+def states(layout: Layout) -> dict[str, str]:
+    """Each node's state as the monitor last heard it reported (``primary``,
+    ``secondary``, ``wait_primary``, …); a dead node's stays what it last said."""
+    return {name: reported for name, reported, _goal in _node_rows(layout)}
+
+
+WRITABLE = ("single", "wait_primary", "primary")
 
 
 def _wait_for(layout: Layout, wanted: Callable[[dict[str, str]], bool], what: str) -> None:
@@ -290,11 +299,13 @@ def _answers(port: int, database: str) -> bool:
 
 
 def primary(layout: Layout) -> Member | None:
-    """The node the monitor has as primary (or ``wait_primary``) now."""
-    found = states(layout)
-    return next(
-        (n for n in nodes(layout) if found.get(n.name) in ("primary", "wait_primary")), None
-    )
+    """The node that takes writes now: it reported a writable state and the monitor
+    still assigns it one (a dead primary's last report stays ``primary`` while the
+    monitor has already demoted it)."""
+    writable = {
+        name for name, reported, goal in _node_rows(layout) if {reported, goal} <= set(WRITABLE)
+    }
+    return next((n for n in nodes(layout) if n.name in writable), None)
 
 
 def kill_node(layout: Layout, member: Member, echo: Echo) -> None:
