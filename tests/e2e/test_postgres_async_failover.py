@@ -4,8 +4,8 @@ as one.
 
 A private formation with an asynchronous standby holding the resolver's database (the
 projections and the epochs stay on the suite's server, as they do when they live
-elsewhere); the resolver API, the relay and the agents deployed against them. The primary's WAL sender is stopped (SIGSTOP), so the
-standby receives nothing more; decisions go on committing on the primary and the
+elsewhere); the resolver API, the relay and the agents deployed against them. The
+primary's WAL sender is stopped (SIGSTOP), so the standby receives nothing more; decisions go on committing on the primary and the
 agents apply them; then the primary dies and the standby is promoted without that
 tail. The writes that follow take positions the agents already hold under other
 events: the stream is flagged rewound (``position_reused`` or
