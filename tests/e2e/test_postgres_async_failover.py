@@ -5,13 +5,14 @@ as one.
 A private formation with an asynchronous standby holding the resolver's database (the
 projections and the epochs stay on the suite's server, as they do when they live
 elsewhere); the resolver API, the relay and the agents deployed against them. The
-primary's WAL sender is stopped (SIGSTOP), so the standby receives nothing more; decisions go on committing on the primary and the
-agents apply them; then the primary dies and the standby is promoted without that
-tail. The writes that follow take positions the agents already hold under other
-events: the stream is flagged rewound (``position_reused`` or
-``report_beyond_committed``) and its writes are refused ``HISTORY_REWOUND``. ``gapless
-fence-epoch --wait`` repairs it: the next epoch, the projections rebuilt from the
-promoted state, writes accepted again, and the projection equal to the resolver's.
+primary's WAL sender is stopped (SIGSTOP), so the standby receives nothing more;
+decisions go on committing on the primary and the agents apply them; then the
+primary dies and the standby is promoted without that tail. The writes that follow
+take positions the agents already hold under other events: the stream is flagged
+rewound (``position_reused`` or ``report_beyond_committed``) and its writes are
+refused ``HISTORY_REWOUND``. ``gapless fence-epoch --wait`` repairs it: the next
+epoch, the projections rebuilt from the promoted state, writes accepted again, and
+the projection equal to the resolver's.
 """
 
 from __future__ import annotations
