@@ -9,6 +9,8 @@ there can be taken before the process binds it).
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import random
 import signal
 import socket
@@ -141,3 +143,19 @@ class Deployed:
 Launch = Callable[[str, list[str], dict[str, str], Path], Deployed]
 """Makes a process from (name, args, env, log): ``Deployed`` itself runs it on this
 host; ``infra.image.containers.launcher`` as a container of the image."""
+
+
+def gauge(url: str | None, metric: str) -> float:
+    """One unlabelled gauge from a process's /metrics (0 when it does not answer)."""
+    if url is None:
+        return 0.0
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            text = response.read().decode()
+    except (OSError, http.client.HTTPException):
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith(metric + " "):
+            with contextlib.suppress(ValueError):
+                return float(line.split()[1])
+    return 0.0

@@ -49,7 +49,7 @@ OCCURRED_AT = datetime(2026, 12, 1, tzinfo=UTC)
 # Avro's long (zigzag, then base-128 varint, low group first) and string (its UTF-8
 # length as a long, then the bytes), for the non-negative values seeded here.
 AVRO_FUNCTIONS = (
-    "CREATE FUNCTION bench_avro_long(n bigint) RETURNS bytea LANGUAGE plpgsql"
+    "CREATE OR REPLACE FUNCTION bench_avro_long(n bigint) RETURNS bytea LANGUAGE plpgsql"
     " IMMUTABLE STRICT AS $$"
     " DECLARE z bigint := n * 2; out bytea := ''::bytea;"
     " BEGIN"
@@ -60,8 +60,8 @@ AVRO_FUNCTIONS = (
     "  END LOOP;"
     "  RETURN out || set_byte('\\x00'::bytea, 0, z::int);"
     " END $$",
-    "CREATE FUNCTION bench_avro_string(s text) RETURNS bytea LANGUAGE sql IMMUTABLE STRICT"
-    " AS $$ SELECT bench_avro_long(octet_length(convert_to(s, 'UTF8')))"
+    "CREATE OR REPLACE FUNCTION bench_avro_string(s text) RETURNS bytea LANGUAGE sql"
+    " IMMUTABLE STRICT AS $$ SELECT bench_avro_long(octet_length(convert_to(s, 'UTF8')))"
     " || convert_to(s, 'UTF8') $$",
 )
 

@@ -142,21 +142,26 @@ def run_bench(
         print(render_table(figures))
 
 
-def _run_alone(
+def run_alone(
     topics: dict[str, int],
     measure: Callable[[Sandbox], T],
     keys: Callable[[T], dict[str, object]],
     render: Callable[[T], str],
     as_json: bool,
     echo: Callable[[str], None],
+    kafka_bootstrap: str | None = None,
 ) -> None:
     """One phase alone, in a sandbox of its own with ``topics``, with the machine's
-    load and the environment."""
+    load and the environment. ``kafka_bootstrap``: the sandbox's topics (and its
+    processes') on that cluster, three replicas each, instead of the local broker."""
     from infra.config import use_local_services
     from infra.provision import provision
 
     use_local_services()
     provision(echo)
+    if kafka_bootstrap is not None:
+        os.environ["GAPLESS_KAFKA_BOOTSTRAP"] = kafka_bootstrap
+        os.environ["GAPLESS_KAFKA_REPLICATION_FACTOR"] = "3"
     machine = MachineLoad()
     with sandbox(echo, extra_topics=topics) as box:
         environment = environment_of(box)
@@ -171,7 +176,7 @@ def _run_alone(
 
 def run_worker_bench(products: int, as_json: bool, echo: Callable[[str], None]) -> None:
     """Phase (g) alone: the deployed capture worker settling one capture."""
-    _run_alone(
+    run_alone(
         WORKER_TOPICS,
         lambda box: measure_capture_worker(box, products, echo),
         worker_figures,
@@ -183,7 +188,7 @@ def run_worker_bench(products: int, as_json: bool, echo: Callable[[str], None]) 
 
 def run_api_bench(seconds: float, as_json: bool, echo: Callable[[str], None]) -> None:
     """Phase (h) alone: the deployed resolver API."""
-    _run_alone(
+    run_alone(
         {"jobs": 1},
         lambda box: measure_resolver_api(box, seconds, echo),
         api_figures,

@@ -25,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from db.migrate import upgrade_all
 from db.settings import DatabaseSettings
 from infra.config import load
+from infra.topics import topic_config
 from schemas.settings import KafkaSettings
 
 Echo = Callable[[str], None]
@@ -135,7 +136,10 @@ def sandbox(echo: Echo, extra_topics: Mapping[str, int] | None = None) -> Iterat
         upgrade_all(databases)
         wanted = {box.relay_topic: PARTITIONS, box.e2e_topic: PARTITIONS}
         wanted.update({box.topic(name): n for name, n in (extra_topics or {}).items()})
-        new = [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in wanted.items()]
+        # On a cluster (``gapless bench scale``) the run's topics are replicated as
+        # the pipeline's are (``infra.topics``).
+        rf, config = kafka.kafka_replication_factor, topic_config(kafka)
+        new = [NewTopic(t, n, replication_factor=rf, config=config) for t, n in wanted.items()]
         for name, future in admin.create_topics(new).items():
             future.result(timeout=30)
             topics.append(name)

@@ -28,7 +28,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import uuid
@@ -54,6 +53,7 @@ from infra.chaos.sampler import Sampler
 from infra.chaos.schedule import Options, Planned
 from infra.chaos.services import Private, private_services
 from infra.chaos.work import WORK_METRICS, count_work
+from infra.processes import gauge
 
 CALM_S = 20.0
 CALM_SETTLE_TIMEOUT_S = 120.0
@@ -313,7 +313,7 @@ def _calm(
         fleet.probe()
         up = all(m.ready_since is not None for m in fleet.members.values())
         if up and all(
-            _gauge(fleet.members[n].metrics_url, ASSIGNED_METRIC) > 0 for n in fleet.names("agents")
+            gauge(fleet.members[n].metrics_url, ASSIGNED_METRIC) > 0 for n in fleet.names("agents")
         ):
             break
         time.sleep(0.5)
@@ -381,22 +381,3 @@ def _scrape_each(fleet: Fleet, metrics: tuple[str, ...], echo: Echo) -> set[str]
             echo(f"  calm: no /metrics answer yet from {', '.join(sorted(pending))}; asking again")
             time.sleep(0.5)
     return pending
-
-
-def _gauge(url: str | None, metric: str) -> float:
-    """One unlabelled gauge from a process's /metrics (0 when it does not answer)."""
-    import http.client
-    import urllib.request
-
-    if url is None:
-        return 0.0
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            text = response.read().decode()
-    except (OSError, http.client.HTTPException):
-        return 0.0
-    for line in text.splitlines():
-        if line.startswith(metric + " "):
-            with contextlib.suppress(ValueError):
-                return float(line.split()[1])
-    return 0.0

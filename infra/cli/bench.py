@@ -146,6 +146,25 @@ def bench_memory(events: int, as_json: bool) -> None:
     guarded(lambda: run_memory_bench(events, as_json, echo))
 
 
+@bench.command("scale")
+@click.option(
+    "--events",
+    default=60_000,
+    show_default=True,
+    type=click.IntRange(min=10_000),
+    help="Events of each round.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_scale(events: int, as_json: bool) -> None:
+    """The deployed agents (1, 2 and 3 workers of one group) and relay (1 and 2
+    processes) on a private three-broker Kafka cluster: events/s of each round and
+    the CPU per event of each process, PostgreSQL and each broker. Starts and removes
+    the cluster itself (ports from GAPLESS_CHAOS_PORT_BASE + 96); a few minutes."""
+    from infra.bench.scale import run_scale_bench
+
+    guarded(lambda: run_scale_bench(events, as_json, echo))
+
+
 @bench.command("worker")
 @click.option(
     "--products",

@@ -194,6 +194,11 @@ def _pid(layout: Layout, node: Node) -> int | None:
     return pid if pid is not None and alive(pid, MARKER) else None
 
 
+def node_pid(layout: Layout, node: Node) -> int | None:
+    """The pid of ``node``'s broker when gapless started it and it runs."""
+    return _pid(layout, node)
+
+
 def _started_nodes(layout: Layout) -> list[Node]:
     """The nodes gapless has a pid file for, of either shape (``stop`` takes both)."""
     ids = [p.stem.removeprefix(f"{NAME}-") for p in layout.pids.glob(f"{NAME}-*.pid")]

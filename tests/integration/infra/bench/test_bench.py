@@ -181,3 +181,22 @@ def test_the_worker_bench_runs_the_capture_phase_alone(db_settings: DatabaseSett
     assert "writer" not in " ".join(d)  # no other phase ran
     assert _sandboxes(db_settings) == before
     assert _buckets() == buckets
+
+
+def test_the_scale_bench_times_each_round_on_a_cluster_of_its_own(
+    db_settings: DatabaseSettings,
+) -> None:
+    before = _sandboxes(db_settings)
+    d, stderr = _bench("scale", "--events", "10000")
+    for kind, counts in (("agents", (1, 2, 3)), ("relay", (1, 2))):
+        for n in counts:
+            assert d[f"scale_{kind}_eps_{n}"] > 0, (kind, n)
+            cpu = d[f"scale_{kind}_{n}_cpu_us"]
+            # Every process of the round, PostgreSQL and the three brokers did work.
+            named = {f"{kind}-{i}" for i in range(1, n + 1)} | {"kafka-1", "kafka-2", "kafka-3"}
+            assert named <= cpu.keys() and "postgres" in cpu, cpu
+            assert sum(cpu[f"{kind}-{i}"] for i in range(1, n + 1)) > 0
+            assert all(cpu[k] > 0 for k in ("kafka-1", "kafka-2", "kafka-3")), cpu
+    assert {"cores", "loadavg_start", "cpu_busy_pct"} <= d.keys()
+    assert "kafka-1: starting" in stderr and "kafka-3: stopping" in stderr
+    assert _sandboxes(db_settings) == before
