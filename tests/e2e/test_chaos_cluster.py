@@ -2,8 +2,8 @@
 --cluster``, whose broker faults are SIGKILLs of the node leading most of the events
 topic's partitions, down past the controllers' fencing so leadership moves, then
 started again; with the other faults of the campaign (kills, also in narrow windows,
-PostgreSQL restarts, object-store and registry outages, proxy faults on PostgreSQL
-and the object store), a rebuild and an epoch fence. Then nothing lost, nothing
+PostgreSQL restarts, an object-store outage, a registry restart, proxy faults on
+PostgreSQL and the object store), a rebuild and an epoch fence. Then nothing lost, nothing
 doubled, every projection row equal to the accepted state, progress never backwards.
 
 Smaller than ``test_chaos.py``'s scaled-out run (one of each process, fewer kills,
