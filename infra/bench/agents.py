@@ -49,13 +49,11 @@ class AgentsFigures:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def _publish_backlog(box: Sandbox, topic: str, events: int, echo: Echo) -> MessageSource:
-    source = MessageSource(box, "backlog")
-    with psycopg.connect(box.databases.control_dsn, autocommit=True) as control:
-        for tenant in source.tenants:
-            ensure_epoch(control, tenant, CATALOG)
+def publish_messages(bootstrap: str, topic: str, source: MessageSource, events: int) -> None:
+    """``events`` of ``source``'s messages onto ``topic``, keyed as the relay keys
+    them, all acknowledged before it returns."""
     producer = Producer(
-        {"bootstrap.servers": box.bootstrap, "linger.ms": 20, "enable.idempotence": True}
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}
     )
     sent = 0
     while sent < events:
@@ -68,14 +66,22 @@ def _publish_backlog(box: Sandbox, topic: str, events: int, echo: Echo) -> Messa
                     producer.poll(0.05)
             sent += 1
         producer.poll(0)
-    if producer.flush(60):
-        raise RuntimeError("the backlog was not all delivered to Kafka")
+    if producer.flush(120):
+        raise RuntimeError(f"the events were not all delivered to {topic}")
+
+
+def _publish_backlog(box: Sandbox, topic: str, events: int, echo: Echo) -> MessageSource:
+    source = MessageSource(box, "backlog")
+    with psycopg.connect(box.databases.control_dsn, autocommit=True) as control:
+        for tenant in source.tenants:
+            ensure_epoch(control, tenant, CATALOG)
+    publish_messages(box.bootstrap, topic, source, events)
     echo(f"agents: {events:,} events on {topic}")
     return source
 
 
-def _applied(product_dsn: str, tenants: list[str]) -> tuple[int, float]:
-    """(inbox rows of the backlog, seconds from its first apply to its last)."""
+def applied(product_dsn: str, tenants: list[str]) -> tuple[int, float]:
+    """(inbox rows of ``tenants``' events, seconds from their first apply to their last)."""
     with psycopg.connect(product_dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*), extract(epoch FROM max(decided_at) - min(decided_at))"
@@ -114,7 +120,7 @@ def measure_agents(box: Sandbox, events: int, echo: Echo) -> AgentsFigures:
         last = -1
         while True:
             agents.require_alive()
-            done, seconds = _applied(box.databases.product_dsn, source.tenants)
+            done, seconds = applied(box.databases.product_dsn, source.tenants)
             if done >= events:
                 break
             if time.monotonic() > deadline:

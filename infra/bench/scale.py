@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from db.control.epochs import ensure_epoch
+from infra.bench.agents import CONSUMER, applied, publish_messages
 from infra.bench.applier import CATALOG, MessageSource
 from infra.bench.cpu import CpuMeter, local_service_pids
 from infra.bench.outbox_seed import seed
@@ -49,7 +49,6 @@ AGENTS = (1, 2, 3)
 RELAYS = (1, 2)
 PARTITIONS = 6
 STREAMS = 12
-CONSUMER = "product-applier"
 ASSIGNED = "gapless_agents_assigned_partitions"
 START_TIMEOUT_S = 120.0
 POLL_S = 0.02
@@ -132,36 +131,6 @@ def _metrics(process: Deployed) -> str | None:
     return process.health_url.replace("/readyz", "/metrics") if process.health_url else None
 
 
-def _publish(box: Sandbox, topic: str, source: MessageSource, events: int) -> None:
-    producer = Producer(
-        {"bootstrap.servers": box.bootstrap, "linger.ms": 20, "enable.idempotence": True}
-    )
-    sent = 0
-    while sent < events:
-        for message in source.batch(min(500, events - sent)):
-            while True:
-                try:
-                    producer.produce(topic, key=message.key, value=message.value)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            sent += 1
-        producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("the round's events were not all delivered to Kafka")
-
-
-def _applied(product_dsn: str, tenants: list[str]) -> tuple[int, float]:
-    with psycopg.connect(product_dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*), extract(epoch FROM max(decided_at) - min(decided_at))"
-            " FROM inbox WHERE consumer = %s AND tenant_id = ANY(%s)",
-            (CONSUMER, tenants),
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), float(row[1] or 0.0)
-
-
 def _wait(done: Callable[[], bool], processes: list[Deployed], what: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -192,16 +161,16 @@ def agents_round(box: Sandbox, cluster: Layout, n: int, events: int, echo: Echo)
         )
         meter = _meter(cluster, {w.name: w.pid for w in workers})
         before = meter.sample()
-        _publish(box, topic, source, events)
+        publish_messages(box.bootstrap, topic, source, events)
         product = box.databases.product_dsn
         _wait(
-            lambda: _applied(product, source.tenants)[0] >= events,
+            lambda: applied(product, source.tenants)[0] >= events,
             workers,
             f"{events:,} events applied by {n} workers",
             START_TIMEOUT_S + events / 200,
         )
         after = meter.sample()
-        seconds = _applied(product, source.tenants)[1]
+        seconds = applied(product, source.tenants)[1]
     finally:
         for w in workers:
             w.stop()
