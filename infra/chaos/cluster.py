@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from infra.local import kafka, postgres_ha
 from infra.local.layout import Layout, current_layout
+from schemas.settings import client_config
 
 Echo = Callable[[str], None]
 
@@ -93,7 +94,7 @@ def pg_formation(
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     """Each partition of ``topic`` and the node id leading it (-1: none)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient(client_config(bootstrap, {"log_level": 0}))
     metadata = admin.list_topics(topic, timeout=10)
     found = metadata.topics.get(topic)
     if found is None or found.error is not None:
