@@ -142,8 +142,9 @@ def _wait(done: Callable[[], bool], processes: list[Deployed], what: str, timeou
 
 
 def agents_round(box: Sandbox, cluster: Layout, n: int, events: int, echo: Echo) -> Round:
+    """``n`` workers (0: the warm-up, one worker on topics and tenants of its own)."""
     topic = _topic(box, f"scale-agents-{n}")
-    workers = _agents(box, topic, n, f"{box.consumer_group}-scale-{n}")
+    workers = _agents(box, topic, max(n, 1), f"{box.consumer_group}-scale-{n}")
     source = MessageSource(box, f"a{n}-")
     with psycopg.connect(box.databases.control_dsn, autocommit=True) as control:
         for tenant in source.tenants:
@@ -175,7 +176,8 @@ def agents_round(box: Sandbox, cluster: Layout, n: int, events: int, echo: Echo)
         for w in workers:
             w.stop()
     found = Round("agents", n, events, seconds, CpuMeter.per_event_us(before, after, events))
-    echo(f"scale: {n} agents worker(s): {found.eps:,.0f} events/s")
+    what = f"{n} agents worker(s)" if n else "warm-up"
+    echo(f"scale: {what}: {found.eps:,.0f} events/s")
     return found
 
 
@@ -236,7 +238,11 @@ def relay_round(box: Sandbox, cluster: Layout, n: int, events: int, echo: Echo) 
 
 
 def measure_scale(box: Sandbox, cluster: Layout, events: int, echo: Echo) -> ScaleFigures:
-    """Every round above, agents first."""
+    """Every round above, agents first, after an unreported warm-up round: the
+    brokers of a cluster just started spend their first seconds compiling (their JIT),
+    which would be charged to the first round."""
+    echo("scale: warming the cluster up (one agents worker, not reported)")
+    agents_round(box, cluster, 0, events // 5, echo)
     figures = ScaleFigures()
     for n in AGENTS:
         figures.rounds.append(agents_round(box, cluster, n, events, echo))
