@@ -23,11 +23,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg_pool import ConnectionPool
 
-from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
-from db.unit_of_work import UnitOfWork
 from infra.chaos.cluster import busiest_leader, kafka_cluster
 from infra.chaos.services import port_base
 from infra.local import kafka
@@ -35,11 +32,9 @@ from infra.local.kafka_nodes import nodes
 from infra.local.layout import Layout
 from infra.processes import Deployed, free_port
 from infra.topics import ensure_topics
-from producers.resolver.catalog_items import ItemChange
-from schemas.codec import CODEC
 from schemas.settings import KafkaSettings
-from tests.fixtures.decisions import accept
 from tests.fixtures.waits import wait_for
+from tests.fixtures.writers import Writers
 
 PREFIX = "kc-"
 TENANTS = tuple(f"{PREFIX}{n}" for n in range(3))
@@ -87,49 +82,6 @@ def _per_stream(dsn: str, query: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(query, (PREFIX + "%",)).fetchall()
     return {str(t): int(p) for t, p in rows}
-
-
-class Writers:
-    """Decisions through the one write path, in a thread, until stopped: a decision
-    and two items (three events) at a time, round the tenants."""
-
-    def __init__(self, settings: DatabaseSettings) -> None:
-        self._settings = settings
-        self.done = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the writers did not stop"
-        assert self.error is None, repr(self.error)
-
-    def _run(self) -> None:
-        pool = ConnectionPool(self._settings.resolver_dsn, min_size=1, max_size=1, open=True)
-        epochs = EpochSource(self._settings.control_dsn)
-        try:
-            n = 0
-            while not self._stop.wait(0.02):
-                tenant = TENANTS[n % len(TENANTS)]
-                with UnitOfWork(pool, epochs, CODEC) as uow:
-                    accept(
-                        uow,
-                        tenant,
-                        "c1",
-                        ItemChange(tenant, "c1", f"i{n}", "lamp", f"lamp {n}"),
-                        ItemChange(tenant, "c1", f"j{n % 7}", "lamp", f"shade {n}"),
-                    )
-                n = self.done = n + 1
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-        finally:
-            pool.close()
-            epochs.close()
 
 
 def _one(dsn: str, query: str) -> int:
@@ -182,7 +134,7 @@ def test_nothing_is_lost_or_doubled_when_two_of_three_brokers_die_under_load(
     )
     ensure_topics(settings, print)
     processes = _processes(bootstrap, topic, tmp_path)
-    writers = Writers(clean_db)
+    writers = Writers(clean_db, TENANTS, pause_s=0.02)
     final: dict[str, int] = {}
 
     def cursors() -> dict[str, int]:

@@ -29,21 +29,17 @@ import httpx
 import psycopg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from psycopg_pool import ConnectionPool
 
-from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
-from db.unit_of_work import UnitOfWork
 from infra.chaos.proxy import Down, Drop, Fault, Routes, Stall
 from infra.demo import captures
 from infra.local.collector_keys import mint
 from infra.local.layout import current_layout
 from infra.processes import Deployed, free_port
-from producers.resolver.catalog_items import ItemChange
 from schemas.codec import CODEC
 from schemas.settings import KafkaSettings
-from tests.fixtures.decisions import accept
 from tests.fixtures.waits import wait_for
+from tests.fixtures.writers import Writers
 
 TENANTS = ("nf-0", "nf-1", "nf-2")
 CAPTURE_TENANT = ("nfc-0", "c1")
@@ -96,51 +92,6 @@ def _processes(routes: Routes, topic: str, logs: Path) -> dict[str, Deployed]:
             GAPLESS_SWEEP_INTERVAL_SECONDS="1",
         ),
     }
-
-
-class Writers:
-    """Decisions through the one write path straight to the resolver database (not
-    through the proxy: the writers are the load, not under test), until stopped."""
-
-    def __init__(self, settings: DatabaseSettings) -> None:
-        self._settings = settings
-        self.done = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the writers did not stop"
-        assert self.error is None, repr(self.error)
-
-    def _run(self) -> None:
-        pool = ConnectionPool(self._settings.resolver_dsn, min_size=1, max_size=1, open=True)
-        epochs = EpochSource(self._settings.control_dsn)
-        try:
-            n = 0
-            while not self._stop.is_set():
-                tenant = TENANTS[n % len(TENANTS)]
-                with UnitOfWork(pool, epochs, CODEC) as uow:
-                    accept(
-                        uow,
-                        tenant,
-                        "c1",
-                        ItemChange(tenant, "c1", f"i{n}", "lamp", f"lamp {n}"),
-                        ItemChange(tenant, "c1", f"j{n % 7}", "lamp", f"shade {n}"),
-                    )
-                n += 1
-                self.done = n
-                self._stop.wait(0.05)
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-        finally:
-            pool.close()
-            epochs.close()
 
 
 @dataclass
@@ -341,7 +292,7 @@ def test_every_process_recovers_from_dropped_and_stalled_connections(
     api = processes["resolver-api"]
     assert api.health_url is not None
     api_url = api.health_url.removesuffix("/readyz")
-    writers = Writers(clean_db)
+    writers = Writers(clean_db, TENANTS, pause_s=0.05)
     tenant = CAPTURE_TENANT[0]
     collector = Collector(api_url, mint(layout, captures.client_id(tenant)))
     timeline: list[str] = []
