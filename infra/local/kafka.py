@@ -3,7 +3,10 @@
 There is no reachable Kafka tarball, so the broker's jars come from Maven Central
 through `infra/kafka/pom.xml` and run straight from `.local/kafka/libs`. Each node's
 storage directory is formatted once and reused across restarts, so topics and
-offsets survive `down`/`up`. The nodes, their ports and their configuration:
+offsets survive `down`/`up`. A cluster's start interrupted between formatting two
+nodes leaves some formatted: the next start formats the rest with the cluster id
+the first ones got (read back from their ``meta.properties``), so all three still
+form one cluster. The nodes, their ports and their configuration:
 ``infra.local.kafka_nodes``.
 """
 

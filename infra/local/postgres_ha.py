@@ -25,6 +25,11 @@ notices within its health checks (tuned here to a few seconds), promotes the sta
 (``wait_primary`` while it has no standby of its own), and a restarted old primary
 rejoins as a standby (``pg_rewind``).
 
+A start interrupted between two members (or inside one's ``create``) leaves the
+members created so far: the next start runs their keepers and creates the rest, and
+``pg_autoctl`` resumes a ``create`` it did not finish from the state it keeps. The
+databases and the login are created last, through the primary, each only if missing.
+
 Every process runs as the ``postgres`` user when we are root; each node's keeper is
 started in a session of its own, so ``kill_node`` takes the keeper and its
 postmaster down together, as a machine's death would (killing the postmaster alone
