@@ -5,7 +5,7 @@ through `infra/kafka/pom.xml` and run straight from `.local/kafka/libs`. Each no
 storage directory is formatted once and reused across restarts, so topics and
 offsets survive `down`/`up`. A cluster's start interrupted between formatting two
 nodes leaves some formatted: the next start formats the rest with the cluster id
-the first ones got (read back from their ``meta.properties``), so all three still
+the first ones got (``formatted_cluster_id``, from their ``meta.properties``), so all three still
 form one cluster. The nodes, their ports and their configuration:
 ``infra.local.kafka_nodes``.
 """
@@ -127,15 +127,23 @@ def _storage_tool(layout: Layout, java: str, node: Node, *args: str) -> list[str
     return _java_command(layout, java, node, "kafka.tools.StorageTool", *args)
 
 
-def _cluster_id(layout: Layout, java: str, todo: list[Node]) -> str:
-    """The id a node formatted earlier has, else a new one: every node of a cluster
-    must be formatted with the same."""
+def formatted_cluster_id(layout: Layout) -> str | None:
+    """The cluster id a node of ``layout`` was formatted with, if any was: every node
+    of a cluster must be formatted with the same, also after an interrupted start."""
     for node in nodes(layout):
         meta = node.data / "meta.properties"
         with contextlib.suppress(OSError):
             for line in meta.read_text().splitlines():
                 if line.startswith("cluster.id="):
                     return line.removeprefix("cluster.id=").strip()
+    return None
+
+
+def _cluster_id(layout: Layout, java: str, todo: list[Node]) -> str:
+    """The id formatted nodes have, else a new one."""
+    found = formatted_cluster_id(layout)
+    if found is not None:
+        return found
     out = run(
         _storage_tool(layout, java, todo[0], "random-uuid"),
         what="kafka StorageTool random-uuid",

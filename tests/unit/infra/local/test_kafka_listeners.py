@@ -10,6 +10,7 @@ import pytest
 
 from infra.chaos.proxy import PortBlock, kafka_listener
 from infra.local.errors import ServiceError
+from infra.local.kafka import formatted_cluster_id
 from infra.local.kafka_nodes import ProxiedListener, bootstrap, nodes, server_properties
 from infra.local.layout import Layout, current_layout
 
@@ -113,3 +114,15 @@ def test_the_broker_count_is_read_from_its_variable(monkeypatch: pytest.MonkeyPa
     assert current_layout().kafka_brokers == 1
     monkeypatch.setenv("GAPLESS_LOCAL_KAFKA_BROKERS", "3")
     assert current_layout().kafka_brokers == 3
+
+
+def test_nodes_formatted_after_an_interrupted_start_take_the_first_ones_cluster_id(
+    tmp_path: Path,
+) -> None:
+    cluster = dataclasses.replace(CLUSTER, local=tmp_path)
+    assert formatted_cluster_id(cluster) is None  # a first start makes a new one
+    first = nodes(cluster)[0]
+    first.data.mkdir(parents=True)
+    (first.data / "meta.properties").write_text("version=1\ncluster.id=Xy7_abc\nnode.id=1\n")
+    # The start stopped here: the next one formats nodes 2 and 3 with node 1's id.
+    assert formatted_cluster_id(cluster) == "Xy7_abc"
