@@ -8,7 +8,9 @@ and leaves holes, and ``max()`` lets two concurrent writers pick the same number
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import psycopg
 
 from db.exceptions import StreamFenced
+from db.joined_write import JoinedWrite
 from schemas.codec import EventCodec
 from schemas.events import AggregateRef, Envelope, Payload, StreamKey
 from schemas.ids import StreamId
@@ -57,14 +60,70 @@ def lock_cursor(conn: psycopg.Connection, stream: StreamId) -> int:
     return locked_cursor(conn, stream, request_cursor_lock(conn, stream))
 
 
-_LOCK_CURSOR = (
+_READ_CURSOR = (
     "SELECT position, fenced_for_epoch FROM stream_cursor"
-    " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s FOR UPDATE"
+    " WHERE tenant_id = %s AND catalog_id = %s AND history_epoch = %s"
+)
+_LOCK_CURSOR = f"{_READ_CURSOR} FOR UPDATE"
+_ORDERED = re.compile(r"\bORDER\s+BY\b", re.I)
+
+
+_INSERT_ROWS = (
+    "INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position, event_id, event_type,"
+    " key, value, trace_context)"
+    " SELECT %(t)s, %(c)s, %(e)s, %(base)s + r.ord, r.event_id, r.event_type, %(key)b,"
+    " r.value, r.trace"
+    " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[],"
+    " %(traces)s::text[]) WITH ORDINALITY AS r(event_id, event_type, value, trace, ord)"
 )
 
 
 def _key(stream: StreamId) -> tuple[str, str, int]:
     return (stream.tenant_id, stream.catalog_id, stream.history_epoch)
+
+
+def read_cursor(conn: psycopg.Connection, stream: StreamId) -> int | None:
+    """The stream's committed cursor read without its lock (None: the stream has no
+    cursor row yet). A write that relies on it moves the cursor only from this
+    position (``StreamWriter.join_cursor``), so a writer that committed since makes
+    that write fail instead of being overwritten. A fenced stream raises
+    ``StreamFenced``, as ``lock_cursor`` does."""
+    row = conn.execute(_READ_CURSOR, _key(stream)).fetchone()
+    return None if row is None else _unfenced(stream, row)
+
+
+def with_cursor(
+    query: str, params: Sequence[Any] | Mapping[str, Any] | None, stream: StreamId
+) -> tuple[str, Sequence[Any] | Mapping[str, Any]] | None:
+    """``query`` (a plain read) as one statement that also reads ``stream``'s cursor
+    without its lock, in the same snapshot: each row is ``(position,
+    fenced_for_epoch, present, *the read's columns)``, one row with ``present`` NULL
+    when the read found nothing, none when the stream has no cursor row. None for a
+    read whose rows come in an order of its own (``ORDER BY``), which a join could
+    lose: that one goes alone, after ``read_cursor``."""
+    if _ORDERED.search(query):
+        return None
+    wrapped = (
+        "SELECT c.position, c.fenced_for_epoch, r.* FROM stream_cursor c"
+        f" LEFT JOIN LATERAL (SELECT true AS present_, q.* FROM ({query}) q) r ON true"
+    )
+    if isinstance(params, Mapping):
+        where = (
+            " WHERE c.tenant_id = %(cursor_t)s AND c.catalog_id = %(cursor_c)s"
+            " AND c.history_epoch = %(cursor_e)s"
+        )
+        t, c, e = _key(stream)
+        return wrapped + where, {**params, "cursor_t": t, "cursor_c": c, "cursor_e": e}
+    where = " WHERE c.tenant_id = %s AND c.catalog_id = %s AND c.history_epoch = %s"
+    return wrapped + where, [*(params or ()), *_key(stream)]
+
+
+def cursor_of(stream: StreamId, rows: Sequence[Sequence[Any]]) -> tuple[int | None, list[Any]]:
+    """What a ``with_cursor`` read returned: the cursor (None: no cursor row) and the
+    read's own rows. A fenced stream raises ``StreamFenced``."""
+    if not rows:
+        return None, []
+    return _unfenced(stream, tuple(rows[0][:2])), [r[3:] for r in rows if r[2] is not None]
 
 
 def request_cursor_lock(conn: psycopg.Connection, stream: StreamId) -> psycopg.Cursor[Any]:
@@ -90,6 +149,11 @@ def locked_cursor(
         )
         row = conn.execute(_LOCK_CURSOR, _key(stream)).fetchone()
         assert row is not None
+    return _unfenced(stream, row)
+
+
+def _unfenced(stream: StreamId, row: tuple[Any, ...]) -> int:
+    """The position of a cursor row ``(position, fenced_for_epoch)``, unless fenced."""
     if row[1] is not None:
         raise StreamFenced(
             f"{stream} was fenced for epoch {row[1]}: it takes no more writes", int(row[1])
@@ -175,10 +239,7 @@ class StreamWriter:
         """
         if not self._pending:
             return []
-        s = self.stream
-        envelopes = self._envelopes()  # steps 1 and 2
-        rows = [(e.event_id, e.event_type, self._codec.encode_value(e)) for e in envelopes]
-        new_cursor = self._cursor + len(self._pending)
+        envelopes, params = self._outbox_rows()  # steps 1 and 2
         # Steps 3-5 as one statement: one round trip whatever the batch size, and none
         # of its own when the Unit of Work sends it in a pipeline with the COMMIT. The
         # arrays go in binary, in append order, so row k takes position base + k. The
@@ -186,14 +247,7 @@ class StreamWriter:
         # cursor were written), so a short write fails the statement and the COMMIT
         # after it rolls back; nothing is read back here.
         self._conn.execute(
-            "WITH new_rows AS ("
-            " INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position,"
-            " event_id, event_type, key, value, trace_context)"
-            " SELECT %(t)s, %(c)s, %(e)s, %(base)s + r.ord, r.event_id, r.event_type, %(key)b,"
-            " r.value, r.trace"
-            " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[],"
-            " %(traces)s::text[]) WITH ORDINALITY AS r(event_id, event_type, value, trace, ord)"
-            " RETURNING 1),"
+            f"WITH new_rows AS ({_INSERT_ROWS} RETURNING 1),"
             " moved AS ("
             " UPDATE stream_cursor SET position = %(cursor)s, updated_at = now()"
             " WHERE tenant_id = %(t)s AND catalog_id = %(c)s AND history_epoch = %(e)s"
@@ -201,23 +255,76 @@ class StreamWriter:
             " SELECT outbox_written((SELECT count(*) FROM new_rows), %(n)s,"
             " (SELECT count(*) FROM moved))"
             + (", pg_notify(%(channel)s, %(stream)s)" if self._notify else ""),
+            params | {"channel": NOTIFY_CHANNEL, "stream": str(self.stream)},
+        )
+        self._flushed(params["cursor"])
+        return envelopes
+
+    def read_at(self, cursor: int) -> None:
+        """The committed cursor, read after this writer was made (an unlocked unit
+        reads it with its first read, ``with_cursor``)."""
+        self._cursor = cursor
+
+    def join_cursor(self, write: JoinedWrite) -> None:
+        """The first half of ``join_rows``: the cursor's compare-and-set, as the
+        joined write's next check (the Unit of Work adds every stream's first)."""
+        if not self._pending:
+            return
+        s = self.stream
+        moved = write.part(
+            "UPDATE stream_cursor SET position = %(to)s, updated_at = now()"
+            " WHERE tenant_id = %(t)s AND catalog_id = %(c)s AND history_epoch = %(e)s"
+            " AND position = %(at)s AND fenced_for_epoch IS NULL RETURNING 1",
             {
                 "t": s.tenant_id,
                 "c": s.catalog_id,
                 "e": s.history_epoch,
-                "key": self._key,
-                "base": self._cursor,
-                "ids": [r[0] for r in rows],
-                "types": [r[1] for r in rows],
-                "values": [r[2] for r in rows],
-                "traces": self._traces,
-                "n": len(rows),
-                "cursor": new_cursor,
-                "channel": NOTIFY_CHANNEL,
-                "stream": str(s),
+                "at": self._cursor,
+                "to": self._cursor + len(self._pending),
             },
         )
-        self._cursor = new_cursor
+        write.expect(moved, 1, f"the cursor of {s} at {self._cursor}")
+
+    def join_rows(self, write: JoinedWrite) -> list[Envelope]:
+        """``flush`` for a write joined into one statement (``db.joined_write``),
+        after ``join_cursor``: the cursor moves only from the position read without
+        its lock (``read_cursor``) and only while the stream is not fenced, else
+        ``write_expected`` fails the statement and nothing is written. The same rows
+        and the same count check as ``flush``; the relay woken as ``flush`` does."""
+        if not self._pending:
+            return []
+        envelopes, params = self._outbox_rows()
+        rows = write.part(f"{_INSERT_ROWS} RETURNING 1", params)
+        write.check(f"outbox_written((SELECT count(*) FROM {rows}), %(n)s, 1)", {"n": params["n"]})
+        if self._notify:
+            write.check(
+                "pg_notify(%(channel)s, %(stream)s)",
+                {"channel": NOTIFY_CHANNEL, "stream": str(self.stream)},
+            )
+        self._flushed(params["cursor"])
+        return envelopes
+
+    def _outbox_rows(self) -> tuple[list[Envelope], dict[str, Any]]:
+        """Steps 1 and 2 of ``flush``: the envelopes and the outbox rows' parameters."""
+        s = self.stream
+        envelopes = self._envelopes()
+        rows = [(e.event_id, e.event_type, self._codec.encode_value(e)) for e in envelopes]
+        return envelopes, {
+            "t": s.tenant_id,
+            "c": s.catalog_id,
+            "e": s.history_epoch,
+            "key": self._key,
+            "base": self._cursor,
+            "ids": [r[0] for r in rows],
+            "types": [r[1] for r in rows],
+            "values": [r[2] for r in rows],
+            "traces": self._traces,
+            "n": len(rows),
+            "cursor": self._cursor + len(rows),
+        }
+
+    def _flushed(self, cursor: int) -> None:
+        """The pending events written: the cursor is theirs to move at COMMIT."""
+        self._cursor = cursor
         self._pending.clear()
         self._traces = []
-        return envelopes

@@ -8,10 +8,10 @@ accepted change can never commit without its events (INV-06).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -19,14 +19,17 @@ from psycopg_pool import ConnectionPool
 from db.control.epochs import FIRST_EPOCH, EpochSource
 from db.control.pauses import PauseWatch
 from db.exceptions import EpochChanged, HistoryRewound, StreamFenced
+from db.joined_write import LockNeeded
 from db.own_rows import OwnRows
 from db.resolver.commit_notifier import CommitNotifier
 from db.stream_writer import StreamWriter, locked_cursor, request_cursor_lock
+from db.unlocked import Rows, Unlocked
 from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.ids import StreamId
 
 Statement = tuple[str, "Sequence[Any] | Mapping[str, Any] | None"]
+T = TypeVar("T")
 
 BEGIN: Statement = ("BEGIN", None)
 COMMIT = "COMMIT"
@@ -49,20 +52,31 @@ class Transaction:
         own: OwnRows | None = None,
         late_errors: bool = False,
         groups: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] | None = None,
+        unlocked: Unlocked | None = None,
     ) -> None:
         """``own``: the rows this transaction wrote (``db.own_rows``), kept by the
         Unit of Work; without it every read goes to the database. ``late_errors``:
         the caller lets a checked statement's error be raised by a later statement
-        (``defer_checked``)."""
+        (``defer_checked``). ``unlocked``: the unit reads without the cursor lock
+        and writes everything in one statement at commit (``db.unlocked``)."""
         self._conn = conn
         self._deferred = deferred
         self.own = own if own is not None else OwnRows()
         self.late_errors = late_errors
         self._groups = groups
+        self._unlocked = unlocked
 
-    def execute(
-        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
-    ) -> psycopg.Cursor[Any]:
+    @property
+    def unlocked(self) -> bool:
+        """Whether this unit reads without the stream's cursor lock, every write
+        deferred to one statement at commit (``UnitOfWork.unlocked_first``): a read
+        that needs the lock raises ``LockNeeded``; ``defer_expected`` is for a
+        statement the write depends on."""
+        return self._unlocked is not None
+
+    def execute(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Rows:
+        if self._unlocked is not None:
+            return self._unlocked.read(query, params, self._deferred or [])
         if not self._deferred:
             return self._conn.execute(query, params)
         with self._conn.pipeline():
@@ -87,10 +101,20 @@ class Transaction:
         the caller turns it into the domain's error. A caller letting errors surface
         late redoes the work without, to learn which statement failed and why (the
         capture worker's batch, settled one by one after a failure)."""
-        if self.late_errors:
+        if self.late_errors or self.unlocked:
             self.defer(query, params)
         else:
             self.execute(query, params)
+
+    def defer_expected(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any], rows: int, what: str
+    ) -> None:
+        """Only in an unlocked unit: a statement that goes with the write (a locking
+        read, or a compare-and-set ``UPDATE … RETURNING``), which fails unless it
+        returns exactly ``rows`` rows; the unit then redoes its work under the lock,
+        where the caller learns why."""
+        assert self._unlocked is not None, "defer_expected outside an unlocked unit"
+        self._unlocked.expected.append((query, params, rows, what))
 
     def defer_rows(
         self, query: str, params: dict[str, Any], columns: Sequence[str], rank: int
@@ -131,6 +155,8 @@ class Transaction:
             self._deferred.clear()
 
     def executemany(self, query: str, params: Sequence[Sequence[Any]]) -> None:
+        if self.unlocked:
+            raise LockNeeded("executemany writes at once")
         with self._conn.pipeline():
             self.send_deferred()
             with self._conn.cursor() as cur:
@@ -152,10 +178,13 @@ class UnitOfWork:
         pauses: PauseWatch | None = None,
         notifier: CommitNotifier | None = None,
         late_errors: bool = False,
+        unlocked_reads: bool = True,
     ) -> None:
         """``notifier``: announce each commit to the relay after it
         (``db.resolver.commit_notifier``); without one, each transaction notifies at COMMIT.
-        ``late_errors``: see ``Transaction.defer_checked``."""
+        ``late_errors``: see ``Transaction.defer_checked``. ``unlocked_reads``: let
+        ``unlocked_first`` try work without the cursor lock first (False: always
+        under the lock)."""
         self._pool = pool
         self._notifier = notifier
         self._epochs = epochs
@@ -168,6 +197,8 @@ class UnitOfWork:
         self._deferred: list[Statement] = []
         self._own = OwnRows()
         self._late_errors = late_errors
+        self._unlocked_reads = unlocked_reads
+        self._unlocked: Unlocked | None = None  # while an unlocked attempt runs
         self._groups: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] = {}
         self._committed = False
         self.envelopes: list[Envelope] = []
@@ -195,15 +226,20 @@ class UnitOfWork:
             raise
         self._conn = conn
         self._committed = False
+        self._reset()
+        return self
+
+    def _reset(self) -> None:
+        """Nothing done yet: no stream, statement, row or read kept; BEGIN queued."""
         self._writers.clear()
         self._unissued.clear()
         self._deferred[:] = [BEGIN]
+        self._unlocked = None
         self._groups.clear()
         self._own.clear()
         self.envelopes = []
         self.held_captures = set()
         self.memo = {}
-        return self
 
     def __exit__(
         self,
@@ -216,6 +252,7 @@ class UnitOfWork:
             return
         self._deferred.clear()
         self._groups.clear()
+        self._unlocked = None
         try:
             if not self._committed:
                 conn.rollback()  # a no-op if the BEGIN was never sent
@@ -230,8 +267,44 @@ class UnitOfWork:
     @property
     def tx(self) -> Transaction:
         return Transaction(
-            self._require(), self._deferred, self._own, self._late_errors, self._groups
+            self._require(),
+            self._deferred,
+            self._own,
+            self._late_errors,
+            self._groups,
+            self._unlocked,
         )
+
+    def unlocked_first(self, work: Callable[[], T]) -> T:
+        """Run ``work`` (the whole of one change, commit included) reading without the
+        stream's cursor lock; should it need the lock, redo it from the start under
+        the lock. Only a fresh unit tries (nothing done in it yet) and only with
+        ``unlocked_reads``; otherwise ``work`` simply runs under the lock.
+
+        Unlocked, ``stream`` reads the cursor without locking it, each read is a
+        statement of its own, every write waits for the commit, and the commit sends
+        them all as one statement (``db.joined_write``) that moves each cursor only
+        from the position read, so a writer that committed since makes it fail and
+        nothing is written. The cursor moves with every change to a stream's
+        exported state, so reads that saw it at that position saw what the lock
+        would have kept; what it does not guard (a review case's revision, the cited
+        captures) the statement checks or locks itself. ``LockNeeded`` (raised by a
+        read that needs the lock, a stream's first write, such a failed write) makes
+        this unit forget everything and run ``work`` again under the lock: the same
+        work, in two round trips instead of three or more, or in as many as before.
+        A refusal raised by ``work`` from what it read is final, as it would have
+        been under the lock at the moment of the read.
+        """
+        if not self._unlocked_reads or self._writers or self._deferred != [BEGIN]:
+            return work()
+        self._deferred.clear()  # each read is a transaction of its own
+        self._unlocked = Unlocked(self._require())
+        try:
+            return work()
+        except LockNeeded:
+            self._holds.close()  # the pauses' work in flight, entered again below
+            self._reset()
+            return work()
 
     def _require(self) -> psycopg.Connection:
         if self._conn is None:
@@ -273,6 +346,8 @@ class UnitOfWork:
             rewound = self._epochs.rewound(tenant_id, catalog_id, epoch) if issued else None
             if rewound is not None:
                 raise HistoryRewound(f"nothing was written: {rewound.describe()}")
+            if not issued and self._unlocked is not None:
+                raise LockNeeded(f"{tenant_id}/{catalog_id}'s first epoch is to be issued")
             self._writers[key] = writer
             if not issued:
                 self._unissued.add(key)
@@ -282,6 +357,10 @@ class UnitOfWork:
         """Lock the stream's cursor and return its writer: one round trip with what is
         queued before it (the transaction's BEGIN at least). The benchmark's baseline
         overrides this to measure the same write path without the cursor."""
+        if self._unlocked is not None:  # its cursor is read with the next read
+            writer = StreamWriter(conn, stream, 0, self._codec, self._notifier is None)
+            self._unlocked.opened(writer)
+            return writer
         with conn.pipeline():
             self.tx.send_deferred()
             requested = request_cursor_lock(conn, stream)
@@ -305,6 +384,8 @@ class UnitOfWork:
         One between steps 3 and 4 leaves the relay to find the rows on its next poll.
         """
         conn = self._require()
+        if self._unlocked is not None:
+            return self._commit_unlocked(self._unlocked)
         envelopes: list[Envelope] = []
         # One round trip: what is queued, the outbox statements and, unless a first
         # epoch is to be issued in between, the COMMIT; an error in any of them is
@@ -331,9 +412,20 @@ class UnitOfWork:
         self.envelopes = envelopes
         return envelopes
 
+    def _commit_unlocked(self, unlocked: Unlocked) -> list[Envelope]:
+        """``commit`` of an unlocked attempt: one statement (``Unlocked.commit``),
+        then the relay is woken as after any commit."""
+        envelopes = unlocked.commit(list(self._writers.values()), self._deferred)
+        self._committed = True
+        if self._notifier is not None:
+            self._notifier.announce(str(w.stream) for w in self._writers.values())
+        self.envelopes = envelopes
+        return envelopes
+
     def rollback(self) -> None:
         self._require().rollback()
         self._writers.clear()
         self._deferred[:] = [BEGIN]
+        self._unlocked = None
         self._groups.clear()
         self._own.clear()

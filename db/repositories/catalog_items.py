@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -123,11 +124,13 @@ def get_many_for_share(
 @dataclass(frozen=True, slots=True)
 class ItemState:
     """What a new revision of an item must be checked against: its class, its status
-    and whether it holds attribute values (a class change could strand them)."""
+    and whether it holds attribute values (a class change could strand them); and
+    the revision it is at."""
 
     class_id: str
     status: str
     has_values: bool
+    revision: int
 
 
 def states(
@@ -141,10 +144,10 @@ def states(
     rows = tx.execute(
         "SELECT i.item_id, i.class_id, i.status, EXISTS (SELECT 1 FROM attribute_value v"
         " WHERE v.tenant_id = i.tenant_id AND v.catalog_id = i.catalog_id"
-        " AND v.item_id = i.item_id)" + _by_keys(),
+        " AND v.item_id = i.item_id), i.revision" + _by_keys(),
         {"t": tenant_id, "c": catalog_id, "ids": ids},
     ).fetchall()
-    return {r[0]: ItemState(r[1], r[2], r[3]) for r in rows}
+    return {r[0]: ItemState(r[1], r[2], r[3], int(r[4])) for r in rows}
 
 
 def get(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str) -> ItemRow | None:
@@ -238,7 +241,7 @@ class ItemWrite:
 
 _ITEM_ROWS = (
     "%(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
-    " %(attributes)b::jsonb -> (r.ord - 1)::int"
+    " %(attributes)s::jsonb -> (r.ord - 1)::int"
 )
 _ITEM_ARRAYS = (
     "unnest(%(ids)b::text[], %(classes)b::text[], %(statuses)b::text[], %(titles)b::text[],"
@@ -256,13 +259,19 @@ def save_many(
     catalog_id: str,
     writes: Sequence[ItemWrite],
     decision_id: uuid.UUID,
+    read_at: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """``save`` for several distinct items in one statement (binary arrays): each gets
     ``revision + 1`` naming the decision. Returns the new revision by item id; an item
-    that has been split is left unchanged and missing from the result."""
+    that has been split is left unchanged and missing from the result.
+
+    In a unit reading without the cursor lock, with ``read_at`` (the revision each
+    item was read at, all of them existing), the statement goes with the unit's write,
+    which fails unless every item was written; the revisions are the ones read, plus
+    one (the cursor guarantees nobody wrote them in between)."""
     if not writes:
         return {}
-    rows = tx.execute(
+    query = (
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
         " parent_item_id, attributes, revision, decision_id)"
         f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {_ITEM_ARRAYS}"
@@ -271,16 +280,20 @@ def save_many(
         " parent_item_id = excluded.parent_item_id, attributes = excluded.attributes,"
         " revision = catalog_item.revision + 1, decision_id = excluded.decision_id,"
         " updated_at = now() WHERE catalog_item.status <> 'split'"
-        " RETURNING item_id, revision",
-        {
-            "t": tenant_id,
-            "c": catalog_id,
-            "d": decision_id,
-            **_item_arrays(writes),
-            "attributes": Jsonb([w.attributes for w in writes]),
-        },
-    ).fetchall()
-    revisions = {r[0]: int(r[1]) for r in rows}
+        " RETURNING item_id, revision"
+    )
+    params = {
+        "t": tenant_id,
+        "c": catalog_id,
+        "d": decision_id,
+        **_item_arrays(writes),
+        "attributes": json.dumps([w.attributes for w in writes]),
+    }
+    if tx.unlocked and read_at is not None:
+        tx.defer_expected(query, params, len(writes), "the items at the revisions read")
+        revisions = {w.item_id: read_at[w.item_id] + 1 for w in writes}
+    else:
+        revisions = {r[0]: int(r[1]) for r in tx.execute(query, params).fetchall()}
     _wrote(tx, tenant_id, catalog_id, writes, revisions)
     return revisions
 
@@ -318,7 +331,7 @@ def insert_new(
         **_item_arrays(writes),
     }
     if not tx.late_errors:  # one decision's: its id once, the attributes as one JSON array
-        params |= {"d": decision_id, "attributes": Jsonb([w.attributes for w in writes])}
+        params |= {"d": decision_id, "attributes": json.dumps([w.attributes for w in writes])}
         tx.defer(
             "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
             " parent_item_id, attributes, revision, decision_id)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ def insert(
         actor,
         actor_kind,
         rationale,
-        Jsonb(list(evidence)),
+        json.dumps(list(evidence)),  # a JSON text costs less to send than a Jsonb
         case_id,
         case_revision,
     )
@@ -60,18 +61,19 @@ def insert(
         tx.defer(
             "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
             " actor_kind, rationale, evidence, case_id, case_revision)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
             (tenant_id, catalog_id, *row),
         )
     else:  # joinable with other decisions' rows: a list a column
         params: dict[str, Any] = {"t": tenant_id, "c": catalog_id}
         params |= {column: [value] for column, value in zip(_DECISION_COLUMNS, row, strict=True)}
+        params["evidence"] = [Jsonb(list(evidence))]
         tx.defer_rows(_JOINED_DECISIONS, params, _DECISION_COLUMNS, rank("decision"))
     if prior_decision_ids:
-        tx.executemany(
+        tx.defer(
             "INSERT INTO decision_prior (tenant_id, catalog_id, decision_id, prior_decision_id)"
-            " VALUES (%s, %s, %s, %s)",
-            [(tenant_id, catalog_id, decision_id, prior) for prior in prior_decision_ids],
+            " SELECT %s, %s, %s, unnest(%s::uuid[])",
+            (tenant_id, catalog_id, decision_id, list(prior_decision_ids)),
         )
 
 

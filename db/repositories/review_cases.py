@@ -47,14 +47,19 @@ def advance(
     The ``revision = expected`` condition is the optimistic check of INV-04: of two
     decisions made against the same revision, the second's UPDATE waits for the
     first's row lock, then re-checks the condition against the committed row and
-    matches nothing.
+    matches nothing. In a unit reading without the cursor lock the UPDATE goes with
+    its write, which fails unless it matched the case (``Transaction.defer_expected``).
     """
-    row = tx.execute(
+    query = (
         "UPDATE review_case SET revision = revision + 1, status = %s, updated_at = now()"
         " WHERE tenant_id = %s AND catalog_id = %s AND case_id = %s AND revision = %s"
-        " RETURNING revision",
-        (status, tenant_id, catalog_id, case_id, expected_revision),
-    ).fetchone()
+        " RETURNING revision"
+    )
+    params = (status, tenant_id, catalog_id, case_id, expected_revision)
+    if tx.unlocked:
+        tx.defer_expected(query, params, 1, f"case {case_id} at revision {expected_revision}")
+        return expected_revision + 1
+    row = tx.execute(query, params).fetchone()
     return int(row[0]) if row else None
 
 

@@ -126,6 +126,17 @@ def hold_cited(tx: Transaction, tenant_id: str, capture_ids: list[uuid.UUID]) ->
     first): the decision must not be recorded on them."""
     if not capture_ids:
         return []
+    if tx.unlocked:
+        # With the unit's write: every cited capture held, or it is redone under the
+        # lock, where this finds which are gone. (One never stored also redoes it.)
+        tx.defer_expected(
+            "SELECT capture_id FROM capture WHERE tenant_id = %(t)s"
+            " AND capture_id = ANY(%(ids)s) FOR KEY SHARE",
+            {"t": tenant_id, "ids": capture_ids},
+            len(capture_ids),
+            "the cited captures",
+        )
+        return []
     # One statement: ``present`` reads the statement's snapshot; the locking scan of
     # ``held`` waits for a sweep holding a row and skips one it deleted meanwhile.
     rows = tx.execute(

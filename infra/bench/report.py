@@ -247,21 +247,43 @@ def _render_memory(m: WorkerMemory | None) -> str:
 
 
 def decision_figures(c: DecisionCpu) -> dict[str, object]:
-    """What one one-item decision costs (``decision_cpu``)."""
-    return {
+    """What one one-item decision costs (``decision_cpu``), and the same decision
+    always under the cursor lock, with the ratios of the two."""
+    figures: dict[str, object] = {
         "decision_client_cpu_us": round(c.client_us, 1),
         "decision_backend_cpu_us": None if c.backend_us is None else round(c.backend_us, 1),
         "decision_wall_us": round(c.wall_us, 1),
         "decision_cpu_decisions": c.decisions,
     }
+    locked = c.locked
+    if locked is not None:
+        figures |= {
+            "decision_locked_client_cpu_us": round(locked.client_us, 1),
+            "decision_locked_backend_cpu_us": (
+                None if locked.backend_us is None else round(locked.backend_us, 1)
+            ),
+            "decision_client_cpu_ratio": round(c.client_us / locked.client_us, 3),
+            "decision_backend_cpu_ratio": (
+                None
+                if c.backend_us is None or not locked.backend_us
+                else round(c.backend_us / locked.backend_us, 3)
+            ),
+        }
+    return figures
 
 
 def render_decision(c: DecisionCpu) -> str:
-    backend = "not seen" if c.backend_us is None else f"{c.backend_us:,.0f} µs"
-    return (
-        f"one-item decisions from one thread ({c.decisions:,}): {c.wall_us:,.0f} µs each,"
-        f" client CPU {c.client_us:,.0f} µs, PostgreSQL CPU {backend}"
-    )
+    def line(way: str, d: DecisionCpu) -> str:
+        backend = "not seen" if d.backend_us is None else f"{d.backend_us:,.0f} µs"
+        return (
+            f"one-item decisions {way} ({d.decisions:,}): {d.wall_us:,.0f} µs each,"
+            f" client CPU {d.client_us:,.0f} µs, PostgreSQL CPU {backend}"
+        )
+
+    text = line("from one thread", c)
+    if c.locked is not None:
+        text += "\n  " + line("always under the cursor lock", c.locked)
+    return text
 
 
 def _cpu(cpu_us: dict[str, float]) -> dict[str, int]:

@@ -112,10 +112,14 @@ def write_gapless(
     tenant: str,
     ids: list[str],
     notifier: CommitNotifier | None = None,
+    unlocked_reads: bool = True,
 ) -> list[Envelope]:
-    """One decision through ``record_decision``: cursor lock, rows, outbox at commit;
-    with ``notifier``, the relay woken after the commit as the resolver API does."""
-    with UnitOfWork(pool, epochs, users_codec(), notifier=notifier) as uow:
+    """One decision through ``record_decision``: reads, rows, outbox at commit (without
+    ``unlocked_reads``, all of it under the cursor lock); with ``notifier``, the relay
+    woken after the commit as the resolver API does."""
+    with UnitOfWork(
+        pool, epochs, users_codec(), notifier=notifier, unlocked_reads=unlocked_reads
+    ) as uow:
         record_decision(uow, decision(tenant, ids))
         return uow.envelopes
 
@@ -199,12 +203,14 @@ class SequencedWriter(StreamWriter):
 class SequencedUnitOfWork(UnitOfWork):
     """The Unit of Work with the cursor taken out: no lock, a sequence-numbered outbox.
     It wakes the relay as the gapless side does (after COMMIT through ``notifier``),
-    or not at all without one."""
+    or not at all without one. It has no cursor to check a write against, so it
+    reads inside its transaction, as the gapless side did before its unlocked reads
+    (``UnitOfWork.unlocked_first``)."""
 
     def __init__(
         self, pool: ConnectionPool, epochs: EpochSource, notifier: CommitNotifier | None
     ) -> None:
-        super().__init__(pool, epochs, users_codec(), notifier=notifier)
+        super().__init__(pool, epochs, users_codec(), notifier=notifier, unlocked_reads=False)
 
     def _open_stream(self, conn: psycopg.Connection, stream: StreamId) -> StreamWriter:
         return SequencedWriter(conn, stream, users_codec())

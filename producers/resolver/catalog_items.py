@@ -171,7 +171,9 @@ def _write_items(
     # inserted at revision 1, sent with the next round trip; the others are upserted.
     new = [w for w in writes if w.item_id not in states]
     items.insert_new(tx, t, c, new, decision_id)
-    revisions = items.save_many(tx, t, c, [w for w in writes if w.item_id in states], decision_id)
+    existing = [w for w in writes if w.item_id in states]
+    read_at = {w.item_id: states[w.item_id].revision for w in existing}
+    revisions = items.save_many(tx, t, c, existing, decision_id, read_at)
     revisions.update((w.item_id, 1) for w in new)
     saved: list[int] = []
     for change, depends_on in zip(changes, dependencies, strict=True):

@@ -141,10 +141,21 @@ def record_decision(uow: UnitOfWork, decision: Decision) -> Recorded:
        is raised as the domain error the fact's own check would have raised.
     A domain error or crash anywhere before step 7 completes rolls everything back:
     no case revision, decision, fact, effect, outbox row or position is consumed.
+
+    The Unit of Work first tries it without holding the cursor lock while it reads
+    (``UnitOfWork.unlocked_first``): steps 1-6 read, step 7 writes everything in one
+    statement that moves the cursor only from the position read in step 1 and
+    advances the case only from the expected revision. Should anything have changed
+    meanwhile, that statement writes nothing and the decision is recorded again,
+    steps 1-7, under the lock, with the outcome described above.
     """
     d = decision
-    case_revision = stage_decision(uow, d)  # 1.-6.
-    envelopes = commit_staged(uow)  # 7.
+
+    def attempt() -> tuple[int | None, list[Envelope]]:
+        case_revision = stage_decision(uow, d)  # 1.-6.
+        return case_revision, commit_staged(uow)  # 7.
+
+    case_revision, envelopes = uow.unlocked_first(attempt)
     return Recorded(d.decision_id, case_revision, tuple(e.aggregate for e in envelopes))
 
 

@@ -28,6 +28,7 @@ SIGNALS = {
     "_Abandon": "the demo workload gives a planned step up",
     "_Failure": "the applier's diagnosis names the event whose projection write failed",
     "_RollBack": "the applier's diagnosing transaction must leave nothing behind",
+    "LockNeeded": "a unit's unlocked attempt must be redone under the cursor lock",
 }
 CODE = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*$")
 

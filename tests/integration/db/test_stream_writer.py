@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from typing import Any
 
 import psycopg
 import pytest
@@ -44,6 +45,13 @@ def test_concurrent_writers_get_contiguous_positions_in_commit_order(
     count_lock = threading.Lock()
 
     class OrderedUnitOfWork(UnitOfWork):
+        """Always under the cursor lock (an unlocked write would take the cursor's
+        row lock inside ``order_lock``, while a locked writer holding that row lock
+        waits for ``order_lock``: the test's own lock would close a cycle)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, unlocked_reads=False, **kwargs)
+
         def commit(self) -> list[Envelope]:
             # Commit while the cursor lock is held, then note the order in which
             # commits returned; the lock makes them line up.

@@ -30,6 +30,8 @@ KEYS = (
     "worker_seconds", "e2e_deployed_relay_p99_ms_1000", "e2e_deployed_apply_p99_ms_1000",
     "cpu_busy_pct", "cpu_steal_pct", "codec_reference_us", "decision_client_cpu_us",
     "decision_backend_cpu_us", "decision_wall_us", "decision_cpu_decisions",
+    "decision_locked_client_cpu_us", "decision_locked_backend_cpu_us",
+    "decision_client_cpu_ratio", "decision_backend_cpu_ratio",
     "api_decisions_per_s", "api_decision_p50_ms", "api_decision_p99_ms", "api_vs_inprocess",
     "inprocess_decisions_per_s", "inprocess_decision_p99_ms", "api_clients", "api_processes",
     "api_2_processes_decisions_per_s", "api_2_processes_decision_p99_ms",
@@ -108,6 +110,10 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
     assert d["decision_cpu_decisions"] > 0
     assert d["decision_wall_us"] > d["decision_client_cpu_us"] > 0
     assert d["decision_backend_cpu_us"] > 0
+    assert d["decision_locked_client_cpu_us"] > 0 and d["decision_locked_backend_cpu_us"] > 0
+    assert d["decision_client_cpu_ratio"] == pytest.approx(
+        d["decision_client_cpu_us"] / d["decision_locked_client_cpu_us"], rel=0.01
+    )
     assert d["worker_products"] == 100 and d["worker_products_per_s"] > 0
     # 10 known products (half changed), 90 new of which one has no GTIN.
     assert (d["worker_decisions"], d["worker_unchanged"], d["worker_review_cases"]) == (94, 5, 1)

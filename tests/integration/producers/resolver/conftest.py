@@ -14,6 +14,7 @@ from psycopg_pool import ConnectionPool
 from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import Transaction, UnitOfWork
+from db.unlocked import Rows
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from schemas.codec import CODEC
 from schemas.events import EvidenceRef
@@ -75,7 +76,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     sent: list[str] = []
     real = Transaction.execute
 
-    def counting(self: Transaction, query: str, params: Any = None) -> psycopg.Cursor[Any]:
+    def counting(self: Transaction, query: str, params: Any = None) -> Rows:
         sent.append(query)
         return real(self, query, params)
 

@@ -1,0 +1,136 @@
+"""One statement for a whole write: the statements of a transaction joined as the
+data-modifying parts (``WITH … AS (…)``) of a single statement, with its checks.
+
+A Unit of Work that read without the cursor lock (``UnitOfWork.unlocked_first``)
+writes everything at once: each deferred INSERT becomes a part of its own, the
+stream writer adds the cursor's compare-and-set and the outbox rows, and the final
+``SELECT`` evaluates the checks in order (the cursor's first), each raising when its
+count is not the one expected. One statement is one transaction in autocommit: a
+failed check or any error leaves nothing written.
+
+PostgreSQL runs a data-modifying part once, to completion; a part the ``SELECT``
+reads (a check's count) runs when that check is evaluated, the others after the
+``SELECT``. So the cursor's compare-and-set, the first check, takes the stream's row
+lock before any other part writes a row: a concurrent writer of the stream waits
+there and then finds the cursor moved, without holding anything the first needs.
+
+Parts share one snapshot and do not see each other's rows, so only plain INSERTs
+(``joinable``) are joined; a read issued after a deferred write to the same table
+needs the write's rows and makes the unit redo its work under the lock
+(``refuse_unlocked_read``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+PLACEHOLDER = re.compile(r"%(?:\((\w+)\))?([sbt])|%%")
+"""psycopg's placeholders: ``%s``/``%b``/``%t``, their named forms and ``%%``."""
+
+CHANGED = "GL409"
+"""The SQLSTATE ``write_expected`` raises: a count the write depended on differed."""
+
+_LOCKING = re.compile(r"\bFOR\s+(?:NO\s+KEY\s+UPDATE|KEY\s+SHARE|UPDATE|SHARE)\b|advisory", re.I)
+_WRITES = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.I)
+
+
+class LockNeeded(Exception):
+    """The unit's work cannot go on without the stream's cursor lock: it is redone,
+    from the start, under the lock (``UnitOfWork.unlocked_first``)."""
+
+
+def joinable(query: str) -> bool:
+    """Whether ``query`` can be a part of a joined write: a plain INSERT (no WITH of
+    its own, which a part may not have when it modifies data)."""
+    return query.lstrip()[:6].upper() == "INSERT"
+
+
+def written_table(query: str) -> str | None:
+    """The table an INSERT, UPDATE or DELETE writes, or None."""
+    found = _WRITES.match(query)
+    return found.group(1).lower() if found else None
+
+
+def refuse_unlocked_read(query: str, deferred: Sequence[tuple[str, object]]) -> None:
+    """Raise ``LockNeeded`` unless ``query`` may run without the cursor lock: a plain
+    ``SELECT`` that takes no lock (an unlocked read's lock would end with its own
+    statement) and reads no table a deferred statement of this unit writes (the read
+    would not see those rows)."""
+    if query.lstrip()[:6].upper() != "SELECT" or _LOCKING.search(query):
+        raise LockNeeded(f"not a plain read: {query[:60]!r}")
+    for written, _ in deferred:
+        table = written_table(written)
+        if table is not None and re.search(rf"\b{table}\b", query, re.I):
+            raise LockNeeded(f"reads {table}, which this unit has written")
+
+
+def rename(
+    query: str, params: Sequence[Any] | Mapping[str, Any] | None, prefix: str
+) -> tuple[str, dict[str, Any]]:
+    """``query`` with every placeholder named ``prefix_…`` and its parameters by those
+    names (a positional parameter by its index), so that statements can be joined."""
+    if isinstance(params, Mapping):
+        renamed, names = _renamed(query, prefix, True)
+        return renamed, {new: params[old] for new, old in names}
+    values = list(params or ())
+    renamed, names = _renamed(query, prefix, False)
+    return renamed, {new: values[int(old)] for new, old in names}
+
+
+@functools.lru_cache(maxsize=512)
+def _renamed(query: str, prefix: str, named: bool) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``rename``'s query and its (new name, old name or index) pairs, in order: the
+    same few statements are joined again and again."""
+    names: list[tuple[str, str]] = []
+
+    def placeholder(found: re.Match[str]) -> str:
+        if found.group(0) == "%%":
+            return "%%"
+        old, fmt = found.group(1), found.group(2)
+        if old is None:
+            if named:
+                raise ValueError(f"a positional placeholder among named ones: {query[:60]!r}")
+            old = str(len(names))
+        new = f"{prefix}_{old}"
+        names.append((new, old))
+        return f"%({new}){fmt}"
+
+    return PLACEHOLDER.sub(placeholder, query), tuple(names)
+
+
+class JoinedWrite:
+    """The parts and checks of one statement, in the order they were added."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._checks: list[str] = []
+        self._params: dict[str, Any] = {}
+
+    def part(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None) -> str:
+        """Add ``query`` as a part; returns its name, for a check to count its rows."""
+        name = f"w{len(self._parts)}"
+        renamed, named = rename(query, params, name)
+        self._parts.append(f"{name} AS ({renamed})")
+        self._params |= named
+        return name
+
+    def check(self, expression: str, params: Mapping[str, Any] | None = None) -> None:
+        """Add ``expression`` (which may count a part's rows) to the final SELECT."""
+        renamed, named = rename(expression, params or {}, f"c{len(self._checks)}")
+        self._checks.append(renamed)
+        self._params |= named
+
+    def expect(self, part: str, rows: int, what: str) -> None:
+        """Check that ``part`` returned exactly ``rows`` rows (``write_expected``)."""
+        self.check(
+            f"write_expected(%(what)s, (SELECT count(*) FROM {part}), %(rows)s)",
+            {"what": what, "rows": rows},
+        )
+
+    def statement(self) -> tuple[str, dict[str, Any]]:
+        """The joined statement and its parameters."""
+        head = f"WITH {', '.join(self._parts)} " if self._parts else ""
+        return f"{head}SELECT {', '.join(self._checks) or 'true'}", dict(self._params)
