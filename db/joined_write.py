@@ -48,6 +48,7 @@ def joinable(query: str) -> bool:
     return query.lstrip()[:6].upper() == "INSERT"
 
 
+@functools.lru_cache(maxsize=1024)
 def written_table(query: str) -> str | None:
     """The table an INSERT, UPDATE or DELETE writes, or None."""
     found = _WRITES.match(query)
@@ -59,12 +60,22 @@ def refuse_unlocked_read(query: str, deferred: Sequence[tuple[str, object]]) -> 
     ``SELECT`` that takes no lock (an unlocked read's lock would end with its own
     statement) and reads no table a deferred statement of this unit writes (the read
     would not see those rows)."""
-    if query.lstrip()[:6].upper() != "SELECT" or _LOCKING.search(query):
+    if not _plain_read(query):
         raise LockNeeded(f"not a plain read: {query[:60]!r}")
     for written, _ in deferred:
         table = written_table(written)
-        if table is not None and re.search(rf"\b{table}\b", query, re.I):
+        if table is not None and _mentions(query, table):
             raise LockNeeded(f"reads {table}, which this unit has written")
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_read(query: str) -> bool:
+    return query.lstrip()[:6].upper() == "SELECT" and not _LOCKING.search(query)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mentions(query: str, table: str) -> bool:
+    return re.search(rf"\b{table}\b", query, re.I) is not None
 
 
 def rename(

@@ -8,6 +8,7 @@ and leaves holes, and ``max()`` lets two concurrent writers pick the same number
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -101,7 +102,7 @@ def with_cursor(
     when the read found nothing, none when the stream has no cursor row. None for a
     read whose rows come in an order of its own (``ORDER BY``), which a join could
     lose: that one goes alone, after ``read_cursor``."""
-    if _ORDERED.search(query):
+    if _ordered(query):
         return None
     wrapped = (
         "SELECT c.position, c.fenced_for_epoch, r.* FROM stream_cursor c"
@@ -116,6 +117,17 @@ def with_cursor(
         return wrapped + where, {**params, "cursor_t": t, "cursor_c": c, "cursor_e": e}
     where = " WHERE c.tenant_id = %s AND c.catalog_id = %s AND c.history_epoch = %s"
     return wrapped + where, [*(params or ()), *_key(stream)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _ordered(query: str) -> bool:
+    return _ORDERED.search(query) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_key(codec: EventCodec, tenant_id: str, catalog_id: str) -> bytes:
+    """A stream's Kafka key, encoded once per codec (every event of it carries it)."""
+    return codec.encode_key(StreamKey(tenant_id=tenant_id, catalog_id=catalog_id))
 
 
 def cursor_of(stream: StreamId, rows: Sequence[Sequence[Any]]) -> tuple[int | None, list[Any]]:
@@ -182,9 +194,7 @@ class StreamWriter:
         self._codec = codec
         self._pending: list[PendingEvent] = []
         self._traces: list[str | None] = []  # the span current at each append
-        self._key = codec.encode_key(
-            StreamKey(tenant_id=stream.tenant_id, catalog_id=stream.catalog_id)
-        )
+        self._key = _encoded_key(codec, stream.tenant_id, stream.catalog_id)
 
     @property
     def cursor(self) -> int:
