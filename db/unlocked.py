@@ -14,6 +14,12 @@ Anything this cannot do raises ``LockNeeded``, and the unit does its work again 
 the lock: a read that takes a lock or reads what the unit has written, a stream's
 first write, a statement that cannot be joined, a write refused by a check or a
 constraint (the locked attempt then meets the same refusal and names it).
+
+A crash before the write leaves nothing: nothing was written and no lock is held.
+The write is one statement in its own transaction, so a crash during it leaves all
+of it or none of it; a connection lost meanwhile is raised to the caller as a lost
+COMMIT is under the lock, the outcome unknown
+(``tests/integration/producers/resolver/test_unlocked_decisions.py``).
 """
 
 from __future__ import annotations
