@@ -189,6 +189,11 @@ class RecordingConnection(psycopg.Connection[Any]):
             self.recording.append((query, params, self.pgconn.pipeline_status != 0))
 
 
+POSITIONS = ("base", "cursor", "at", "to")
+"""The parameters holding stream positions: the outbox rows' base and the cursor's
+move, plain (under the lock) or in a joined write's parts (``w1_base``, ``w0_at``)."""
+
+
 @dataclass(slots=True)
 class SqlReplay:
     """Replays one recorded one-item decision's statements on its stream, renamed.
@@ -200,8 +205,8 @@ class SqlReplay:
 
     Every id the recorded decision had (its decision id and event ids, as values or as
     text) becomes a new uuid in each replay, the same one wherever it appears; its
-    item id becomes ``<item_prefix>-<n>``; the outbox statement's base position and cursor
-    move on by ``events`` each time.
+    item id becomes ``<item_prefix>-<n>``; the outbox statement's base position and the
+    cursor's positions (``POSITIONS``) move on by ``events`` each time.
     """
 
     statements: list[Statement]
@@ -246,7 +251,7 @@ class SqlReplay:
             return rename(params)
         out = {}
         for key, value in params.items():
-            if key in ("base", "cursor"):
+            if key.split("_", 1)[-1] in POSITIONS:
                 out[key] = value + shift
             else:
                 out[key] = rename(value)

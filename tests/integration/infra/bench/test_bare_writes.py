@@ -58,8 +58,9 @@ def rows(dsn: str, tenant: str) -> tuple[list[str], int, list[int]]:
     return items, effects[0], positions
 
 
+@pytest.mark.parametrize("unlocked", [True, False], ids=["unlocked", "locked"])
 def test_a_replay_of_a_decisions_statements_writes_a_new_decision_each_time(
-    pool: ConnectionPool, epochs: EpochSource, clean_db: DatabaseSettings
+    pool: ConnectionPool, epochs: EpochSource, clean_db: DatabaseSettings, unlocked: bool
 ) -> None:
     write_gapless(pool, epochs, "t1", ["first"])
     recorded: list[Statement] = []
@@ -69,16 +70,27 @@ def test_a_replay_of_a_decisions_statements_writes_a_new_decision_each_time(
         with recorder.connection() as conn:
             assert isinstance(conn, RecordingConnection)
             conn.recording = recorded
-        envelopes = write_gapless(recorder, epochs, "t1", ["recorded"])  # type: ignore[arg-type]
-    assert len(recorded) >= 4
-    # Three round trips (cursor lock, item states, the rest with the COMMIT), and the
-    # replay waits where the decision waited.
-    assert [q for q, _, _ in recorded].count(SYNC) == 3
-    assert recorded[0] == ("BEGIN", None, True)
-    assert recorded[-2:] == [(COMMIT, None, True), (SYNC, None, True)]
-    # Nothing outside the decision's pipelines: a round trip it never made would be
-    # replayed (the pool's commit as the recording connection went back sends none).
-    assert all(pipelined for _, _, pipelined in recorded)
+        envelopes = write_gapless(
+            recorder,  # type: ignore[arg-type]
+            epochs,
+            "t1",
+            ["recorded"],
+            unlocked_reads=unlocked,
+        )
+    if unlocked:
+        # Two statements, each its own round trip: the items' states with the cursor,
+        # then the joined write.
+        assert [(q.split()[0], p) for q, _, p in recorded] == [("SELECT", False), ("WITH", False)]
+    else:
+        # Three round trips (cursor lock, item states, the rest with the COMMIT), and
+        # the replay waits where the decision waited.
+        assert len(recorded) >= 4
+        assert [q for q, _, _ in recorded].count(SYNC) == 3
+        assert recorded[0] == ("BEGIN", None, True)
+        assert recorded[-2:] == [(COMMIT, None, True), (SYNC, None, True)]
+        # Nothing outside the decision's pipelines: a round trip it never made would be
+        # replayed (the pool's commit as the recording connection went back sends none).
+        assert all(pipelined for _, _, pipelined in recorded)
     replay = SqlReplay.of(recorded, envelopes, "recorded", "again")
     notices: list[str] = []
     with ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1) as one:
