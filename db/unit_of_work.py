@@ -23,7 +23,7 @@ from db.joined_write import LockNeeded
 from db.own_rows import OwnRows
 from db.resolver.commit_notifier import CommitNotifier
 from db.stream_writer import StreamWriter, locked_cursor, request_cursor_lock
-from db.unlocked import Rows, Unlocked
+from db.unlocked import Rows, Unlocked, contended
 from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.ids import StreamId
@@ -329,6 +329,8 @@ class UnitOfWork:
         """
         key = (tenant_id, catalog_id)
         writer = self._writers.get(key)
+        if writer is None and self._unlocked is not None and key in contended:
+            raise LockNeeded(f"{tenant_id}/{catalog_id}'s writers meet each other lately")
         if writer is None:
             if self._pauses is not None:
                 self._holds.enter_context(self._pauses.working([key]))

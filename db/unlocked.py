@@ -15,6 +15,11 @@ the lock: a read that takes a lock or reads what the unit has written, a stream'
 first write, a statement that cannot be joined, a write refused by a check or a
 constraint (the locked attempt then meets the same refusal and names it).
 
+Where writers of one stream keep meeting each other, reading without the lock is
+wasted work: each refused write is done again under the lock. So a stream whose
+unlocked write was refused is written under the lock, by this process, for the next
+``CONTENDED_SECONDS`` (``contended``): its writers queue on the cursor row instead.
+
 A crash before the write leaves nothing: nothing was written and no lock is held.
 The write is one statement in its own transaction, so a crash during it leaves all
 of it or none of it; a connection lost meanwhile is raised to the caller as a lost
@@ -24,7 +29,8 @@ COMMIT is under the lock, the outcome unknown
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -37,6 +43,40 @@ from schemas.events import Envelope
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 Statement = tuple[str, Params]
+
+
+CONTENDED_SECONDS = 5.0
+
+
+class Contended:
+    """The streams whose unlocked write was refused lately, in this process."""
+
+    def __init__(
+        self, seconds: float = CONTENDED_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._seconds = seconds
+        self._clock = clock
+        self._until: dict[tuple[str, str], float] = {}
+
+    def mark(self, keys: Iterable[tuple[str, str]]) -> None:
+        until = self._clock() + self._seconds
+        for key in keys:
+            self._until[key] = until
+
+    def clear(self) -> None:
+        self._until.clear()
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if until < self._clock():
+            self._until.pop(key, None)
+            return False
+        return True
+
+
+contended = Contended()
 
 
 class Rows(Protocol):
@@ -151,6 +191,7 @@ class Unlocked:
         except psycopg.errors.DatabaseError as exc:
             if not refused(exc):
                 raise
+            contended.mark((w.stream.tenant_id, w.stream.catalog_id) for w in writers)
             raise LockNeeded(f"the joined write was refused ({exc.sqlstate})") from exc
         return envelopes
 

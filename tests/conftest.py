@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.jaeger",
     "tests.fixtures.spans",
     "tests.fixtures.browser",
+    "tests.fixtures.contention",
 ]

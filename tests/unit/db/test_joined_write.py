@@ -15,6 +15,7 @@ from db.joined_write import (
     written_table,
 )
 from db.stream_writer import cursor_of, with_cursor
+from db.unlocked import Contended
 from schemas.ids import StreamId
 
 
@@ -116,3 +117,18 @@ def test_a_carried_read_separates_the_cursor_from_the_rows() -> None:
     )
     with pytest.raises(StreamFenced):
         cursor_of(STREAM, [(7, 3, None)])
+
+
+def test_a_stream_refused_lately_is_contended_until_its_time_runs_out() -> None:
+    now = [100.0]
+    streams = Contended(seconds=5.0, clock=lambda: now[0])
+    assert ("t1", "c1") not in streams
+    streams.mark([("t1", "c1")])
+    assert ("t1", "c1") in streams and ("t1", "c2") not in streams
+    now[0] = 104.9
+    assert ("t1", "c1") in streams
+    now[0] = 105.1
+    assert ("t1", "c1") not in streams
+    streams.mark([("t1", "c1"), ("t2", "c1")])
+    streams.clear()
+    assert ("t1", "c1") not in streams and ("t2", "c1") not in streams

@@ -29,15 +29,15 @@ from tests.integration.producers.resolver.conftest import (
 )
 
 
-def new_item(item_id: str, case: CaseRevision | None = None) -> Decision:
+def new_item(item_id: str, case: CaseRevision | None = None, catalog: str = "c1") -> Decision:
     return Decision(
         tenant_id="t1",
-        catalog_id="c1",
+        catalog_id=catalog,
         action="accept",
         actor="reviewer:ana",
         rationale="r",
         evidence=EVIDENCE,
-        facts=(ItemChange("t1", "c1", item_id, "shoe", f"item {item_id}"),),
+        facts=(ItemChange("t1", catalog, item_id, "shoe", f"item {item_id}"),),
         case=case,
     )
 
@@ -135,6 +135,34 @@ def test_a_writer_committing_after_the_reads_sends_the_decision_under_the_lock(
         dsn, "SELECT item_id, revision FROM catalog_item WHERE item_id <> 'first' ORDER BY 1"
     ) == [("late", 1), ("meanwhile", 1)]
     assert_contiguous_outbox(dsn)
+
+
+def test_a_stream_whose_write_was_refused_is_written_under_the_lock_for_a_while(
+    uow: UowFactory,
+    clean_db: DatabaseSettings,
+    before_write: Callable[[Callable[[], None]], None],
+    sent: list[str],
+) -> None:
+    """Its writers meet each other: reading without the lock would be redone anyway."""
+    add_item(uow, "first")
+    add_item(uow, "other", catalog="c2")
+
+    def meanwhile() -> None:
+        add_item(uow, "meanwhile")
+
+    before_write(meanwhile)
+    with uow() as u:
+        record_decision(u, new_item("late"))
+    sent.clear()
+    with uow() as u:
+        record_decision(u, new_item("next"))
+    assert any("FOR UPDATE" in q for q in sent)  # c1: under the lock, straight away
+    assert not any(q.startswith("SELECT c.position") for q in sent)
+    sent.clear()
+    with uow() as u:
+        record_decision(u, new_item("elsewhere", catalog="c2"))
+    assert not any("FOR UPDATE" in q for q in sent)  # c2: its writers never met
+    assert_contiguous_outbox(clean_db.resolver_dsn)
 
 
 def test_a_case_advanced_after_the_reads_is_refused_as_stale(
