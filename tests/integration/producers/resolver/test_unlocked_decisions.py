@@ -22,23 +22,16 @@ from producers.resolver.exceptions import StaleRevision
 from producers.resolver.review_cases import CaseRevision, open_case
 from schemas.events import Envelope
 from tests.integration.producers.resolver.conftest import (
-    EVIDENCE,
     UowFactory,
     add_item,
     assert_contiguous_outbox,
 )
+from tests.integration.producers.resolver.test_races import decision
 
 
 def new_item(item_id: str, case: CaseRevision | None = None, catalog: str = "c1") -> Decision:
-    return Decision(
-        tenant_id="t1",
-        catalog_id=catalog,
-        action="accept",
-        actor="reviewer:ana",
-        rationale="r",
-        evidence=EVIDENCE,
-        facts=(ItemChange("t1", catalog, item_id, "shoe", f"item {item_id}"),),
-        case=case,
+    return decision(
+        ItemChange("t1", catalog, item_id, "shoe", f"item {item_id}"), catalog=catalog, case=case
     )
 
 
