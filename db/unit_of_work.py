@@ -281,8 +281,9 @@ class UnitOfWork:
         the lock. Only a fresh unit tries (nothing done in it yet) and only with
         ``unlocked_reads``; otherwise ``work`` simply runs under the lock.
 
-        Unlocked, ``stream`` reads the cursor without locking it, each read is a
-        statement of its own, every write waits for the commit, and the commit sends
+        Unlocked, ``stream`` locks nothing (the stream's cursor is read with the next
+        read, in the same statement, ``db.unlocked``), each read is a statement of its
+        own, every write waits for the commit, and the commit sends
         them all as one statement (``db.joined_write``) that moves each cursor only
         from the position read, so a writer that committed since makes it fail and
         nothing is written. The cursor moves with every change to a stream's
