@@ -25,14 +25,11 @@ from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
-from db.unit_of_work import UnitOfWork
 from infra.local import postgres
 from infra.local.layout import current_layout
 from infra.processes import Deployed, free_port
-from producers.resolver.catalog_items import ItemChange
-from schemas.codec import CODEC
-from tests.fixtures.decisions import accept
 from tests.fixtures.waits import wait_for
+from tests.fixtures.writers import accept_lamps
 
 TENANTS = ("pgr-0", "pgr-1", "pgr-2")
 TRANSACTIONS = 150  # each a decision and two items: 450 events
@@ -136,14 +133,7 @@ class Writers:
                 deadline = time.monotonic() + 90
                 while True:
                     try:
-                        with UnitOfWork(pool, epochs, CODEC) as uow:
-                            accept(
-                                uow,
-                                tenant,
-                                "c1",
-                                ItemChange(tenant, "c1", f"i{n}", "lamp", f"lamp {n}"),
-                                ItemChange(tenant, "c1", f"j{n % 7}", "lamp", f"shade {n}"),
-                            )
+                        accept_lamps(pool, epochs, tenant, n)
                         break
                     except psycopg.Error:
                         self.failures += 1
