@@ -22,8 +22,10 @@ the commits of those few milliseconds share one send (and the relay, one pass).
 
 What a crash or a fault leaves: a commit whose notification was never sent (the
 process died between its COMMIT and the send, or the notifier's connection was
-down). Its rows are in the outbox; the relay publishes them on its next poll, later
-than usual but never lost or doubled. A notification is never sent for a
+down), or a send PostgreSQL lost in its own crash (the notifier does not wait for
+its sends to reach the disk: ``CommitNotifier.connect``). Its rows are in the outbox;
+the relay publishes them on its next poll, later than usual but never lost or
+doubled. A notification is never sent for a
 transaction that did not commit: the Unit of Work hands streams over only after
 COMMIT returned.
 """
@@ -122,17 +124,27 @@ class CommitNotifier:
         if self._conn is not None:
             self._conn.close()
 
+    def connect(self) -> psycopg.Connection:
+        """The notifier's connection: autocommit, and its commits not waiting for
+        their WAL to reach the disk (``synchronous_commit = off``). A notification
+        is a hint; one lost in a crash costs the relay a poll. Waiting would make each
+        send a WAL flush of its own, and hold the database-wide NOTIFY lock through
+        it."""
+        conn = psycopg.connect(
+            self._conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            application_name=self._name,
+        )
+        conn.execute("SET synchronous_commit = off")
+        return conn
+
     def _send(self, streams: list[str]) -> bool:
         """One statement for every queued stream; False (and nothing retried: the
         relay's poll finds the rows) if the database could not be reached."""
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(
-                    self._conninfo,
-                    autocommit=True,
-                    connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                    application_name=self._name,
-                )
+                self._conn = self.connect()
             self._conn.execute(
                 "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s", (NOTIFY_CHANNEL, streams)
             )

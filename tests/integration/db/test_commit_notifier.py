@@ -145,3 +145,17 @@ def test_a_notifier_started_again_after_close_announces_again(
         notifier.announce([f"s/{round_}"])
         assert received(listener, DEADLINE_S, 1) == [f"s/{round_}"]
         notifier.close()
+
+
+def test_the_notifier_does_not_wait_for_its_sends_to_reach_the_disk(
+    clean_db: DatabaseSettings,
+) -> None:
+    """A send is a hint: its commit does not flush WAL (the decisions' commits do)."""
+    notifier = CommitNotifier(clean_db.resolver_dsn, "test-notifier-async")
+    with notifier.connect() as conn:
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None and row[0] == "off"
+        assert conn.autocommit
+    with psycopg.connect(clean_db.resolver_dsn) as writer:
+        row = writer.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None and row[0] == "on"
