@@ -72,11 +72,15 @@ def get_for_share(tx: Transaction, tenant_id: str, catalog_id: str, item_id: str
     FOR SHARE keeps a concurrent writer from changing or retiring the item while a
     dependent change that relies on its current revision commits. An item this
     transaction wrote is answered from what it wrote: it is locked already; one it
-    found absent under the cursor lock is absent.
+    found absent under the cursor lock is absent. In a unit reading without the cursor
+    lock the item is read plainly and share-locked by the unit's write, which fails
+    unless it is still at the revision read (``get_many_for_share``).
     """
     known, own = _known(tx, tenant_id, catalog_id, item_id)
     if known:
         return cast(ItemRow | None, own)
+    if tx.unlocked:
+        return get_many_for_share(tx, tenant_id, catalog_id, [item_id]).get(item_id)
     row = tx.execute(
         f"SELECT {_COLUMNS} FROM catalog_item"
         " WHERE tenant_id = %s AND catalog_id = %s AND item_id = %s FOR SHARE",
@@ -113,12 +117,27 @@ def get_many_for_share(
             found[item_id] = own
     if not others:
         return found
-    rows = tx.execute(
-        f"SELECT {_I_COLUMNS}" + _by_keys("FOR SHARE"),
-        {"t": tenant_id, "c": catalog_id, "ids": others},
-    ).fetchall()
-    found.update((r[0], _row(r)) for r in rows)
-    return found
+    params = {"t": tenant_id, "c": catalog_id, "ids": others}
+    if not tx.unlocked:
+        rows = tx.execute(f"SELECT {_I_COLUMNS}" + _by_keys("FOR SHARE"), params).fetchall()
+        found.update((r[0], _row(r)) for r in rows)
+        return found
+    read = {r[0]: _row(r) for r in tx.execute(f"SELECT {_I_COLUMNS}" + _by_keys(), params)}
+    if read:
+        # With the unit's write: each item share-locked at the revision read, or the
+        # write fails and the unit goes again under the lock. (Those found absent
+        # stay absent: no domain writer can add one without moving the cursor.)
+        ids = sorted(read)
+        tx.defer_expected(
+            "SELECT i.item_id FROM unnest(%(ids)s::text[], %(revisions)s::int4[])"
+            " AS k(item_id, revision) CROSS JOIN LATERAL (SELECT item_id FROM catalog_item c"
+            " WHERE c.tenant_id = %(t)s AND c.catalog_id = %(c)s AND c.item_id = k.item_id"
+            " AND c.revision = k.revision LIMIT 1 FOR SHARE) i",
+            params | {"ids": ids, "revisions": [read[i].revision for i in ids]},
+            len(ids),
+            "the items share-locked at the revisions read",
+        )
+    return found | read
 
 
 @dataclass(frozen=True, slots=True)
