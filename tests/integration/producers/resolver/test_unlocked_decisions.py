@@ -377,3 +377,32 @@ def test_a_variant_naming_its_parent_is_read_without_the_lock(
     assert [d.id for d in variant.dependencies] == ["parent"]
     assert [d.revision for d in variant.dependencies] == [1]
     assert_contiguous_outbox(clean_db.resolver_dsn)
+
+
+def test_mappings_to_several_targets_share_lock_each_at_its_revision(
+    uow: UowFactory,
+    clean_db: DatabaseSettings,
+    before_write: Callable[[Callable[[], None]], None],
+    sent: list[str],
+) -> None:
+    """Two targets in one decision, one of them changed behind the cursor after the
+    reads: the write's lookups, one per target at its own revision, find one of two."""
+    add_item(uow, "i1")
+    add_item(uow, "i2")
+    dsn = clean_db.resolver_dsn
+
+    def behind_the_cursor() -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("UPDATE catalog_item SET revision = revision + 1 WHERE item_id = 'i2'")
+
+    before_write(behind_the_cursor)
+    sent.clear()
+    record(uow, decision(MapListing("L1", "i1"), MapListing("L2", "i2")))
+    unlocked = [q for q in sent if q.startswith("WITH w0 AS (UPDATE stream_cursor")]
+    assert len(unlocked) == 1 and "unnest(" in unlocked[0] and "FOR SHARE" in unlocked[0]
+    assert any("FOR UPDATE" in q for q in sent)  # then under the lock
+    assert rows(dsn, "SELECT listing_id, item_revision FROM listing_mapping ORDER BY 1") == [
+        ("L1", 1),
+        ("L2", 2),
+    ]
+    assert_contiguous_outbox(dsn)
