@@ -168,13 +168,20 @@ def get_many(
         return {}
     # One primary-key lookup per listing (``LIMIT 1``): with ``listing_id = ANY(...)``
     # a cached plan made while the table was small scans all of it.
-    rows = tx.execute(
-        "SELECT m.* FROM unnest(%s::text[]) AS k(listing_id) CROSS JOIN LATERAL"
-        " (SELECT listing_id, item_id, item_revision, decision_id, revision"
-        " FROM listing_mapping WHERE tenant_id = %s AND catalog_id = %s"
-        " AND listing_id = k.listing_id LIMIT 1) m",
-        (list(listing_ids), tenant_id, catalog_id),
-    ).fetchall()
+    columns = "listing_id, item_id, item_revision, decision_id, revision"
+    if len(listing_ids) == 1:  # scalars: planned once per connection, not every time
+        rows = tx.execute(
+            f"SELECT {columns} FROM listing_mapping"
+            " WHERE tenant_id = %s AND catalog_id = %s AND listing_id = %s",
+            (tenant_id, catalog_id, listing_ids[0]),
+        ).fetchall()
+    else:
+        rows = tx.execute(
+            "SELECT m.* FROM unnest(%s::text[]) AS k(listing_id) CROSS JOIN LATERAL"
+            f" (SELECT {columns} FROM listing_mapping WHERE tenant_id = %s"
+            " AND catalog_id = %s AND listing_id = k.listing_id LIMIT 1) m",
+            (list(listing_ids), tenant_id, catalog_id),
+        ).fetchall()
     found = {r[0]: MappingRow(*r) for r in rows}
     if cursor_locked:
         for listing_id in listing_ids:
