@@ -37,7 +37,7 @@ demo: $(STAMP) console-assets
 
 test: $(STAMP) deploy-tools fault-proxy alert-tools tracing-backend console-assets browser-tools
 	$(BIN)/gapless up
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=40
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -1,14 +1,15 @@
 """The fault campaign on a three-node Kafka cluster, as CI runs it: ``gapless chaos
 --cluster``, whose broker faults are SIGKILLs of the node leading most of the events
 topic's partitions, down past the controllers' fencing so leadership moves, then
-started again; with the other faults of the campaign (kills, also in narrow windows,
-PostgreSQL restarts, an object-store outage, a registry restart, proxy faults on
-PostgreSQL and the object store), a rebuild and an epoch fence. Then nothing lost, nothing
+started again; with other faults of the campaign (kills, also in narrow windows,
+PostgreSQL restarts, an object-store outage, a connection drop through the proxy on
+PostgreSQL or the object store), a rebuild and an epoch fence. Then nothing lost, nothing
 doubled, every projection row equal to the accepted state, progress never backwards.
 
 Smaller than ``test_chaos.py``'s scaled-out run (one of each process, fewer kills,
-fewer faults of the other kinds, no registry outage): the cluster's three JVMs share
-the machine's two cores with everything else, and the suite's time is bounded.
+fewer faults of the other kinds: no registry outage or restart, a proxy drop and no
+stall): the cluster's three JVMs share the machine's two cores with everything else,
+and the suite's time is bounded.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from infra.local.layout import current_layout
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("GAPLESS_CHAOS_SEED", "20261207"))
-KILLS = 30
-SECONDS = 60
+KILLS = 24
+SECONDS = 45
 TIMEOUT_S = 1200.0
 
 
@@ -37,10 +38,11 @@ def test_the_pipeline_keeps_every_guarantee_while_cluster_leaders_die() -> None:
     command = [
         sys.executable, "-m", "infra.cli", "chaos", "--cluster",
         "--kills", str(KILLS), "--seconds", str(SECONDS), "--seed", str(SEED),
-        # The other kinds are test_chaos.py's business; fewer of them here keep the
-        # run short while every kind still happens.
+        # The other kinds are test_chaos.py's business (a registry restart and a
+        # proxy stall among them); one of each other kind here keeps the run short:
+        # its service faults come one after another, each healed before the next.
         "--pg-restarts", "2", "--s3-outages", "1", "--registry-outages", "0",
-        "--proxy-faults", "2", "--json",
+        "--registry-restarts", "0", "--proxy-faults", "1", "--json",
     ]  # fmt: skip
     began = time.monotonic()
     with log.open("w") as progress:
