@@ -95,8 +95,11 @@ _BY_KEY = (
 """``FROM`` the one item ``%(id)s`` names, as ``i``: with scalars a read is planned
 once per connection (primary-key lookups) instead of at every execution, as a read
 joining an array is (a fifth of a one-item decision's PostgreSQL CPU went on that).
-A plan made while the table held a page or two scans it; ANALYZE, which autovacuum
-runs as the table grows, makes the connection plan it again."""
+The cost: a generic plan made while the table held a page or two after a VACUUM
+scans it, until the next ANALYZE (autovacuum's, as the table grows) makes the
+connection plan it again; on a new deployment whose first catalog grew by 30,000
+items in between, a decision's PostgreSQL CPU went from 467 to 2,767 µs until then
+(433 µs after). Tables that already hold a catalog are planned by their index."""
 
 
 def _by_keys(lock: str = "", at_revision: str = "") -> str:
