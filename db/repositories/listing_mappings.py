@@ -64,21 +64,12 @@ def save_many(
     returns the new revision by listing id. Those found absent under the cursor
     lock (``get_many``) are inserted at revision 1 in a statement of their own,
     deferred, since nothing need be read back; should one exist after all, its
-    primary key refuses it and the transaction rolls back. A unit reading without
-    the cursor lock reads the others first and writes them with its one statement."""
+    primary key refuses it and the transaction rolls back."""
     if not writes:
         return {}
     keys = {w.listing_id: (tenant_id, catalog_id, w.listing_id) for w in writes}
     new = [w for w in writes if tx.own.get(TABLE, keys[w.listing_id]) is ABSENT]
     rest = [w for w in writes if tx.own.get(TABLE, keys[w.listing_id]) is not ABSENT]
-    read: dict[str, MappingRow] = {}
-    if rest and tx.unlocked:
-        # Read first, then write with the unit's one statement: the absent ones
-        # inserted (a primary key refuses one that appeared), the others updated
-        # from the revision read, counted; the cursor keeps domain writers out.
-        read = get_many(tx, tenant_id, catalog_id, [w.listing_id for w in rest])
-        new += [w for w in rest if w.listing_id not in read]
-        rest = [w for w in rest if w.listing_id in read]
     tx.own.forget(TABLE, keys.values())
     revisions = {w.listing_id: 1 for w in new}
     if new:  # several decisions' new mappings may go in one statement
@@ -86,14 +77,14 @@ def save_many(
         params = _params(tenant_id, catalog_id, new, decision_id)
         tx.defer_rows(_INSERT, params, columns, rank(TABLE))
     if rest:
-        query = _INSERT + _UPDATE
-        params = _params(tenant_id, catalog_id, rest, decision_id)
-        if read:
-            tx.defer_expected(query, params, len(rest), "the mappings at the revisions read")
-            revisions.update((w.listing_id, read[w.listing_id].revision + 1) for w in rest)
-        else:
-            found = tx.execute(query, params).fetchall()
-            revisions.update((r[0], int(r[1])) for r in found)
+        found = tx.execute(
+            _INSERT + " ON CONFLICT (tenant_id, catalog_id, listing_id) DO UPDATE SET"
+            " item_id = excluded.item_id, item_revision = excluded.item_revision,"
+            " decision_id = excluded.decision_id, revision = listing_mapping.revision + 1,"
+            " updated_at = now() RETURNING listing_id, revision",
+            _params(tenant_id, catalog_id, rest, decision_id),
+        ).fetchall()
+        revisions.update((r[0], int(r[1])) for r in found)
     return {w.listing_id: revisions[w.listing_id] for w in writes}
 
 
@@ -104,12 +95,6 @@ _INSERT = (
     " SELECT %(t)s, %(c)s, r.listing_id, r.item_id, r.item_revision, r.decision_id, 1"
     " FROM unnest(%(listings)b::text[], %(items)b::text[], %(revisions)b::int4[],"
     " %(decisions)b::uuid[]) AS r(listing_id, item_id, item_revision, decision_id)"
-)
-_UPDATE = (
-    " ON CONFLICT (tenant_id, catalog_id, listing_id) DO UPDATE SET"
-    " item_id = excluded.item_id, item_revision = excluded.item_revision,"
-    " decision_id = excluded.decision_id, revision = listing_mapping.revision + 1,"
-    " updated_at = now() RETURNING listing_id, revision"
 )
 
 
@@ -168,20 +153,13 @@ def get_many(
         return {}
     # One primary-key lookup per listing (``LIMIT 1``): with ``listing_id = ANY(...)``
     # a cached plan made while the table was small scans all of it.
-    columns = "listing_id, item_id, item_revision, decision_id, revision"
-    if len(listing_ids) == 1:  # scalars: planned once per connection, not every time
-        rows = tx.execute(
-            f"SELECT {columns} FROM listing_mapping"
-            " WHERE tenant_id = %s AND catalog_id = %s AND listing_id = %s",
-            (tenant_id, catalog_id, listing_ids[0]),
-        ).fetchall()
-    else:
-        rows = tx.execute(
-            "SELECT m.* FROM unnest(%s::text[]) AS k(listing_id) CROSS JOIN LATERAL"
-            f" (SELECT {columns} FROM listing_mapping WHERE tenant_id = %s"
-            " AND catalog_id = %s AND listing_id = k.listing_id LIMIT 1) m",
-            (list(listing_ids), tenant_id, catalog_id),
-        ).fetchall()
+    rows = tx.execute(
+        "SELECT m.* FROM unnest(%s::text[]) AS k(listing_id) CROSS JOIN LATERAL"
+        " (SELECT listing_id, item_id, item_revision, decision_id, revision"
+        " FROM listing_mapping WHERE tenant_id = %s AND catalog_id = %s"
+        " AND listing_id = k.listing_id LIMIT 1) m",
+        (list(listing_ids), tenant_id, catalog_id),
+    ).fetchall()
     found = {r[0]: MappingRow(*r) for r in rows}
     if cursor_locked:
         for listing_id in listing_ids:

@@ -14,7 +14,6 @@ from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import record_decision
-from producers.resolver.listing_mappings import MapListing
 from schemas.codec import CODEC
 from tests.integration.producers.resolver.conftest import add_item
 from tests.integration.producers.resolver.test_races import decision
@@ -67,14 +66,4 @@ def test_a_new_item_is_recorded_with_statements_planned_once(
         lambda uow: add_item(uow, "first"),
     )
     assert any(s.startswith("WITH w0 AS (UPDATE stream_cursor") for _, _, s in statements)
-    assert replanned(statements) == []
-
-
-def test_a_mapping_is_recorded_with_statements_planned_once(clean_db: DatabaseSettings) -> None:
-    statements = run(
-        clean_db,
-        lambda n: decision(MapListing(f"listing-{n}", "target")),
-        lambda uow: add_item(uow, "target"),
-    )
-    assert any("FOR SHARE" in s for _, _, s in statements)
     assert replanned(statements) == []

@@ -18,17 +18,15 @@ from db.settings import DatabaseSettings
 from db.unlocked import Unlocked
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
-from producers.resolver.exceptions import StaleRevision, TargetNotActive
-from producers.resolver.listing_mappings import MapListing
+from producers.resolver.exceptions import StaleRevision
 from producers.resolver.review_cases import CaseRevision, open_case
-from schemas.codec import CODEC
 from schemas.events import Envelope
 from tests.integration.producers.resolver.conftest import (
     UowFactory,
     add_item,
     assert_contiguous_outbox,
 )
-from tests.integration.producers.resolver.test_races import decision, record
+from tests.integration.producers.resolver.test_races import decision
 
 
 def new_item(item_id: str, case: CaseRevision | None = None, catalog: str = "c1") -> Decision:
@@ -290,79 +288,6 @@ def test_many_writers_of_one_stream_lose_and_double_nothing(
     assert_contiguous_outbox(dsn)
 
 
-def mapping(listing: str, item: str) -> Decision:
-    return decision(MapListing(listing, item))
-
-
-def test_a_mapping_is_read_without_the_lock_and_its_target_share_locked_by_the_write(
-    uow: UowFactory, clean_db: DatabaseSettings, sent: list[str]
-) -> None:
-    """A reviewer's mapping, new and then moved to another item: the target and the
-    mapping read plainly, the write share-locks the target at the revision read and
-    moves the mapping on from the revision read."""
-    add_item(uow, "i1")
-    add_item(uow, "i2")
-    sent.clear()
-    record(uow, mapping("L1", "i1"))
-    record(uow, mapping("L1", "i2"))
-    assert not any("FOR UPDATE" in q or q in ("BEGIN", "COMMIT") for q in sent), sent
-    writes = [q for q in sent if q.startswith("WITH w0 AS (UPDATE stream_cursor")]
-    assert len(writes) == 2 and all("FOR SHARE" in q for q in writes)
-    dsn = clean_db.resolver_dsn
-    assert rows(
-        dsn, "SELECT listing_id, item_id, item_revision, revision FROM listing_mapping"
-    ) == [("L1", "i2", 1, 2)]
-    events = [
-        CODEC.decode_value(v) for (v,) in rows(dsn, "SELECT value FROM outbox ORDER BY position")
-    ]
-    mapped = [e for e in events if e.event_type == "listing_mapping.mapped"]
-    assert [e.aggregate.revision for e in mapped] == [1, 2]
-    assert_contiguous_outbox(dsn)
-
-
-def test_a_target_changed_behind_the_cursor_after_the_reads_is_mapped_under_the_lock(
-    uow: UowFactory,
-    clean_db: DatabaseSettings,
-    before_write: Callable[[Callable[[], None]], None],
-) -> None:
-    """A writer that does not move the cursor (none of the domain's) changes the target
-    between the reads and the write: the share lock finds it at another revision, the
-    write is refused, and the mapping goes under the lock, naming what it then finds."""
-    add_item(uow, "i1")
-    dsn = clean_db.resolver_dsn
-
-    def behind_the_cursor() -> None:
-        with psycopg.connect(dsn) as conn:
-            conn.execute("UPDATE catalog_item SET revision = revision + 1 WHERE item_id = 'i1'")
-
-    before_write(behind_the_cursor)
-    record(uow, mapping("L1", "i1"))
-    assert rows(dsn, "SELECT item_revision, revision FROM listing_mapping") == [(2, 1)]
-    assert_contiguous_outbox(dsn)
-
-
-def test_a_target_retired_behind_the_cursor_after_the_reads_refuses_the_mapping(
-    uow: UowFactory,
-    clean_db: DatabaseSettings,
-    before_write: Callable[[Callable[[], None]], None],
-) -> None:
-    add_item(uow, "i1")
-    dsn = clean_db.resolver_dsn
-
-    def behind_the_cursor() -> None:
-        with psycopg.connect(dsn) as conn:
-            conn.execute(
-                "UPDATE catalog_item SET status = 'retired', revision = revision + 1"
-                " WHERE item_id = 'i1'"
-            )
-
-    before_write(behind_the_cursor)
-    with pytest.raises(TargetNotActive):
-        record(uow, mapping("L1", "i1"))
-    assert rows(dsn, "SELECT count(*) FROM listing_mapping") == [(0,)]
-    assert [p for _, p, _ in outbox(dsn)] == [1, 2]
-
-
 def test_a_variant_naming_its_parent_is_read_without_the_lock(
     uow: UowFactory, clean_db: DatabaseSettings, sent: list[str]
 ) -> None:
@@ -379,30 +304,26 @@ def test_a_variant_naming_its_parent_is_read_without_the_lock(
     assert_contiguous_outbox(clean_db.resolver_dsn)
 
 
-def test_mappings_to_several_targets_share_lock_each_at_its_revision(
+def test_a_parent_changed_behind_the_cursor_after_the_reads_is_named_at_its_new_revision(
     uow: UowFactory,
     clean_db: DatabaseSettings,
     before_write: Callable[[Callable[[], None]], None],
-    sent: list[str],
 ) -> None:
-    """Two targets in one decision, one of them changed behind the cursor after the
-    reads: the write's lookups, one per target at its own revision, find one of two."""
-    add_item(uow, "i1")
-    add_item(uow, "i2")
+    """A writer that does not move the cursor (none of the domain's) changes the parent
+    between the reads and the write: the share lock finds it at another revision, the
+    write is refused, and the variant goes under the lock, depending on what it then
+    finds."""
+    add_item(uow, "parent")
     dsn = clean_db.resolver_dsn
 
     def behind_the_cursor() -> None:
         with psycopg.connect(dsn) as conn:
-            conn.execute("UPDATE catalog_item SET revision = revision + 1 WHERE item_id = 'i2'")
+            conn.execute("UPDATE catalog_item SET revision = 2 WHERE item_id = 'parent'")
 
     before_write(behind_the_cursor)
-    sent.clear()
-    record(uow, decision(MapListing("L1", "i1"), MapListing("L2", "i2")))
-    unlocked = [q for q in sent if q.startswith("WITH w0 AS (UPDATE stream_cursor")]
-    assert len(unlocked) == 1 and "unnest(" in unlocked[0] and "FOR SHARE" in unlocked[0]
-    assert any("FOR UPDATE" in q for q in sent)  # then under the lock
-    assert rows(dsn, "SELECT listing_id, item_revision FROM listing_mapping ORDER BY 1") == [
-        ("L1", 1),
-        ("L2", 2),
-    ]
+    with uow() as u:
+        record_decision(u, decision(ItemChange("t1", "c1", "variant", "shoe", "v", "parent")))
+        (_, variant) = u.envelopes
+    assert [d.revision for d in variant.dependencies] == [2]
+    assert rows(dsn, "SELECT count(*) FROM catalog_item WHERE item_id = 'variant'") == [(1,)]
     assert_contiguous_outbox(dsn)
