@@ -4,9 +4,10 @@ One thread on one connection records one-item rule decisions (``writer.decision`
 a new item, two events) through ``record_decision`` with the commit notifier, as the
 resolver API does, after a warm-up. The client's CPU is that thread's own
 (``time.thread_time``: psycopg, the domain code and the codec all run in it);
-PostgreSQL's is the user and system time, from ``/proc``, of every backend connected
-to the sandbox's resolver database (the decisions' and the notifier's), read before
-and after. On a server whose processes this machine cannot see, the backends'
+PostgreSQL's is the user and system time, from ``/proc``, of every client backend
+connected to the sandbox's resolver database (the decisions' and the notifier's),
+read before and after; an autovacuum worker there is not the decisions' and, gone
+before the second read, would void the figure (it did, until 2026-12-07). On a server whose processes this machine cannot see, the backends'
 figure is absent.
 
 Two ways in alternation, ``ROUNDS`` rounds each of ``seconds / ROUNDS``, each on a
@@ -48,7 +49,7 @@ def _backends(dsn: str) -> list[int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
         ).fetchall()
     return [int(r[0]) for r in rows]
 

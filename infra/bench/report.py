@@ -173,7 +173,7 @@ def render_table(figures: Figures) -> str:
             + f"; {r.cores:.2f} cores busy"
             for r in figures.deployed.rates
         ],
-        f"  highest offered rate with p99 <= 100 ms: {figures.deployed.max_rate:.0f}/s",
+        f"  highest rate reached with p99 <= 100 ms: {figures.deployed.max_rate:.0f}/s",
         "",
         render_worker(k),
         "",
