@@ -7,8 +7,8 @@ resolver API does, after a warm-up. The client's CPU is that thread's own
 PostgreSQL's is the user and system time, from ``/proc``, of every client backend
 connected to the sandbox's resolver database (the decisions' and the notifier's),
 read before and after; an autovacuum worker there is not the decisions' and, gone
-before the second read, would void the figure (it did, until 2026-12-07). On a server whose processes this machine cannot see, the backends'
-figure is absent.
+before the second read, would void the figure (it did, until 2026-12-07). On a server whose
+processes this machine cannot see, the backends' figure is absent.
 
 Two ways in alternation, ``ROUNDS`` rounds each of ``seconds / ROUNDS``, each on a
 tenant of its own: as the resolver API records a decision (its reads without the
