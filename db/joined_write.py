@@ -37,6 +37,15 @@ _LOCKING = re.compile(r"\bFOR\s+(?:NO\s+KEY\s+UPDATE|KEY\s+SHARE|UPDATE|SHARE)\b
 _WRITES = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.I)
 
 
+SHARED = frozenset({"t", "c", "e", "d"})
+"""Parameter names the parts of a write give alike to the same keys (the tenant, the
+catalog, the history epoch, the decision): where a part's value under such a name is
+the one the write already has, the part uses that parameter instead of one of its
+own. Fewer parameters are less to dump and send, and they keep a one-item decision's
+write within what psycopg caches the conversion of (``psycopg._queries``: at most 50
+parameters and 4,096 bytes; beyond, the statement is parsed again at every call)."""
+
+
 class LockNeeded(Exception):
     """The unit's work cannot go on without the stream's cursor lock: it is redone,
     from the start, under the lock (``UnitOfWork.unlocked_first``)."""
@@ -79,20 +88,26 @@ def _mentions(query: str, table: str) -> bool:
 
 
 def rename(
-    query: str, params: Sequence[Any] | Mapping[str, Any] | None, prefix: str
+    query: str,
+    params: Sequence[Any] | Mapping[str, Any] | None,
+    prefix: str,
+    keep: frozenset[str] = frozenset(),
 ) -> tuple[str, dict[str, Any]]:
-    """``query`` with every placeholder named ``prefix_…`` and its parameters by those
-    names (a positional parameter by its index), so that statements can be joined."""
+    """``query`` with every placeholder named ``prefix_…`` but those in ``keep`` and its
+    parameters by those names (a positional parameter by its index), so that
+    statements can be joined."""
     if isinstance(params, Mapping):
-        renamed, names = _renamed(query, prefix, True)
+        renamed, names = _renamed(query, prefix, True, keep)
         return renamed, {new: params[old] for new, old in names}
     values = list(params or ())
-    renamed, names = _renamed(query, prefix, False)
+    renamed, names = _renamed(query, prefix, False, keep)
     return renamed, {new: values[int(old)] for new, old in names}
 
 
 @functools.lru_cache(maxsize=512)
-def _renamed(query: str, prefix: str, named: bool) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _renamed(
+    query: str, prefix: str, named: bool, keep: frozenset[str]
+) -> tuple[str, tuple[tuple[str, str], ...]]:
     """``rename``'s query and its (new name, old name or index) pairs, in order: the
     same few statements are joined again and again."""
     names: list[tuple[str, str]] = []
@@ -105,7 +120,7 @@ def _renamed(query: str, prefix: str, named: bool) -> tuple[str, tuple[tuple[str
             if named:
                 raise ValueError(f"a positional placeholder among named ones: {query[:60]!r}")
             old = str(len(names))
-        new = f"{prefix}_{old}"
+        new = old if old in keep else f"{prefix}_{old}"
         names.append((new, old))
         return f"%({new}){fmt}"
 
@@ -123,10 +138,22 @@ class JoinedWrite:
     def part(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None) -> str:
         """Add ``query`` as a part; returns its name, for a check to count its rows."""
         name = f"w{len(self._parts)}"
-        renamed, named = rename(query, params, name)
+        renamed, named = rename(query, params, name, self._shareable(params))
         self._parts.append(f"{name} AS ({renamed})")
         self._params |= named
         return name
+
+    def _shareable(self, params: Sequence[Any] | Mapping[str, Any] | None) -> frozenset[str]:
+        """The ``SHARED`` names of ``params`` whose value this write has under that name
+        already (or has not yet): those the part uses as they are."""
+        if not isinstance(params, Mapping):
+            return frozenset()
+        have = self._params
+        return frozenset(
+            k
+            for k in SHARED.intersection(params)
+            if k not in have or (type(have[k]) is type(params[k]) and have[k] == params[k])
+        )
 
     def check(self, expression: str, params: Mapping[str, Any] | None = None) -> None:
         """Add ``expression`` (which may count a part's rows) to the final SELECT."""

@@ -20,6 +20,7 @@ import psycopg
 
 from db.exceptions import StreamFenced
 from db.joined_write import JoinedWrite
+from db.row_source import Column, rows_from
 from schemas.codec import EventCodec
 from schemas.events import AggregateRef, Envelope, Payload, StreamKey
 from schemas.ids import StreamId
@@ -73,9 +74,13 @@ _INSERT_ROWS = (
     "INSERT INTO outbox (tenant_id, catalog_id, history_epoch, position, event_id, event_type,"
     " key, value, trace_context)"
     " SELECT %(t)s, %(c)s, %(e)s, %(base)s + r.ord, r.event_id, r.event_type, %(key)b,"
-    " r.value, r.trace"
-    " FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(values)b::bytea[],"
-    " %(traces)s::text[]) WITH ORDINALITY AS r(event_id, event_type, value, trace, ord)"
+    " r.value, r.trace FROM "
+)
+_OUTBOX_COLUMNS = (
+    Column("ids", "event_id", "uuid"),
+    Column("types", "event_type", "text"),
+    Column("values", "value", "bytea"),
+    Column("traces", "trace", "text", binary=False),
 )
 
 
@@ -249,7 +254,7 @@ class StreamWriter:
         """
         if not self._pending:
             return []
-        envelopes, params = self._outbox_rows()  # steps 1 and 2
+        envelopes, rows, params = self._outbox_rows()  # steps 1 and 2
         # Steps 3-5 as one statement: one round trip whatever the batch size, and none
         # of its own when the Unit of Work sends it in a pipeline with the COMMIT. The
         # arrays go in binary, in append order, so row k takes position base + k. The
@@ -257,7 +262,7 @@ class StreamWriter:
         # cursor were written), so a short write fails the statement and the COMMIT
         # after it rolls back; nothing is read back here.
         self._conn.execute(
-            f"WITH new_rows AS ({_INSERT_ROWS} RETURNING 1),"
+            f"WITH new_rows AS ({_INSERT_ROWS}{rows} RETURNING 1),"
             " moved AS ("
             " UPDATE stream_cursor SET position = %(cursor)s, updated_at = now()"
             " WHERE tenant_id = %(t)s AND catalog_id = %(c)s AND history_epoch = %(e)s"
@@ -303,8 +308,8 @@ class StreamWriter:
         and the same count check as ``flush``; the relay woken as ``flush`` does."""
         if not self._pending:
             return []
-        envelopes, params = self._outbox_rows()
-        rows = write.part(f"{_INSERT_ROWS} RETURNING 1", params)
+        envelopes, source, params = self._outbox_rows()
+        rows = write.part(f"{_INSERT_ROWS}{source} RETURNING 1", params)
         write.check(f"outbox_written((SELECT count(*) FROM {rows}), %(n)s, 1)", {"n": params["n"]})
         if self._notify:
             write.check(
@@ -314,24 +319,31 @@ class StreamWriter:
         self._flushed(params["cursor"])
         return envelopes
 
-    def _outbox_rows(self) -> tuple[list[Envelope], dict[str, Any]]:
-        """Steps 1 and 2 of ``flush``: the envelopes and the outbox rows' parameters."""
+    def _outbox_rows(self) -> tuple[list[Envelope], str, dict[str, Any]]:
+        """Steps 1 and 2 of ``flush``: the envelopes, and the outbox rows as the ``FROM``
+        item ``_INSERT_ROWS`` ends with (``db.row_source``) and its parameters."""
         s = self.stream
         envelopes = self._envelopes()
         rows = [(e.event_id, e.event_type, self._codec.encode_value(e)) for e in envelopes]
-        return envelopes, {
-            "t": s.tenant_id,
-            "c": s.catalog_id,
-            "e": s.history_epoch,
-            "key": self._key,
-            "base": self._cursor,
-            "ids": [r[0] for r in rows],
-            "types": [r[1] for r in rows],
-            "values": [r[2] for r in rows],
-            "traces": self._traces,
-            "n": len(rows),
-            "cursor": self._cursor + len(rows),
-        }
+        source, params = rows_from(
+            _OUTBOX_COLUMNS,
+            {
+                "t": s.tenant_id,
+                "c": s.catalog_id,
+                "e": s.history_epoch,
+                "key": self._key,
+                "base": self._cursor,
+                "ids": [r[0] for r in rows],
+                "types": [r[1] for r in rows],
+                "values": [r[2] for r in rows],
+                "traces": self._traces,
+                "n": len(rows),
+                "cursor": self._cursor + len(rows),
+            },
+            "r",
+            ordinality=True,
+        )
+        return envelopes, source, params
 
     def _flushed(self, cursor: int) -> None:
         """The pending events written: the cursor is theirs to move at COMMIT."""

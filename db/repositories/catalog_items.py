@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 from db.insert_ranks import rank
 from db.own_rows import ABSENT
 from db.repositories.strong_ids import STRONG_IDS
+from db.row_source import Column, rows_from
 from db.unit_of_work import Transaction
 
 _COLUMNS = "item_id, class_id, status, title, parent_item_id, attributes, revision"
@@ -285,14 +286,21 @@ _ITEM_ROWS = (
     "%(t)s, %(c)s, r.item_id, r.class_id, r.status, r.title, r.parent_item_id,"
     " %(attributes)s::jsonb -> (r.ord - 1)::int"
 )
-_ITEM_ARRAYS = (
-    "unnest(%(ids)b::text[], %(classes)b::text[], %(statuses)b::text[], %(titles)b::text[],"
-    " %(parents)b::text[]) WITH ORDINALITY AS r(item_id, class_id, status, title,"
-    " parent_item_id, ord)"
+_ITEM_COLUMNS = (
+    Column("ids", "item_id", "text"),
+    Column("classes", "class_id", "text"),
+    Column("statuses", "status", "text"),
+    Column("titles", "title", "text"),
+    Column("parents", "parent_item_id", "text"),
 )
-"""The rows ``save_many`` and ``insert_new`` write, from one array per column and
-the attributes of all of them as one JSON array (one ``json.dumps`` per statement,
-not one per item), element k of it the attributes of row k."""
+"""The rows ``save_many`` and ``insert_new`` write (``_item_rows``), a list per column,
+and the attributes of all of them as one JSON array (one ``json.dumps`` per
+statement, not one per item), element k of it the attributes of row k."""
+
+
+def _item_rows(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The ``FROM`` item of ``_ITEM_COLUMNS`` (``db.row_source``) and its parameters."""
+    return rows_from(_ITEM_COLUMNS, params, "r", ordinality=True)
 
 
 def save_many(
@@ -313,10 +321,11 @@ def save_many(
     one (the cursor guarantees nobody wrote them in between)."""
     if not writes:
         return {}
+    params, rows = _item_params(tenant_id, catalog_id, decision_id, writes)
     query = (
         "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
         " parent_item_id, attributes, revision, decision_id)"
-        f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {_ITEM_ARRAYS}"
+        f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {rows}"
         " ON CONFLICT (tenant_id, catalog_id, item_id) DO UPDATE SET"
         " class_id = excluded.class_id, status = excluded.status, title = excluded.title,"
         " parent_item_id = excluded.parent_item_id, attributes = excluded.attributes,"
@@ -324,13 +333,6 @@ def save_many(
         " updated_at = now() WHERE catalog_item.status <> 'split'"
         " RETURNING item_id, revision"
     )
-    params = {
-        "t": tenant_id,
-        "c": catalog_id,
-        "d": decision_id,
-        **_item_arrays(writes),
-        "attributes": json.dumps([w.attributes for w in writes]),
-    }
     if tx.unlocked and read_at is not None:
         tx.defer_expected(query, params, len(writes), "the items at the revisions read")
         revisions = {w.item_id: read_at[w.item_id] + 1 for w in writes}
@@ -341,7 +343,7 @@ def save_many(
 
 
 def _item_arrays(writes: Sequence[ItemWrite]) -> dict[str, list[Any]]:
-    """The ``_ITEM_ARRAYS`` columns of ``writes`` but the attributes, a list each."""
+    """The ``_ITEM_COLUMNS`` of ``writes``, a list each."""
     return {
         "ids": [w.item_id for w in writes],
         "classes": [w.class_id for w in writes],
@@ -349,6 +351,23 @@ def _item_arrays(writes: Sequence[ItemWrite]) -> dict[str, list[Any]]:
         "titles": [w.title for w in writes],
         "parents": [w.parent_item_id for w in writes],
     }
+
+
+def _item_params(
+    tenant_id: str, catalog_id: str, decision_id: uuid.UUID, writes: Sequence[ItemWrite]
+) -> tuple[dict[str, Any], str]:
+    """One decision's items as ``_ITEM_ROWS`` reads them: the parameters (its id once,
+    the attributes as one JSON array) and the ``FROM`` item."""
+    source, params = _item_rows(
+        {
+            "t": tenant_id,
+            "c": catalog_id,
+            "d": decision_id,
+            **_item_arrays(writes),
+            "attributes": json.dumps([w.attributes for w in writes]),
+        }
+    )
+    return params, source
 
 
 def insert_new(
@@ -367,21 +386,19 @@ def insert_new(
     the statement and the transaction rolls back."""
     if not writes:
         return
-    params: dict[str, Any] = {
-        "t": tenant_id,
-        "c": catalog_id,
-        **_item_arrays(writes),
-    }
     if not tx.late_errors:  # one decision's: its id once, the attributes as one JSON array
-        params |= {"d": decision_id, "attributes": json.dumps([w.attributes for w in writes])}
+        params, rows = _item_params(tenant_id, catalog_id, decision_id, writes)
         tx.defer(
             "INSERT INTO catalog_item (tenant_id, catalog_id, item_id, class_id, status, title,"
             " parent_item_id, attributes, revision, decision_id)"
-            f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {_ITEM_ARRAYS}",
+            f" SELECT {_ITEM_ROWS}, 1, %(d)s FROM {rows}",
             params,
         )
     else:  # joinable with other decisions' new items: a decision id and a JSON value a row
-        params |= {
+        params = {
+            "t": tenant_id,
+            "c": catalog_id,
+            **_item_arrays(writes),
             "attributes": [Jsonb(w.attributes) for w in writes],
             "decisions": [decision_id] * len(writes),
         }

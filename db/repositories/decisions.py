@@ -12,6 +12,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from db.insert_ranks import rank
+from db.row_source import Column, rows_from
 from db.unit_of_work import Transaction
 
 
@@ -58,11 +59,15 @@ def insert(
         case_revision,
     )
     if not tx.late_errors:  # one row alone: VALUES costs less than unnesting arrays
+        # The keys by the names the other parts of a joined write give them, which
+        # share one parameter each (``db.joined_write.SHARED``).
         tx.defer(
             "INSERT INTO decision (tenant_id, catalog_id, decision_id, action, actor,"
             " actor_kind, rationale, evidence, case_id, case_revision)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
-            (tenant_id, catalog_id, *row),
+            " VALUES (%(t)s, %(c)s, %(d)s, %(actions)s, %(actors)s, %(kinds)s,"
+            " %(rationales)s, %(evidence)s::jsonb, %(cases)s, %(case_revisions)s)",
+            {"t": tenant_id, "c": catalog_id, "d": decision_id}
+            | dict(zip(_DECISION_COLUMNS[1:], row[1:], strict=True)),
         )
     else:  # joinable with other decisions' rows: a list a column
         params: dict[str, Any] = {"t": tenant_id, "c": catalog_id}
@@ -109,6 +114,14 @@ class Effect:
     revision: int
 
 
+_EFFECT_COLUMNS = (
+    Column("types", "type", "text"),
+    Column("ids", "id", "text"),
+    Column("revisions", "revision", "int4"),
+    Column("roles", "role", "text"),
+)
+
+
 def insert_effects(
     tx: Transaction,
     tenant_id: str,
@@ -139,8 +152,8 @@ def insert_effects(
         " revision, role, decision_id) SELECT %(t)s, %(c)s, e.type, e.id, e.revision, e.role,"
     )
     if not tx.late_errors:  # one decision's: its id once
-        params["d"] = decision_id
-        tx.defer(insert + " %(d)s" + rows + ") AS e(type, id, revision, role)", params)
+        source, one = rows_from(_EFFECT_COLUMNS, params | {"d": decision_id}, "e")
+        tx.defer(f"{insert} %(d)s FROM {source}", one)
         return
     params["decisions"] = [decision_id] * len(effects)  # joinable with other decisions'
     tx.defer_rows(
