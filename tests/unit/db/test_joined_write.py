@@ -62,6 +62,32 @@ def test_a_joined_write_puts_every_part_in_one_statement_with_its_checks_in_orde
     }
 
 
+def test_parts_naming_a_key_alike_share_one_parameter_while_its_value_is_the_same() -> None:
+    write = JoinedWrite()
+    write.part(
+        "UPDATE c SET p = %(to)s WHERE t = %(t)s AND c = %(c)s", {"t": "a", "c": "k", "to": 2}
+    )
+    write.part("INSERT INTO d VALUES (%(t)s, %(c)s, %(d)s)", {"t": "a", "c": "k", "d": "d1"})
+    # Another tenant under the same name, and a name no key has: each the part's own.
+    write.part("INSERT INTO e VALUES (%(t)s, %(c)s, %(x)s)", {"t": "b", "c": "k", "x": 1})
+    query, params = write.statement()
+    assert query == (
+        "WITH w0 AS (UPDATE c SET p = %(w0_to)s WHERE t = %(t)s AND c = %(c)s),"
+        " w1 AS (INSERT INTO d VALUES (%(t)s, %(c)s, %(d)s)),"
+        " w2 AS (INSERT INTO e VALUES (%(w2_t)s, %(c)s, %(w2_x)s)) SELECT true"
+    )
+    assert params == {"w0_to": 2, "t": "a", "c": "k", "d": "d1", "w2_t": "b", "w2_x": 1}
+
+
+def test_a_key_equal_in_value_but_not_in_type_is_not_shared() -> None:
+    write = JoinedWrite()
+    write.part("INSERT INTO a VALUES (%(e)s)", {"e": 1})
+    write.part("INSERT INTO b VALUES (%(e)s)", {"e": 1.0})
+    query, params = write.statement()
+    assert "%(w1_e)s" in query
+    assert params == {"e": 1, "w1_e": 1.0}
+
+
 def test_only_plain_inserts_are_joined() -> None:
     assert joinable("  INSERT INTO decision VALUES (%s)")
     assert not joinable("UPDATE capture_item SET outcome = %s")

@@ -67,3 +67,23 @@ def test_a_new_item_is_recorded_with_statements_planned_once(
     )
     assert any(s.startswith("WITH w0 AS (UPDATE stream_cursor") for _, _, s in statements)
     assert replanned(statements) == []
+
+
+def test_a_new_items_statements_are_parsed_once_by_psycopg(clean_db: DatabaseSettings) -> None:
+    """psycopg converts a query's placeholders once and caches the result, but only for
+    a query of at most 50 parameters and 4,096 bytes; a one-item decision's joined
+    write passed 50 once its rows went as scalars (``db.row_source``) and was parsed
+    again at every decision until its keys were shared (``db.joined_write.SHARED``)."""
+    from psycopg import _queries  # the cache this guards is psycopg's own
+
+    _queries._query2pg.cache_clear()
+    run(
+        clean_db,
+        lambda n: decision(ItemChange("t1", "c1", f"item-{n}", "shoe", "t")),
+        lambda uow: add_item(uow, "first"),
+    )
+    info = _queries._query2pg.cache_info()
+    # The seeding's statements and each statement's first conversion miss; a statement
+    # converted at every decision would miss twenty times.
+    assert info.misses < DECISIONS, info
+    assert info.hits >= 2 * (DECISIONS - 1), info
