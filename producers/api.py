@@ -139,7 +139,10 @@ class _Backends:
             settings.resolver_dsn, settings.control_dsn, exports_settings or ExportSettings()
         )
         enqueuer = JobEnqueuer(
-            settings.client_config(), settings.jobs_topic, settings.enqueue_timeout_seconds
+            settings.client_config(),
+            settings.jobs_topic,
+            settings.enqueue_timeout_seconds,
+            open=False,
         )
         return cls(pool, uow_pool, epochs, notifier, pauses, exports, enqueuer)
 
@@ -147,6 +150,7 @@ class _Backends:
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         self.pool.open()
         self.uow_pool.open()
+        self.enqueuer.open()
         self.notifier.start()
         self.pauses.start()
         try:

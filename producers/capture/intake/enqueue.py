@@ -32,38 +32,60 @@ class JobEnqueuer:
 
     One thread of its own serves every delivery report (``poll``), and each ``send``
     waits on its own condition until its reports are in: a caller is woken by its
-    report, not by the end of another caller's poll."""
+    report, not by the end of another caller's poll.
 
-    def __init__(self, kafka: KafkaConnection, topic: str, timeout_seconds: float) -> None:
+    Made with ``open=False`` (as the resolver API assembles its backends), it creates
+    neither its producer nor its thread until ``open``: an app built and never
+    started (a test reading its routes) reaches no broker."""
+
+    def __init__(
+        self, kafka: KafkaConnection, topic: str, timeout_seconds: float, open: bool = True
+    ) -> None:
         self.topic = topic
+        self._kafka = kafka
         self._timeout = timeout_seconds
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="intake-enqueue", daemon=True)
+        if open:
+            self.open()
+
+    def open(self) -> None:
+        """Create the producer and start its poller (once)."""
+        if self._producer is not None:
+            return
         self._producer = Producer(
             client_config(
-                kafka,
+                self._kafka,
                 {
                     "client.id": "gapless-intake",
                     "enable.idempotence": True,
                     "acks": "all",
                     "linger.ms": 5,
                     # A delivery report (success or failure) arrives within this bound.
-                    "message.timeout.ms": int(timeout_seconds * 1000),
+                    "message.timeout.ms": int(self._timeout * 1000),
                     # librdkafka's own log lines go through logging, not raw stderr.
                     "logger": log,
                 },
             )
         )
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="intake-enqueue", daemon=True)
         self._poller.start()
 
+    def _started(self) -> Producer:
+        if self._producer is None:
+            raise RuntimeError("JobEnqueuer used before open()")
+        return self._producer
+
     def _poll(self) -> None:
+        producer = self._started()
         while not self._closing.is_set():
-            self._producer.poll(POLL_SECONDS)
+            producer.poll(POLL_SECONDS)
 
     def send(self, messages: Sequence[JobMessage]) -> dict[uuid.UUID, str | None]:
         """Send and wait for the broker's answers: per job, None when confirmed, or a
         short error. Never raises for a delivery failure."""
+        producer = self._started()
         results: dict[uuid.UUID, str | None] = {}
         waiting: set[uuid.UUID] = set()
         done = threading.Condition(self._lock)
@@ -81,7 +103,7 @@ class JobEnqueuer:
             try:
                 with done:
                     waiting.add(message.job_id)
-                self._producer.produce(
+                producer.produce(
                     self.topic,
                     key=message.key(),
                     value=message.encode(),
@@ -98,6 +120,9 @@ class JobEnqueuer:
         return results
 
     def close(self) -> None:
+        """Flush what was sent and stop the poller; nothing to do if never opened."""
+        if self._producer is None:
+            return
         self._closing.set()
         self._poller.join()
         self._producer.flush(self._timeout)
