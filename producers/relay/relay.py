@@ -26,7 +26,7 @@ from db.resolver.outbox import (
 from db.stream_writer import NOTIFY_CHANNEL
 from producers.relay.exceptions import OutboxGap, PublishFailed, RelayError
 from producers.relay.publisher import Publisher
-from producers.relay.settings import DEFAULT_BATCH_SIZE, READ_CHUNK
+from producers.relay.settings import DEFAULT_BATCH_SIZE, DEFAULT_GATHER_SECONDS, READ_CHUNK
 from schemas.backoff import Reconnect
 from schemas.ids import StreamId
 from schemas.latency import Latencies
@@ -71,8 +71,11 @@ class Relay:
         after_publish: AfterPublish | None = None,
         reconnect: Reconnect | None = None,
         pauses: PauseWatch | None = None,
+        gather_seconds: float = DEFAULT_GATHER_SECONDS,
     ) -> None:
         self._dsn = dsn
+        self._gather_seconds = gather_seconds
+        self._pass_started = 0.0  # monotonic
         self._pauses = pauses
         self._publisher = publisher
         self._batch_size = batch_size
@@ -288,6 +291,14 @@ class Relay:
     def run(self, stop: threading.Event) -> None:
         """Publish until ``stop`` is set; wake on NOTIFY, and poll in any case.
 
+        A pass woken by NOTIFY begins no sooner than ``gather_seconds`` after the
+        previous pass began (``_gather``): under a steady stream of small commits the
+        relay makes one pass for the commits of that interval instead of one for each
+        (at 1,000 events/s of one-item decisions, 20 ms cut the relay's CPU per event
+        from about 230 to 70-90 µs, and PostgreSQL's and the broker's with it). An
+        idle relay's pass is not delayed, nor is a backlog's next batch. The wait holds
+        nothing: a crash during it leaves the rows unpublished, as before any pass.
+
         A lost database (down at start-up, restarted while the relay waits for NOTIFY
         or in the middle of a pass) never ends the loop: both connections are dropped,
         ``connected`` turns false, and after a bounded, jittered pause
@@ -307,6 +318,7 @@ class Relay:
                             self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
                         )
                         listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self._pass_started = time.monotonic()
                     published = self.run_once()
                     if not self._reconnect.connected:
                         log.info("relay reconnected to its database")
@@ -337,6 +349,17 @@ class Relay:
                 listener.close()
             self._close()
 
+    def _gather(self, stop: threading.Event) -> bool:
+        """After a NOTIFY, let ``gather_seconds`` pass since the last pass began: the
+        commits that arrive meanwhile are published by one pass instead of one each.
+        Whether it waited (their notifications are then dropped: the pass reads what
+        they announce)."""
+        pause = self._pass_started + self._gather_seconds - time.monotonic()
+        if pause <= 0:
+            return False
+        stop.wait(pause)
+        return True
+
     def _wait_for_notify(self, listener: psycopg.Connection, stop: threading.Event) -> None:
         deadline = time.monotonic() + self._poll_seconds
         while not stop.is_set():
@@ -350,4 +373,8 @@ class Relay:
                 for _ in listener.notifies(timeout=0, stop_after=1000):
                     notified = True
                 if notified:
+                    if self._gather(stop):
+                        # What was announced meanwhile is what the coming pass reads.
+                        for _ in listener.notifies(timeout=0, stop_after=1000):
+                            pass
                     return

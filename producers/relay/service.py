@@ -26,6 +26,7 @@ def build(settings: RelaySettings, pauses: PauseWatch | None = None) -> Relay:
         publisher,
         batch_size=settings.relay_batch_size,
         poll_seconds=settings.relay_poll_seconds,
+        gather_seconds=settings.relay_gather_seconds,
         pauses=pauses,
     )
 

@@ -14,6 +14,12 @@ with its WAL flush, the claim and the position read); it is read ``READ_CHUNK`` 
 at a time, each chunk sent while the next is read. A crash re-publishes at most one
 batch of a stream. docs/benchmarks-log.md has the measurements behind both numbers.
 """
+DEFAULT_GATHER_SECONDS = 0.02
+"""How long after a pass began the next one may start when a NOTIFY wakes the relay.
+
+Each pass pays its fixed price however few rows it finds; at a steady stream of
+one-item commits the relay otherwise makes a pass for nearly every commit. A backlog
+(a full batch found) and the poll go on at once regardless."""
 READ_CHUNK = 1000
 """Rows per read of a batch: one statement, then handed to the producer at once."""
 
@@ -24,6 +30,14 @@ class RelaySettings(PauseSettings):
     )
     relay_poll_seconds: float = Field(
         default=1.0, gt=0, description="GAPLESS_RELAY_POLL_SECONDS: poll even without NOTIFY."
+    )
+    relay_gather_seconds: float = Field(
+        default=DEFAULT_GATHER_SECONDS,
+        ge=0,
+        le=1.0,
+        description="GAPLESS_RELAY_GATHER_SECONDS: a pass woken by NOTIFY starts no sooner"
+        " than this after the previous pass began, so the commits of those milliseconds"
+        " share one pass (0: at once).",
     )
     relay_delivery_timeout_seconds: float = Field(
         default=30.0,
