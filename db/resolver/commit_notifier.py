@@ -145,9 +145,13 @@ class CommitNotifier:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = self.connect()
-            self._conn.execute(
-                "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s", (NOTIFY_CHANNEL, streams)
-            )
+            if len(streams) == 1:  # the usual send: scalars, one plan for the connection
+                self._conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, streams[0]))
+            else:
+                self._conn.execute(
+                    "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
+                    (NOTIFY_CHANNEL, streams),
+                )
         except psycopg.Error as exc:
             log.warning("could not wake the relay for %d stream(s): %s", len(streams), exc)
             if self._conn is not None:
