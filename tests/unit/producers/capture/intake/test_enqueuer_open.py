@@ -10,19 +10,26 @@ import pytest
 from producers.capture.intake.enqueue import JobEnqueuer
 
 
+def pollers() -> set[threading.Thread]:
+    """Every enqueuer's poller thread alive now (other tests may have left some)."""
+    return {t for t in threading.enumerate() if t.name == "intake-enqueue" and t.is_alive()}
+
+
 def test_an_enqueuer_made_closed_reaches_no_broker_until_opened() -> None:
-    before = {t.name for t in threading.enumerate()}
+    before = pollers()
     enqueuer = JobEnqueuer("127.0.0.1:1", "jobs", 1.0, open=False)
-    assert "intake-enqueue" not in {t.name for t in threading.enumerate()} - before
+    assert pollers() - before == set()
     with pytest.raises(RuntimeError, match="before open"):
         enqueuer.send([])
     enqueuer.close()  # never opened: nothing to flush or stop
 
 
 def test_an_opened_enqueuer_polls_until_closed() -> None:
+    before = pollers()
     enqueuer = JobEnqueuer("127.0.0.1:1", "jobs", 1.0, open=False)
     enqueuer.open()
     enqueuer.open()  # once
-    assert "intake-enqueue" in {t.name for t in threading.enumerate()}
+    started = pollers() - before
+    assert len(started) == 1
     enqueuer.close()
-    assert "intake-enqueue" not in {t.name for t in threading.enumerate() if t.is_alive()}
+    assert not any(t.is_alive() for t in started)
