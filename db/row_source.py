@@ -19,6 +19,7 @@ ORDINALITY`` does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,19 +55,42 @@ def rows_from(
     ``params`` as they are for the array form, or with each column's list replaced by
     one parameter per cell (``<param>_<row>``) for ``VALUES``."""
     count = len(params[columns[0].param])
+    form = _form(tuple(columns), alias, ordinality, count if 0 < count <= FEW_ROWS else 0)
+    if not form.cells:
+        return form.text, dict(params)
+    out = {k: v for k, v in params.items() if k not in form.lists}
+    for name, param, row in form.cells:
+        out[name] = params[param][row]
+    return form.text, out
+
+
+@dataclass(frozen=True, slots=True)
+class _Form:
+    """A ``FROM`` item's text, and for ``VALUES`` each cell's parameter as ``(name,
+    column's list, row)`` and the lists they replace."""
+
+    text: str
+    cells: tuple[tuple[str, str, int], ...]
+    lists: frozenset[str]
+
+
+@functools.lru_cache(maxsize=256)
+def _form(columns: tuple[Column, ...], alias: str, ordinality: bool, count: int) -> _Form:
+    """``rows_from``'s text for ``count`` rows as ``VALUES`` (0: the array form): the
+    same few writes are made again and again, so each form is built once."""
     names = ", ".join([*(c.name for c in columns), *(["ord"] if ordinality else [])])
-    if count > FEW_ROWS or count == 0:
+    if count == 0:
         arrays = ", ".join(c.placeholder(c.param, array=True) for c in columns)
         numbered = " WITH ORDINALITY" if ordinality else ""
-        return f"unnest({arrays}){numbered} AS {alias}({names})", dict(params)
-    out = {k: v for k, v in params.items() if k not in {c.param for c in columns}}
-    rows = []
+        return _Form(f"unnest({arrays}){numbered} AS {alias}({names})", (), frozenset())
+    rows, cells = [], []
     for row in range(count):
-        cells = []
+        placeholders = []
         for c in columns:
-            out[f"{c.param}_{row}"] = params[c.param][row]
-            cells.append(c.placeholder(f"{c.param}_{row}", array=False))
+            cells.append((f"{c.param}_{row}", c.param, row))
+            placeholders.append(c.placeholder(f"{c.param}_{row}", array=False))
         if ordinality:
-            cells.append(f"{row + 1}::bigint")
-        rows.append(f"({', '.join(cells)})")
-    return f"(VALUES {', '.join(rows)}) AS {alias}({names})", out
+            placeholders.append(f"{row + 1}::bigint")
+        rows.append(f"({', '.join(placeholders)})")
+    text = f"(VALUES {', '.join(rows)}) AS {alias}({names})"
+    return _Form(text, tuple(cells), frozenset(c.param for c in columns))
