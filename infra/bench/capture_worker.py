@@ -54,6 +54,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 
 from db.objects import s3_client
+from infra.bench.cpu import process_seconds
 from infra.bench.memory import peak_rss_mb, reset_peak, rss_mb
 from infra.bench.pipeline import last_applied, logs_dir, relay_and_agents
 from infra.bench.sandbox import Echo, Sandbox, deployed_env
@@ -144,10 +145,20 @@ class WorkerFigures:
     settle_to_applied_s: float | None = None
     """From the last product settled to the deployed agents' applying the last of the
     capture's events (both on the server's clock)."""
+    cpu_seconds: float | None = None
+    """The worker process's user and system time from the post of the measured feed
+    until its job was done (None where ``/proc`` could not tell)."""
 
     @property
     def per_second(self) -> float:
         return self.products / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_us_per_product(self) -> float | None:
+        """The worker's CPU per product of the measured feed, its parse included."""
+        if self.cpu_seconds is None or not self.products:
+            return None
+        return self.cpu_seconds / self.products * 1e6
 
 
 def _product(n: int, colour: str, with_gtin: bool = True) -> dict[str, Any]:
@@ -384,8 +395,10 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
             settle_sandbox(box, echo)
             echo(f"capture worker: posting a feed of {products:,} products ({size:,} bytes)")
             watch = _MemoryWatch(worker.pid, products)
+            cpu_before = process_seconds(worker.pid)
             job = _post(api_url, token, measured, f"{tenant}-measured")
             _wait_done(box, job, products, processes, echo, watch)
+            cpu_after = process_seconds(worker.pid)
             memory = watch.result()
             applied = last_applied(box, tenant, CATALOG, processes, START_TIMEOUT_S)
         finally:
@@ -394,7 +407,10 @@ def measure_capture_worker(box: Sandbox, products: int, echo: Echo) -> WorkerFig
             _delete_group(box)
     figures = _figures(box, job, products, known)
     figures = dataclasses.replace(
-        figures, memory=memory, settle_to_applied_s=(applied - figures.last_settled).total_seconds()
+        figures,
+        memory=memory,
+        settle_to_applied_s=(applied - figures.last_settled).total_seconds(),
+        cpu_seconds=None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
     )
     echo(
         f"capture worker: {figures.products:,} products settled in {figures.seconds:.2f} s"

@@ -198,6 +198,9 @@ def worker_figures(k: WorkerFigures) -> dict[str, object]:
         "worker_settle_to_applied_s": (
             None if k.settle_to_applied_s is None else round(k.settle_to_applied_s, 2)
         ),
+        "worker_cpu_us_per_product": (
+            None if k.cpu_us_per_product is None else round(k.cpu_us_per_product, 1)
+        ),
         **_worker_memory(k),
     }
 
@@ -222,8 +225,14 @@ def render_worker(k: WorkerFigures) -> str:
         f" capture of {k.products:,} products ({k.known:,} known to the catalog)\n"
         f"  {k.per_second:>11,.0f} products/s over {k.seconds:.1f} s (job {k.job_seconds:.1f} s):"
         f" {k.decisions:,} decisions, {k.outcomes.get('unchanged', 0):,} unchanged,"
-        f" {k.review_cases:,} review cases{_render_applied(k)}{_render_memory(k.memory)}"
+        f" {k.review_cases:,} review cases{_render_cpu(k)}{_render_applied(k)}"
+        f"{_render_memory(k.memory)}"
     )
+
+
+def _render_cpu(k: WorkerFigures) -> str:
+    cpu = k.cpu_us_per_product
+    return "" if cpu is None else f"\n  worker CPU {cpu:,.0f} µs a product (its parse included)"
 
 
 def _render_applied(k: WorkerFigures) -> str:

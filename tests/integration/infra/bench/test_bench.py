@@ -37,7 +37,7 @@ KEYS = (
     "api_2_processes_decisions_per_s", "api_2_processes_decision_p99_ms",
     "api_cpu_us_per_decision", "inprocess_cpu_us_per_decision", "intake_captures_per_s",
     "intake_capture_p99_ms", "intake_capture_bytes", "intake_cpu_us_per_capture",
-    "worker_settle_to_applied_s",
+    "worker_settle_to_applied_s", "worker_cpu_us_per_product",
 )  # fmt: skip
 MEMORY_KEYS = (
     "backlog_events", "relay_peak_rss_mb", "agents_peak_rss_mb", "relay_rss_10_mb",
@@ -181,6 +181,8 @@ def test_the_worker_bench_runs_the_capture_phase_alone(db_settings: DatabaseSett
     assert all(30 < mb < 2000 for mb in memory), memory
     assert d["worker_peak_rss_mb"] is None or d["worker_peak_rss_mb"] >= min(memory)
     assert isinstance(d["worker_rss_flat"], bool)
+    # The worker process's CPU over the feed, from /proc: some, and under a second a product.
+    assert 0 < d["worker_cpu_us_per_product"] < 1e6
     # The deployed agents applied the capture's last event after its last product settled.
     assert d["worker_settle_to_applied_s"] > 0
     assert "settle: the databases vacuumed" in stderr  # the catalog analyzed after its first feed
