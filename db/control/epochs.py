@@ -90,7 +90,7 @@ def current_states(
         " LEFT JOIN rewound_stream r ON r.tenant_id = h.tenant_id"
         " AND r.catalog_id = h.catalog_id AND r.history_epoch = h.epoch"
         " AND r.cleared_at IS NULL"
-        " WHERE (h.tenant_id, h.catalog_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+        " WHERE (h.tenant_id, h.catalog_id) IN (SELECT * FROM unnest(%b::text[], %b::text[]))",
         ([t for t, _ in wanted], [c for _, c in wanted]),
     ).fetchall()
     return {
@@ -167,7 +167,7 @@ def current_epochs(
         return {}
     rows = conn.execute(
         "SELECT tenant_id, catalog_id, epoch FROM history_epoch"
-        " WHERE (tenant_id, catalog_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+        " WHERE (tenant_id, catalog_id) IN (SELECT * FROM unnest(%b::text[], %b::text[]))",
         ([t for t, _ in wanted], [c for _, c in wanted]),
     ).fetchall()
     return {(tenant, catalog): epoch for tenant, catalog, epoch in rows}

@@ -178,7 +178,7 @@ def acknowledge(
 ) -> None:
     conn.execute(
         "INSERT INTO pause_ack (pause_id, instance_id, state, role)"
-        " SELECT p, %s, %s, %s FROM unnest(%s::uuid[]) AS p ON CONFLICT DO NOTHING",
+        " SELECT p, %s, %s, %s FROM unnest(%b::uuid[]) AS p ON CONFLICT DO NOTHING",
         (instance_id, state, role, list(pause_ids)),
     )
 

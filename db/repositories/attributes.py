@@ -153,7 +153,7 @@ def get_definitions(
     rows = tx.execute(
         _DEFINITION + " WHERE d.tenant_id = %s AND d.catalog_id = %s"
         " AND (d.attribute_key, d.version) IN"
-        " (SELECT * FROM unnest(%s::text[], %s::int4[]))"
+        " (SELECT * FROM unnest(%b::text[], %b::int4[]))"
         " ORDER BY d.attribute_key, d.version FOR SHARE OF d",
         (tenant_id, catalog_id, [k for k, _ in pairs], [v for _, v in pairs]),
     ).fetchall()
@@ -212,7 +212,7 @@ def insert_definition(
     )
     tx.execute(
         "INSERT INTO attribute_applicability (tenant_id, catalog_id, attribute_key, version,"
-        " class_id) SELECT %(t)s, %(c)s, %(k)s, %(v)s, unnest(%(classes)s::text[])",
+        " class_id) SELECT %(t)s, %(c)s, %(k)s, %(v)s, unnest(%(classes)b::text[])",
         {**scope, "classes": list(applies_to)},
     )
     if published:

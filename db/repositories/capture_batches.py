@@ -48,8 +48,8 @@ def settle(tx: Transaction, settled: Sequence[Settled]) -> None:
         " error_code = u.error_code, last_error = u.error, item_id = u.item_id,"
         " decision_id = u.decision_id, case_id = u.case_id, claims = u.claims,"
         " updated_at = clock_timestamp()"
-        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-        " %s::uuid[], %s::text[], %s::jsonb[])"
+        " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+        " %b::uuid[], %b::text[], %b::jsonb[])"
         " AS u(source_item_id, outcome, error_code, error, item_id, decision_id, case_id,"
         " claims)"
         # Each row found by one primary-key lookup, then updated by its tid: joined on
@@ -88,8 +88,8 @@ def advance_source_items(tx: Transaction, versions: Sequence[SourceItemVersion])
         " fingerprint, item_id)"
         " SELECT %s, %s, n.source_item_id, n.catalog_id, n.captured_at, n.capture_created_at,"
         " n.capture_id, n.parser_version, n.schema_version, n.fingerprint, n.item_id"
-        " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
-        " %s::uuid[], %s::int[], %s::int[], %s::text[], %s::text[])"
+        " FROM unnest(%b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[],"
+        " %b::uuid[], %b::int[], %b::int[], %b::text[], %b::text[])"
         " AS n(source_item_id, catalog_id, captured_at, capture_created_at, capture_id,"
         " parser_version, schema_version, fingerprint, item_id)" + NEWER_VERSION_WINS,
         (

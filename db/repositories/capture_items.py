@@ -157,7 +157,7 @@ def lock_many(tx: Transaction, news: Sequence[NewResult]) -> list[Locked]:
             " locator, outcome, next_attempt_at, error_code)"
             " SELECT %s, %s, r.source_item_id, %s, %s, %s, %s, %s, r.item_index, %s,"
             " r.fingerprint, r.locator, 'retryable', clock_timestamp(), %s"
-            " FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[])"
+            " FROM unnest(%b::text[], %b::int[], %b::text[], %b::text[])"
             " WITH ORDINALITY AS r(source_item_id, item_index, fingerprint, locator, ord)"
             " ORDER BY r.ord ON CONFLICT DO NOTHING RETURNING source_item_id",
             (
@@ -184,7 +184,7 @@ def lock_many(tx: Transaction, news: Sequence[NewResult]) -> list[Locked]:
     columns = ", ".join(f"r.{c.strip()}" for c in _ROW.split(","))
     rows = tx.execute(
         f"SELECT {columns}, coalesce(r.next_attempt_at <= clock_timestamp(), false)"
-        " FROM unnest(%s::text[]) WITH ORDINALITY AS k(source_item_id, ord)"
+        " FROM unnest(%b::text[]) WITH ORDINALITY AS k(source_item_id, ord)"
         f" CROSS JOIN LATERAL (SELECT {_ROW} FROM capture_item c"
         " WHERE c.tenant_id = %s AND c.capture_id = %s AND c.source_item_id = k.source_item_id"
         " AND c.parser_version = %s LIMIT 1 FOR UPDATE) r ORDER BY k.ord",
@@ -350,7 +350,7 @@ def source_items(
         return {}
     # One primary-key lookup per id (``LIMIT 1``), whatever the table's statistics.
     rows = tx.execute(
-        "SELECT s.* FROM unnest(%s::text[]) AS k(source_item_id) CROSS JOIN LATERAL"
+        "SELECT s.* FROM unnest(%b::text[]) AS k(source_item_id) CROSS JOIN LATERAL"
         " (SELECT tenant_id, source, source_item_id, catalog_id, captured_at,"
         " capture_created_at, capture_id, parser_version, schema_version, fingerprint,"
         " item_id FROM source_item_state WHERE tenant_id = %s AND source = %s"

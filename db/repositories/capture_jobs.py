@@ -175,7 +175,7 @@ def claim_for_enqueue(tx: Transaction, delays: dict[uuid.UUID, float]) -> None:
     tx.execute(
         "UPDATE intake_job j SET attempts = j.attempts + 1,"
         " next_attempt_at = clock_timestamp() + make_interval(secs => d.delay)"
-        " FROM unnest(%s::uuid[], %s::float8[]) AS d(job_id, delay)"
+        " FROM unnest(%b::uuid[], %b::float8[]) AS d(job_id, delay)"
         " WHERE j.job_id = d.job_id AND j.status = 'pending'",
         (list(delays), list(delays.values())),
     )

@@ -109,9 +109,9 @@ def _by_keys(lock: str = "", at_revision: str = "") -> str:
     turning it into a scan of the catalog, which it prefers while statistics are young
     and which costs the size of the catalog times the ids). With ``at_revision``, each
     at the revision ``%(revisions)s`` holds at its place."""
-    keys = "unnest(%(ids)s::text[], %(revisions)s::int4[]) AS k(item_id, revision)"
+    keys = "unnest(%(ids)b::text[], %(revisions)b::int4[]) AS k(item_id, revision)"
     return (
-        f" FROM {keys if at_revision else 'unnest(%(ids)s::text[]) AS k(item_id)'}"
+        f" FROM {keys if at_revision else 'unnest(%(ids)b::text[]) AS k(item_id)'}"
         f" CROSS JOIN LATERAL (SELECT {_COLUMNS}, tenant_id, catalog_id FROM catalog_item c"
         " WHERE c.tenant_id = %(t)s AND c.catalog_id = %(c)s AND c.item_id = k.item_id"
         f"{at_revision} LIMIT 1 {lock}) i"

@@ -77,7 +77,7 @@ def insert(
     if prior_decision_ids:
         tx.defer(
             "INSERT INTO decision_prior (tenant_id, catalog_id, decision_id, prior_decision_id)"
-            " SELECT %s, %s, %s, unnest(%s::uuid[])",
+            " SELECT %s, %s, %s, unnest(%b::uuid[])",
             (tenant_id, catalog_id, decision_id, list(prior_decision_ids)),
         )
 
@@ -98,7 +98,7 @@ _JOINED_DECISIONS = (
     " SELECT %(t)s, %(c)s, d.id, d.action, d.actor, d.kind, d.rationale, d.evidence,"
     " d.case_id, d.case_revision FROM unnest(%(ids)b::uuid[], %(actions)b::text[],"
     " %(actors)b::text[], %(kinds)b::text[], %(rationales)b::text[],"
-    " %(evidence)b::jsonb[], %(cases)s::text[], %(case_revisions)s::int[])"
+    " %(evidence)b::jsonb[], %(cases)b::text[], %(case_revisions)b::int[])"
     " AS d(id, action, actor, kind, rationale, evidence, case_id, case_revision)"
 )
 """The decision rows of several decisions, one list a column (``insert``)."""
@@ -172,7 +172,7 @@ def missing(
     if not decision_ids:
         return []
     rows = tx.execute(
-        "SELECT d.id FROM unnest(%s::uuid[]) AS d(id) WHERE NOT EXISTS (SELECT 1 FROM decision"
+        "SELECT d.id FROM unnest(%b::uuid[]) AS d(id) WHERE NOT EXISTS (SELECT 1 FROM decision"
         " WHERE tenant_id = %s AND catalog_id = %s AND decision_id = d.id)",
         (list(decision_ids), tenant_id, catalog_id),
     ).fetchall()

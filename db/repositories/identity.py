@@ -275,7 +275,7 @@ def insert_keys(
         "INSERT INTO identity_key (tenant_id, catalog_id, class_id, identity_generation,"
         " item_id, identity_hash, state, decision_id)"
         " SELECT %(t)s, %(c)s, %(class)s, %(generation)s, k.i, k.h, %(state)s, k.d"
-        " FROM unnest(%(items)b::text[], %(hashes)b::text[], %(decisions)s::uuid[])"
+        " FROM unnest(%(items)b::text[], %(hashes)b::text[], %(decisions)b::uuid[])"
         " AS k(i, h, d)"
     )
     t, c, klass, generation = key.params()
@@ -305,14 +305,14 @@ def insert_collisions(
     tx.execute(
         "INSERT INTO identity_collision (tenant_id, catalog_id, class_id,"
         " identity_generation, identity_hash)"
-        " SELECT %s, %s, %s, %s, h FROM unnest(%s::text[]) AS c(h)",
+        " SELECT %s, %s, %s, %s, h FROM unnest(%b::text[]) AS c(h)",
         (*key.params(), hashes),
     )
     pairs = [(h, item) for h in hashes for item in candidates[h]]
     tx.execute(
         "INSERT INTO identity_candidate (tenant_id, catalog_id, class_id,"
         " identity_generation, identity_hash, item_id)"
-        " SELECT %s, %s, %s, %s, h, i FROM unnest(%s::text[], %s::text[]) AS c(h, i)",
+        " SELECT %s, %s, %s, %s, h, i FROM unnest(%b::text[], %b::text[]) AS c(h, i)",
         (*key.params(), [p[0] for p in pairs], [p[1] for p in pairs]),
     )
 

@@ -24,8 +24,8 @@ def find_keys(
     if not wanted:
         return {}
     rows = tx.execute(
-        "SELECT w.class_id, w.generation, w.hash, f.* FROM unnest(%(classes)s::text[],"
-        " %(generations)s::int[], %(hashes)s::text[]) AS w(class_id, generation, hash)"
+        "SELECT w.class_id, w.generation, w.hash, f.* FROM unnest(%(classes)b::text[],"
+        " %(generations)b::int[], %(hashes)b::text[]) AS w(class_id, generation, hash)"
         " CROSS JOIN LATERAL (SELECT k.item_id, k.state, g.status, i.status"
         " FROM identity_key k"
         " JOIN identity_generation g USING (tenant_id, catalog_id, class_id,"
@@ -59,7 +59,7 @@ def strong_ids_of_items(
     if not item_ids:
         return {}
     rows = tx.execute(
-        "SELECT k.item_id, s.scheme, s.value FROM unnest(%s::text[]) AS k(item_id)"
+        "SELECT k.item_id, s.scheme, s.value FROM unnest(%b::text[]) AS k(item_id)"
         " CROSS JOIN LATERAL (SELECT scheme, value FROM identity_strong_id"
         " WHERE tenant_id = %s AND catalog_id = %s AND item_id = k.item_id) s",
         (list(item_ids), tenant_id, catalog_id),
@@ -79,7 +79,7 @@ def holders_of(
         return {}
     rows = tx.execute(
         "SELECT p.scheme, p.value, h.item_id"
-        " FROM unnest(%s::text[], %s::text[]) AS p(scheme, value) CROSS JOIN LATERAL"
+        " FROM unnest(%b::text[], %b::text[]) AS p(scheme, value) CROSS JOIN LATERAL"
         " (SELECT item_id FROM identity_strong_id WHERE tenant_id = %s AND catalog_id = %s"
         " AND scheme = p.scheme AND value = p.value) h ORDER BY h.item_id",
         ([p[0] for p in pairs], [p[1] for p in pairs], tenant_id, catalog_id),

@@ -154,7 +154,7 @@ def get_many(
     # One primary-key lookup per listing (``LIMIT 1``): with ``listing_id = ANY(...)``
     # a cached plan made while the table was small scans all of it.
     rows = tx.execute(
-        "SELECT m.* FROM unnest(%s::text[]) AS k(listing_id) CROSS JOIN LATERAL"
+        "SELECT m.* FROM unnest(%b::text[]) AS k(listing_id) CROSS JOIN LATERAL"
         " (SELECT listing_id, item_id, item_revision, decision_id, revision"
         " FROM listing_mapping WHERE tenant_id = %s AND catalog_id = %s"
         " AND listing_id = k.listing_id LIMIT 1) m",

@@ -149,7 +149,7 @@ class CommitNotifier:
                 self._conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, streams[0]))
             else:
                 self._conn.execute(
-                    "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
+                    "SELECT pg_notify(%s, s) FROM unnest(%b::text[]) AS s",
                     (NOTIFY_CHANNEL, streams),
                 )
         except psycopg.Error as exc:

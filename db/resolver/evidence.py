@@ -336,7 +336,7 @@ def replace_missing(tx: Transaction, keys: Iterable[str]) -> None:
     found = sorted(set(keys))
     tx.execute("DELETE FROM evidence_missing WHERE NOT (evidence_key = ANY(%s))", (found,))
     tx.execute(
-        "INSERT INTO evidence_missing (evidence_key) SELECT unnest(%s::text[])"
+        "INSERT INTO evidence_missing (evidence_key) SELECT unnest(%b::text[])"
         " ON CONFLICT (evidence_key) DO UPDATE SET checked_at = clock_timestamp()",
         (found,),
     )

@@ -162,14 +162,14 @@ def claim_streams(conn: psycopg.Connection, streams: Sequence[StreamId]) -> list
         return []
     keys = [claim_key(s) for s in streams]
     granted = conn.execute(
-        "SELECT k.ord FROM unnest(%s::text[]) WITH ORDINALITY AS k(key, ord)"
+        "SELECT k.ord FROM unnest(%b::text[]) WITH ORDINALITY AS k(key, ord)"
         " WHERE pg_try_advisory_xact_lock(hashtextextended(k.key, 0))",
         (keys,),
     )
     positions = conn.execute(
         "SELECT s.ord, c.position, c.fenced_at IS NOT NULL,"
         " coalesce(p.published_position, 0)"
-        " FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
+        " FROM unnest(%b::text[], %b::text[], %b::bigint[]) WITH ORDINALITY"
         " AS s(tenant_id, catalog_id, history_epoch, ord)"
         " JOIN stream_cursor c USING (tenant_id, catalog_id, history_epoch)"
         " LEFT JOIN stream_publication p USING (tenant_id, catalog_id, history_epoch)",
@@ -230,7 +230,7 @@ def mark_published_all(conn: psycopg.Connection, marks: Sequence[tuple[StreamId,
     conn.execute(
         "INSERT INTO stream_publication"
         " (tenant_id, catalog_id, history_epoch, published_position)"
-        " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+        " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[])"
         " ON CONFLICT (tenant_id, catalog_id, history_epoch) DO UPDATE"
         " SET published_position = greatest("
         "  stream_publication.published_position, excluded.published_position),"

@@ -136,7 +136,7 @@ def generations(
         rows = conn.execute(
             "SELECT tenant_id, catalog_id, max(generation) FROM stream_progress"
             " WHERE consumer = %s AND (tenant_id, catalog_id) IN"
-            " (SELECT * FROM unnest(%s::text[], %s::text[])) GROUP BY tenant_id, catalog_id",
+            " (SELECT * FROM unnest(%b::text[], %b::text[])) GROUP BY tenant_id, catalog_id",
             (consumer, [t for t, _ in missing], [c for _, c in missing]),
         ).fetchall()
         found.update({(t, c): int(g) for t, c, g in rows})
