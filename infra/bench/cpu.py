@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psycopg
+
 from infra.bench.memory import process_tree
 from infra.local.layout import current_layout
 
@@ -94,3 +96,40 @@ class CpuMeter:
         if events <= 0:
             return {}
         return {name: (after[name] - before[name]) / events * 1e6 for name in before}
+
+
+class DatabaseCpu:
+    """CPU seconds of the PostgreSQL backends connected to each of ``databases`` (a
+    name for each database name) between two ``sample`` calls: which side of the
+    pipeline PostgreSQL's time went to. Only backends alive at both samples count (the
+    pools' connections are; a backend that ends between them is the postmaster's
+    ``cutime`` and stays in the whole's figure only), so the parts add up to at most
+    the whole. ``dsn`` reads ``pg_stat_activity``; the backends must be this
+    machine's processes."""
+
+    def __init__(self, dsn: str, databases: Mapping[str, str]) -> None:
+        self._dsn = dsn
+        self._names = {datname: name for name, datname in databases.items()}
+
+    def sample(self) -> dict[int, tuple[str, float]]:
+        """Each named database's backends: pid -> (name, CPU seconds so far)."""
+        with psycopg.connect(self._dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid, datname FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend' AND datname = ANY(%s)",
+                (list(self._names),),
+            ).fetchall()
+        return {pid: (self._names[datname], _own_seconds(pid, False)) for pid, datname in rows}
+
+    @staticmethod
+    def per_event_us(
+        before: Mapping[int, tuple[str, float]],
+        after: Mapping[int, tuple[str, float]],
+        events: int,
+    ) -> dict[str, float]:
+        """Microseconds of CPU per event for each named database between the samples."""
+        out: dict[str, float] = {}
+        for pid, (name, seconds) in after.items():
+            if pid in before and events > 0:
+                out[name] = out.get(name, 0.0) + (seconds - before[pid][1]) / events * 1e6
+        return out

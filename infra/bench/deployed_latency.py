@@ -28,7 +28,10 @@ And what each rate costs in CPU (``infra.bench.cpu``): microseconds per event of
 writers (the bench process and its writer processes), the relay, the agents and, on
 the local services, PostgreSQL (every backend: the writers', the relay's, the
 agents') and the Kafka broker, from the first write to the last apply; with the cores
-they kept busy over that time.
+they kept busy over that time. PostgreSQL's is also split by the sandbox's databases
+(``postgres.resolver``, ``postgres.product``, ``postgres.control``: the backends
+connected to each, ``infra.bench.cpu.DatabaseCpu``), so the writing and the applying
+sides' shares show.
 That is the budget a rate needs on this machine, whatever the latencies say.
 
 The highest offered rate that the writers reached (at least ``REACHED_SHARE`` of it
@@ -47,9 +50,10 @@ from datetime import datetime
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
+from psycopg.conninfo import conninfo_to_dict
 
 from infra.bench.client_processes import ClientProcesses
-from infra.bench.cpu import CpuMeter, local_service_pids
+from infra.bench.cpu import CpuMeter, DatabaseCpu, local_service_pids
 from infra.bench.latency import percentile
 from infra.bench.pipeline import CONSUMER, relay_and_agents
 from infra.bench.sandbox import Echo, Sandbox
@@ -262,6 +266,22 @@ def _offer(
     return ids, time.time() - start
 
 
+def _database_cpu(box: Sandbox) -> DatabaseCpu:
+    """PostgreSQL's CPU split by the sandbox's databases: the resolver's (the writers'
+    decisions and notifications, the relay's reads and position moves) and the
+    product's (the agents' batches)."""
+    dbs = box.databases
+    names = {
+        name: str(conninfo_to_dict(dsn)["dbname"])
+        for name, dsn in (
+            ("resolver", dbs.resolver_dsn),
+            ("product", dbs.product_dsn),
+            ("control", dbs.control_dsn),
+        )
+    }
+    return DatabaseCpu(dbs.resolver_dsn, names)
+
+
 def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> DeployedLatency:
     topic = box.topic("deployed")
     processes = relay_and_agents(box, topic, "deployed")
@@ -273,9 +293,9 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
             p.start()
         for p in processes:
             p.wait_ready(START_TIMEOUT_S)
-        meter = CpuMeter(
-            {"writers": os.getpid(), **{p.name: p.pid for p in processes}, **local_service_pids()}
-        )
+        services = local_service_pids()
+        meter = CpuMeter({"writers": os.getpid(), **{p.name: p.pid for p in processes}, **services})
+        by_database = _database_cpu(box) if "postgres" in services else None
 
         def drained(ids: list[str], timeout: float) -> dict[str, tuple[datetime, datetime]]:
             deadline = time.monotonic() + timeout
@@ -295,10 +315,15 @@ def measure_deployed_latency(box: Sandbox, seconds: float, echo: Echo) -> Deploy
                 f" for {seconds:g}s"
             )
             cpu_before, clock = meter.sample(), time.monotonic()
+            # The databases' samples inside the whole's: their parts never exceed it.
+            db_before = by_database.sample() if by_database else {}
             ids, took = _offer(clients, box, tenants, rate / 2, seconds, f"r{rate:.0f}")
             applied = drained(ids, DRAIN_TIMEOUT_S)
+            db_after = by_database.sample() if by_database else {}
             cpu_after, elapsed = meter.sample(), time.monotonic() - clock
             cpu_us = CpuMeter.per_event_us(cpu_before, cpu_after, 2 * len(ids))
+            parts = DatabaseCpu.per_event_us(db_before, db_after, 2 * len(ids))
+            cpu_us.update((f"postgres.{name}", us) for name, us in sorted(parts.items()))
             cores = sum(cpu_after[n] - cpu_before[n] for n in cpu_before) / elapsed
             timed = _timed(applied, _create_times(box, topic, set(ids)))
             figures.append(_figures(rate, 2 * len(ids) / took, timed, cpu_us, cores))

@@ -105,6 +105,15 @@ def test_the_bench_reports_every_phase_the_deployed_agents_included(
         busy = ("writers", "relay", "agents", "postgres", "kafka")
         assert set(busy) <= cpu.keys() and "s3" in cpu  # the S3 server: idle in this phase
         assert all(cpu[name] > 0 for name in busy) and d[f"e2e_deployed_cores_{rate}"] > 0
+        # PostgreSQL's split by database: the writing and the applying side both
+        # busy, the parts (each rounded) within the whole.
+        assert cpu["postgres.resolver"] > 0 and cpu["postgres.product"] > 0
+        parts = [
+            cpu[f"postgres.{db}"]
+            for db in ("resolver", "product", "control")
+            if f"postgres.{db}" in cpu
+        ]
+        assert sum(parts) <= cpu["postgres"] + len(parts)
     assert d["e2e_deployed_max_rate_eps"] in (0, 200, 1000, 2000)
     # The local PostgreSQL's backends are this machine's processes: both are seen.
     assert d["decision_cpu_decisions"] > 0

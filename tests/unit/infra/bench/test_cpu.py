@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from infra.bench.cpu import CpuMeter, exclusive_trees
+from infra.bench.cpu import CpuMeter, DatabaseCpu, exclusive_trees
 
 BURN_S = 0.3
 DEADLINE_S = 30.0
@@ -65,3 +65,11 @@ def test_per_event_microseconds_are_the_difference_over_the_events() -> None:
     )
     assert per == pytest.approx({"writers": 500.0, "relay": 100.0})
     assert CpuMeter.per_event_us({"writers": 1.0}, {"writers": 2.0}, 0) == {}
+
+
+def test_each_databases_backends_count_only_while_alive_at_both_samples() -> None:
+    before = {10: ("resolver", 1.0), 11: ("resolver", 2.0), 20: ("product", 5.0), 30: ("x", 1.0)}
+    after = {10: ("resolver", 1.5), 11: ("resolver", 2.25), 20: ("product", 5.5), 40: ("x", 9.0)}
+    # 30 ended and 40 began between the samples: neither is counted.
+    assert DatabaseCpu.per_event_us(before, after, 1000) == {"resolver": 750.0, "product": 500.0}
+    assert DatabaseCpu.per_event_us(before, after, 0) == {}
