@@ -355,16 +355,18 @@ def _advance(
     result: BatchResult,
 ) -> None:
     """Step 7: lock the streams of released events not locked yet, then advance each
-    locked stream's progress with its counts, and count those in ``result``."""
+    locked stream's progress with its counts (one statement for all of them,
+    ``progress.advance_all``), and count those in ``result``."""
     extra = {e.stream for e in released_events} - locked.keys()
     if extra:
         locked.update(
             progress.lock(conn, scope.consumer, extra, generation=scope.shadow_generation)
         )
-    for stream, state in locked.items():
-        c = counts[stream]
+    moves = {stream: (state.position, counts[stream]) for stream, state in locked.items()}
+    ends = progress.advance_all(conn, scope.consumer, moves)
+    for stream, (_, c) in moves.items():
         result.add_stream(c)
-        result.progress[stream] = progress.advance(conn, scope.consumer, stream, state.position, c)
+        result.progress[stream] = ends[stream]
 
 
 def _revisions(
