@@ -144,17 +144,24 @@ def generations(
     return found
 
 
-# Numbering the terminal positions above ``current`` 1, 2, 3…, a position belongs to
-# the contiguous run exactly when position - row_number = ``current``.
-_CONTIGUOUS_END = (
-    "SELECT coalesce(max(p), %(current)s) AS p FROM ("
-    " SELECT p, p - row_number() OVER (ORDER BY p) AS shift FROM ("
-    "  SELECT DISTINCT position AS p FROM inbox"
-    "  WHERE consumer = %(consumer)s AND tenant_id = %(tenant)s AND catalog_id = %(catalog)s"
-    "  AND history_epoch = %(epoch)s AND position > %(current)s"
-    "  AND outcome NOT IN ('parked', 'quarantined')) terminal"
-    ") numbered WHERE shift = %(current)s"
-)
+def _run_end(tenant: str, catalog: str, epoch: str, current: str) -> str:
+    """The end of a stream's contiguous run of terminal outcomes above ``current``, as
+    a query over those SQL expressions (parameters, or a row's columns).
+
+    Numbering the terminal positions above ``current`` 1, 2, 3…, a position belongs to
+    the run exactly when position - row_number = ``current``."""
+    return (
+        f"SELECT coalesce(max(p), {current}) AS p FROM ("
+        " SELECT p, p - row_number() OVER (ORDER BY p) AS shift FROM ("
+        "  SELECT DISTINCT position AS p FROM inbox"
+        f"  WHERE consumer = %(consumer)s AND tenant_id = {tenant} AND catalog_id = {catalog}"
+        f"  AND history_epoch = {epoch} AND position > {current}"
+        "  AND outcome NOT IN ('parked', 'quarantined')) terminal"
+        f") numbered WHERE shift = {current}"
+    )
+
+
+_CONTIGUOUS_END = _run_end("%(tenant)s", "%(catalog)s", "%(epoch)s", "%(current)s")
 
 
 def contiguous_end(conn: psycopg.Connection, consumer: str, stream: Stream, position: int) -> int:
@@ -212,13 +219,7 @@ def advance(
 
 
 _RUN_ENDS = (
-    "SELECT k.*, (SELECT coalesce(max(p), k.cur) FROM ("
-    " SELECT p, p - row_number() OVER (ORDER BY p) AS shift FROM ("
-    "  SELECT DISTINCT position AS p FROM inbox"
-    "  WHERE consumer = %(consumer)s AND tenant_id = k.t AND catalog_id = k.c"
-    "  AND history_epoch = k.e AND position > k.cur"
-    "  AND outcome NOT IN ('parked', 'quarantined')) terminal"
-    " ) numbered WHERE shift = k.cur) AS p"
+    f"SELECT k.*, ({_run_end('k.t', 'k.c', 'k.e', 'k.cur')}) AS p"
     " FROM unnest(%(tenants)b::text[], %(catalogs)b::text[], %(epochs)b::int8[],"
     " %(currents)b::int8[], %(applied)b::int8[], %(duplicates)b::int8[],"
     " %(parked)b::int8[], %(released)b::int8[], %(ignored)b::int8[])"
