@@ -234,7 +234,9 @@ def advance_all(
     """``advance`` for each stream of ``moves`` (its progress as read, its counts), in
     one statement whatever their number (one ``advance`` for a single stream); returns
     each one's run end. A batch of a consumer that applies many catalogs' streams
-    moves them all in one round trip instead of one each."""
+    moves them all in one round trip instead of one each. Inside the batch's
+    transaction, with the rows locked (``lock``): a crash before its COMMIT leaves
+    every stream's progress where it was, as for the rest of the batch."""
     if len(moves) <= 1:
         return {s: advance(conn, consumer, s, cur, counts) for s, (cur, counts) in moves.items()}
     streams = sorted(moves)
