@@ -23,7 +23,7 @@ from db.joined_write import LockNeeded
 from db.own_rows import OwnRows
 from db.resolver.commit_notifier import CommitNotifier
 from db.stream_writer import StreamWriter, locked_cursor, request_cursor_lock
-from db.unlocked import Rows, Unlocked, contended
+from db.unlocked import Rows, Unlocked, contended, known_cursors
 from schemas.codec import EventCodec
 from schemas.events import Envelope
 from schemas.ids import StreamId
@@ -73,6 +73,13 @@ class Transaction:
         that needs the lock raises ``LockNeeded``; ``defer_expected`` is for a
         statement the write depends on."""
         return self._unlocked is not None
+
+    def presumes_absent(self, tenant_id: str, catalog_id: str) -> bool:
+        """Whether a read of rows of this stream may be answered "none" unasked
+        (``Unlocked.presumes_absent``): only in an unlocked unit, and then every row
+        so presumed absent must be written by a statement that refuses one already
+        there."""
+        return self._unlocked is not None and self._unlocked.presumes_absent(tenant_id, catalog_id)
 
     def execute(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Rows:
         if self._unlocked is not None:
@@ -294,18 +301,27 @@ class UnitOfWork:
         this unit forget everything and run ``work`` again under the lock: the same
         work, in two round trips instead of three or more, or in as many as before.
         A refusal raised by ``work`` from what it read is final, as it would have
-        been under the lock at the moment of the read.
+        been under the lock at the moment of the read; one raised in a unit that
+        presumed something (``Unlocked.presumed``) before its write was sent is not,
+        and the work is done again under the lock.
         """
         if not self._unlocked_reads or self._writers or self._deferred != [BEGIN]:
             return work()
         self._deferred.clear()  # each read is a transaction of its own
-        self._unlocked = Unlocked(self._require())
+        unlocked = self._unlocked = Unlocked(self._require())
         try:
             return work()
         except LockNeeded:
-            self._holds.close()  # the pauses' work in flight, entered again below
-            self._reset()
-            return work()
+            pass
+        except Exception:
+            # A refusal from what was presumed rather than read may not be the one the
+            # lock gives (another check of the same work may come first): only one
+            # from what was read is final. Nothing was sent to be written yet.
+            if not unlocked.presumed or unlocked.sent:
+                raise
+        self._holds.close()  # the pauses' work in flight, entered again below
+        self._reset()
+        return work()
 
     def _require(self) -> psycopg.Connection:
         if self._conn is None:
@@ -380,15 +396,35 @@ class UnitOfWork:
            database; if someone issued another epoch meanwhile, roll back;
         3. COMMIT makes facts, outbox rows and cursors visible together (sent with
            step 1's statements in one round trip when step 2 has nothing to do);
-        4. with a notifier, hand it the streams written, to wake the relay.
+        4. remember where each stream's cursor is now (``db.unlocked.known_cursors``:
+           this process's next unlocked unit of the stream need not read it), and,
+           with a notifier, hand it the streams written, to wake the relay.
+        An unlocked unit does steps 1 and 3 as one statement (``Unlocked.commit``).
+        A commit that fails forgets those streams' cursors: the outcome may be unknown.
         A crash before step 2 leaves nothing behind; one between steps 2 and 3 leaves
         an issued first epoch and no write, which is what an operator issuing it would
         leave (the write itself was accepted; nothing refused ever issues an epoch).
         One between steps 3 and 4 leaves the relay to find the rows on its next poll.
         """
+        try:
+            if self._unlocked is not None:
+                envelopes = self._unlocked.commit(list(self._writers.values()), self._deferred)
+            else:
+                envelopes = self._commit_locked()
+        except BaseException:
+            known_cursors.forget(w.stream for w in self._writers.values())
+            raise
+        self._committed = True
+        for writer in self._writers.values():  # where the next unit may write from
+            known_cursors.record(writer.stream, writer.cursor)
+        if self._notifier is not None:
+            self._notifier.announce(str(w.stream) for w in self._writers.values())
+        self.envelopes = envelopes
+        return envelopes
+
+    def _commit_locked(self) -> list[Envelope]:
+        """Steps 1-3 of ``commit`` under the cursor locks."""
         conn = self._require()
-        if self._unlocked is not None:
-            return self._commit_unlocked(self._unlocked)
         envelopes: list[Envelope] = []
         # One round trip: what is queued, the outbox statements and, unless a first
         # epoch is to be issued in between, the COMMIT; an error in any of them is
@@ -409,20 +445,6 @@ class UnitOfWork:
                         f" this write was prepared for epoch {FIRST_EPOCH}: retry it"
                     )
             conn.commit()
-        self._committed = True
-        if self._notifier is not None:
-            self._notifier.announce(str(w.stream) for w in self._writers.values())
-        self.envelopes = envelopes
-        return envelopes
-
-    def _commit_unlocked(self, unlocked: Unlocked) -> list[Envelope]:
-        """``commit`` of an unlocked attempt: one statement (``Unlocked.commit``),
-        then the relay is woken as after any commit."""
-        envelopes = unlocked.commit(list(self._writers.values()), self._deferred)
-        self._committed = True
-        if self._notifier is not None:
-            self._notifier.announce(str(w.stream) for w in self._writers.values())
-        self.envelopes = envelopes
         return envelopes
 
     def rollback(self) -> None:

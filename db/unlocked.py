@@ -20,6 +20,17 @@ wasted work: each refused write is done again under the lock. So a stream whose
 unlocked write was refused is written under the lock, by this process, for the next
 ``CONTENDED_SECONDS`` (``contended``): its writers queue on the cursor row instead.
 
+A stream this process wrote last needs no cursor read at all: the position its own
+COMMIT left (``known_cursors``) is what the write moves the cursor from, and the
+write fails, writing nothing, should another writer have moved it since. Such a unit
+may also presume rows absent without reading them (``Unlocked.presumes_absent``)
+where the write would be refused if one existed (a plain INSERT its primary key
+refuses): a new item of a rule's decision is then one statement, not two. A
+presumption proved wrong (the write refused) is done again under the lock, with the
+outcome the lock gives, and the stream's presumptions stop for ``CONTENDED_SECONDS``
+(``doubted``): a process that keeps meeting another writer of the stream, or items
+that exist, reads again instead of paying a refused write each time.
+
 A crash before the write leaves nothing: nothing was written and no lock is held.
 The write is one statement in its own transaction, so a crash during it leaves all
 of it or none of it; a connection lost meanwhile is raised to the caller as a lost
@@ -29,6 +40,7 @@ COMMIT is under the lock, the outcome unknown
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,6 +52,7 @@ from db.exceptions import StreamFenced
 from db.joined_write import CHANGED, JoinedWrite, LockNeeded, joinable, refuse_unlocked_read
 from db.stream_writer import StreamWriter, cursor_of, read_cursor, with_cursor
 from schemas.events import Envelope
+from schemas.ids import StreamId
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 Statement = tuple[str, Params]
@@ -77,6 +90,44 @@ class Contended:
 
 
 contended = Contended()
+doubted = Contended()
+"""The streams whose known cursor or presumed absence proved wrong lately: their
+units read again, as if this process knew nothing of them."""
+
+KNOWN_STREAMS = 4096
+
+
+class KnownCursors:
+    """Where this process's own commits left each stream's cursor, the least recently
+    written forgotten beyond ``size`` streams. Only ever a guess about the database:
+    a write relying on it moves the cursor only from that position."""
+
+    def __init__(self, size: int = KNOWN_STREAMS) -> None:
+        self._size = size
+        self._at: dict[StreamId, int] = {}
+        self._lock = threading.Lock()
+
+    def record(self, stream: StreamId, position: int) -> None:
+        with self._lock:
+            self._at.pop(stream, None)
+            self._at[stream] = position
+            if len(self._at) > self._size:
+                del self._at[next(iter(self._at))]
+
+    def get(self, stream: StreamId) -> int | None:
+        return self._at.get(stream)
+
+    def forget(self, streams: Iterable[StreamId]) -> None:
+        with self._lock:
+            for stream in streams:
+                self._at.pop(stream, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._at.clear()
+
+
+known_cursors = KnownCursors()
 
 
 class Rows(Protocol):
@@ -125,25 +176,51 @@ class Unlocked:
     def __init__(self, conn: psycopg.Connection) -> None:
         self._conn = conn
         self._unread: StreamWriter | None = None
+        self._known: int | None = None  # the unread stream's, from ``known_cursors``
+        self._presumable: set[tuple[str, str]] = set()
         self._opened = False
+        self.presumed = False
+        """Whether the write relies on a known cursor or a presumed absence."""
+        self.sent = False
+        """Whether the write was sent (its outcome may be unknown from then on)."""
         self.expected: list[tuple[str, Params, int, str]] = []
 
     def opened(self, writer: StreamWriter) -> None:
         """A stream was opened: its cursor goes with the next read (a stream opened
-        before it has its cursor read now)."""
+        before it has its cursor settled now), or, known, needs none."""
         self.settle()
+        s = writer.stream
+        key = (s.tenant_id, s.catalog_id)
         self._unread = writer
+        self._known = None if key in doubted else known_cursors.get(s)
+        if self._known is not None:
+            self._presumable.add(key)
         self._opened = True
 
+    def presumes_absent(self, tenant_id: str, catalog_id: str) -> bool:
+        """Whether a read of this stream's rows may be answered "none" without a
+        statement: its cursor is known, so the read would be the unit's only one. The
+        caller must then write every row it presumes absent with a statement that
+        refuses a row already there (a plain INSERT under the primary key)."""
+        if (tenant_id, catalog_id) not in self._presumable:
+            return False
+        self.presumed = True
+        return True
+
     def settle(self) -> None:
-        """Read the cursor still unread, alone."""
+        """Settle the cursor still unread: the known one, else read alone."""
         writer, self._unread = self._unread, None
-        if writer is not None:
-            with _fenced_needs_lock():
-                position = read_cursor(self._conn, writer.stream)
-            if position is None:
-                raise LockNeeded(f"{writer.stream} has no cursor row yet")
-            writer.read_at(position)
+        if writer is None:
+            return
+        if self._known is not None:
+            writer.read_at(self._known)
+            self.presumed = True
+            return
+        with _fenced_needs_lock():
+            position = read_cursor(self._conn, writer.stream)
+        if position is None:
+            raise LockNeeded(f"{writer.stream} has no cursor row yet")
+        writer.read_at(position)
 
     def read(self, query: str, params: Params, deferred: Sequence[Statement]) -> Rows:
         """Run a read of the unit, with the cursor still unread if there is one."""
@@ -156,7 +233,7 @@ class Unlocked:
         if writer is None or carried is None:
             self.settle()
             return self._conn.execute(query, params)
-        self._unread = None
+        self._unread, self._known = None, None
         with _fenced_needs_lock():
             position, rows = cursor_of(writer.stream, self._conn.execute(*carried).fetchall())
         if position is None:
@@ -186,12 +263,18 @@ class Unlocked:
         envelopes: list[Envelope] = []
         for writer in writers:
             envelopes.extend(writer.join_rows(write))
+        self.sent = True
         try:
             self._conn.execute(*write.statement())
         except psycopg.errors.DatabaseError as exc:
             if not refused(exc):
                 raise
-            contended.mark((w.stream.tenant_id, w.stream.catalog_id) for w in writers)
+            keys = [(w.stream.tenant_id, w.stream.catalog_id) for w in writers]
+            if self.presumed:  # what it relied on was a guess: read next time
+                doubted.mark(keys)
+                known_cursors.forget(w.stream for w in writers)
+            else:
+                contended.mark(keys)
             raise LockNeeded(f"the joined write was refused ({exc.sqlstate})") from exc
         return envelopes
 

@@ -180,9 +180,12 @@ def states(
     tx: Transaction, tenant_id: str, catalog_id: str, item_ids: Sequence[str]
 ) -> dict[str, ItemState]:
     """The current state of those of ``item_ids`` that exist, in one statement (none
-    when every one was found absent under the cursor lock, ``get_many``)."""
+    when every one was found absent under the cursor lock, ``get_many``, or an
+    unlocked unit presumes them absent, ``Transaction.presumes_absent``: the caller
+    then inserts them with ``insert_new``, whose primary key refuses one that exists,
+    and the decision is done again under the lock)."""
     ids = [i for i in item_ids if tx.own.get(TABLE, (tenant_id, catalog_id, i)) is not ABSENT]
-    if not ids:
+    if not ids or tx.presumes_absent(tenant_id, catalog_id):
         return {}
     rows = tx.execute(
         "SELECT i.item_id, i.class_id, i.status, EXISTS (SELECT 1 FROM attribute_value v"

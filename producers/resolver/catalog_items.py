@@ -167,8 +167,10 @@ def _write_items(
         ItemWrite(ch.item_id, ch.class_id, "active", ch.title, ch.parent_item_id, ch.attributes)
         for ch in changes
     ]
-    # What step 2 found absent stays absent until COMMIT (the cursor lock): those are
-    # inserted at revision 1, sent with the next round trip; the others are upserted.
+    # What step 2 found absent stays absent until COMMIT (the cursor lock), or was
+    # presumed absent by an unlocked unit: those are inserted at revision 1, sent with
+    # the next round trip (a plain INSERT, refused should one exist); the others are
+    # upserted.
     new = [w for w in writes if w.item_id not in states]
     items.insert_new(tx, t, c, new, decision_id)
     existing = [w for w in writes if w.item_id in states]

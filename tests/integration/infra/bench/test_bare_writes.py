@@ -12,6 +12,7 @@ from psycopg_pool import ConnectionPool
 
 from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
+from db.unlocked import known_cursors
 from infra.bench.bare_writes import (
     COMMIT,
     SYNC,
@@ -58,11 +59,14 @@ def rows(dsn: str, tenant: str) -> tuple[list[str], int, list[int]]:
     return items, effects[0], positions
 
 
-@pytest.mark.parametrize("unlocked", [True, False], ids=["unlocked", "locked"])
+@pytest.mark.parametrize("way", ["known", "unlocked", "locked"])
 def test_a_replay_of_a_decisions_statements_writes_a_new_decision_each_time(
-    pool: ConnectionPool, epochs: EpochSource, clean_db: DatabaseSettings, unlocked: bool
+    pool: ConnectionPool, epochs: EpochSource, clean_db: DatabaseSettings, way: str
 ) -> None:
     write_gapless(pool, epochs, "t1", ["first"])
+    if way == "unlocked":
+        known_cursors.clear()  # as a process that has not written the stream
+    unlocked = way != "locked"
     recorded: list[Statement] = []
     with ConnectionPool(
         clean_db.resolver_dsn, min_size=1, max_size=1, connection_class=RecordingConnection
@@ -77,7 +81,11 @@ def test_a_replay_of_a_decisions_statements_writes_a_new_decision_each_time(
             ["recorded"],
             unlocked_reads=unlocked,
         )
-    if unlocked:
+    if way == "known":
+        # The cursor where this process's commit left it, the item presumed absent:
+        # the joined write alone.
+        assert [(q.split()[0], p) for q, _, p in recorded] == [("WITH", False)]
+    elif way == "unlocked":
         # Two statements, each its own round trip: the items' states with the cursor,
         # then the joined write.
         assert [(q.split()[0], p) for q, _, p in recorded] == [("SELECT", False), ("WITH", False)]

@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 from db.control.epochs import EpochSource
 from db.settings import DatabaseSettings
 from db.unit_of_work import UnitOfWork
+from db.unlocked import doubted, known_cursors
 from producers.resolver.attributes.facts import DefineAttribute, DefineClass, SetAttributeValue
 from producers.resolver.catalog_items import ItemChange, RetireItem
 from producers.resolver.decisions import Decision, record_decision
@@ -286,10 +287,11 @@ def test_a_decision_of_items_waits_on_two_round_trips_or_three_under_the_lock(
     clean_db: DatabaseSettings,
 ) -> None:
     """Unlocked (``UnitOfWork.unlocked_first``): the items' states with the cursor, then
-    everything in one statement. Under the lock: cursor lock (with BEGIN), the items'
-    states (with the decision row), and the items, effects, outbox rows and COMMIT
-    together, an existing item's upsert in a round trip of its own. Whatever the
-    number of items."""
+    everything in one statement; only that statement when this process's own commit
+    left the cursor and the items are new (``db.unlocked.known_cursors``). Under the
+    lock: cursor lock (with BEGIN), the items' states (with the decision row), and
+    the items, effects, outbox rows and COMMIT together, an existing item's upsert
+    in a round trip of its own. Whatever the number of items."""
     epochs = EpochSource(clean_db.control_dsn)
     try:
         with ConnectionPool(clean_db.resolver_dsn, min_size=1, max_size=1) as pool:
@@ -314,9 +316,16 @@ def test_a_decision_of_items_waits_on_two_round_trips_or_three_under_the_lock(
                 return write
 
             decide("first")()  # the stream's cursor row and epoch exist from here on
-            assert round_trips(pool, decide("one")) == 2
-            assert round_trips(pool, decide(*(f"many{k}" for k in range(100)))) == 2
-            assert round_trips(pool, decide("one", "two")) == 2
+            # This process's commit left the cursor: new items are presumed absent.
+            assert round_trips(pool, decide("one")) == 1
+            assert round_trips(pool, decide(*(f"many{k}" for k in range(100)))) == 1
+            # Presumed wrong ("one" exists): refused, then under the lock, "one"
+            # upserted in a round trip of its own; then read for a while.
+            assert round_trips(pool, decide("one", "two")) == 1 + 4
+            assert round_trips(pool, decide("five", "six")) == 2
+            known_cursors.clear()
+            doubted.clear()  # a process that has not written the stream: it reads
+            assert round_trips(pool, decide("one", "seven")) == 2
             assert round_trips(pool, decide("three", unlocked=False)) == 3
             assert round_trips(pool, decide(*(f"more{k}" for k in range(100)), unlocked=False)) == 3
             assert round_trips(pool, decide("three", "four", unlocked=False)) == 4

@@ -15,12 +15,13 @@ import pytest
 from db.control.epochs import issue_next
 from db.resolver.fencing import fence_older_epochs
 from db.settings import DatabaseSettings
-from db.unlocked import Unlocked
+from db.unlocked import Unlocked, contended, doubted, known_cursors
 from producers.resolver.catalog_items import ItemChange
 from producers.resolver.decisions import Decision, record_decision
 from producers.resolver.exceptions import StaleRevision
 from producers.resolver.review_cases import CaseRevision, open_case
 from schemas.events import Envelope
+from schemas.ids import StreamId
 from tests.integration.producers.resolver.conftest import (
     UowFactory,
     add_item,
@@ -86,6 +87,7 @@ def test_a_decision_on_a_written_stream_takes_two_statements_and_no_lock(
     uow: UowFactory, clean_db: DatabaseSettings, sent: list[str]
 ) -> None:
     add_item(uow, "first")  # the stream's first write (its epoch issued) goes locked
+    known_cursors.clear()  # as a process that has not written the stream itself
     sent.clear()
     with uow() as u:
         recorded = record_decision(u, new_item("second"))
@@ -102,6 +104,69 @@ def test_a_decision_on_a_written_stream_takes_two_statements_and_no_lock(
         (1, 3, "decision.recorded"),
         (1, 4, "catalog_item.upserted"),
     ]
+
+
+def test_a_decision_on_a_stream_this_process_wrote_last_is_one_statement(
+    uow: UowFactory, clean_db: DatabaseSettings, sent: list[str]
+) -> None:
+    """Its cursor is where this process's commit left it, and the new item is presumed
+    absent: nothing to read. The write is the same statement, moving the cursor only
+    from the known position and inserting the item with a plain INSERT."""
+    add_item(uow, "first")
+    sent.clear()
+    for item_id in ("second", "third"):
+        with uow() as u:
+            recorded = record_decision(u, new_item(item_id))
+        assert [a.revision for a in recorded.aggregates] == [1, 1]
+    statements = [q for q in sent if "history_epoch FROM history_epoch" not in q]
+    assert len(statements) == 2, statements
+    assert all(q.startswith("WITH w0 AS (UPDATE stream_cursor") for q in statements)
+    assert [p for _, p, _ in outbox(clean_db.resolver_dsn)] == [1, 2, 3, 4, 5, 6]
+    assert ("t1", "c1") not in doubted and ("t1", "c1") not in contended
+
+
+def test_a_cursor_another_process_moved_makes_the_known_one_wrong_once(
+    uow: UowFactory, clean_db: DatabaseSettings, sent: list[str]
+) -> None:
+    """The known cursor is a guess: written elsewhere since, the write moves no cursor
+    and writes nothing, the decision goes again under the lock after the other one,
+    and this process reads the stream's cursor again for a while (not under the
+    lock: its writers have not met)."""
+    add_item(uow, "first")
+    stream = StreamId("t1", "c1", 1)
+    at = known_cursors.get(stream)
+    add_item(uow, "elsewhere")
+    assert at is not None
+    known_cursors.record(stream, at)  # what this process knew before the other wrote
+    with uow() as u:
+        record_decision(u, new_item("late"))
+        assert [e.position for e in u.envelopes] == [5, 6]
+    assert ("t1", "c1") in doubted and ("t1", "c1") not in contended
+    sent.clear()
+    with uow() as u:
+        record_decision(u, new_item("next"))
+    assert sent[0].startswith("SELECT c.position") and not any("FOR UPDATE" in q for q in sent)
+    dsn = clean_db.resolver_dsn
+    assert [p for _, p, _ in outbox(dsn)] == list(range(1, 9))
+    assert rows(dsn, "SELECT count(*) FROM decision") == [(4,)]
+    assert_contiguous_outbox(dsn)
+
+
+def test_an_item_presumed_absent_that_exists_gets_its_next_revision(
+    uow: UowFactory, clean_db: DatabaseSettings
+) -> None:
+    """A rule's change of an item that exists: the plain INSERT its absence was
+    presumed for is refused, nothing is written, and the decision goes again under
+    the lock, where the item is read and upserted at revision 2."""
+    add_item(uow, "first")
+    with uow() as u:
+        recorded = record_decision(u, new_item("first"))
+    assert [a.revision for a in recorded.aggregates] == [1, 2]
+    assert ("t1", "c1") in doubted
+    dsn = clean_db.resolver_dsn
+    assert rows(dsn, "SELECT item_id, revision FROM catalog_item") == [("first", 2)]
+    assert [p for _, p, _ in outbox(dsn)] == [1, 2, 3, 4]
+    assert rows(dsn, "SELECT count(*) FROM decision") == [(2,)]
 
 
 def test_a_writer_committing_after_the_reads_sends_the_decision_under_the_lock(
@@ -139,6 +204,7 @@ def test_a_stream_whose_write_was_refused_is_written_under_the_lock_for_a_while(
     """Its writers meet each other: reading without the lock would be redone anyway."""
     add_item(uow, "first")
     add_item(uow, "other", catalog="c2")
+    known_cursors.clear()  # the cursor is read, not known: refused, it is contention
 
     def meanwhile() -> None:
         add_item(uow, "meanwhile")
