@@ -12,8 +12,11 @@ processes this machine cannot see, the backends' figure is absent.
 
 Two ways in alternation, ``ROUNDS`` rounds each of ``seconds / ROUNDS``, each on a
 tenant of its own: as the resolver API records a decision (its reads without the
-cursor lock, ``UnitOfWork.unlocked_first``), and, the baseline, always under the
-lock (``unlocked_reads=False``), as every decision was recorded until 2026-12-07.
+cursor lock, ``UnitOfWork.unlocked_first``; the thread being its stream's one
+writer, the cursor is where its previous commit left it and the new item is
+presumed absent, ``db.unlocked.known_cursors``: the joined write alone), and, the
+baseline, always under the lock (``unlocked_reads=False``), as every decision was
+recorded until 2026-12-07.
 """
 
 from __future__ import annotations
