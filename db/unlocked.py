@@ -29,7 +29,9 @@ refuses): a new item of a rule's decision is then one statement, not two. A
 presumption proved wrong (the write refused) is done again under the lock, with the
 outcome the lock gives, and the stream's presumptions stop for ``CONTENDED_SECONDS``
 (``doubted``): a process that keeps meeting another writer of the stream, or items
-that exist, reads again instead of paying a refused write each time.
+that exist, reads again instead of paying a refused write each time. Both are memory
+only: a crash takes them with it, and the restarted process reads as one that never
+wrote the stream; a guess is never written anywhere, only checked by the write.
 
 A crash before the write leaves nothing: nothing was written and no lock is held.
 The write is one statement in its own transaction, so a crash during it leaves all
