@@ -201,7 +201,7 @@ class Unlocked:
 
     def presumes_absent(self, tenant_id: str, catalog_id: str) -> bool:
         """Whether a read of this stream's rows may be answered "none" without a
-        statement: its cursor is known, so the read would be the unit's only one. The
+        statement: its cursor is known, so nothing else needs the read sent. The
         caller must then write every row it presumes absent with a statement that
         refuses a row already there (a plain INSERT under the primary key)."""
         if (tenant_id, catalog_id) not in self._presumable:
