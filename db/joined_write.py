@@ -37,7 +37,7 @@ _LOCKING = re.compile(r"\bFOR\s+(?:NO\s+KEY\s+UPDATE|KEY\s+SHARE|UPDATE|SHARE)\b
 _WRITES = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.I)
 
 
-SHARED = frozenset({"t", "c", "e", "d"})
+SHARED = ("t", "c", "e", "d")
 """Parameter names the parts of a write give alike to the same keys (the tenant, the
 catalog, the history epoch, the decision): where a part's value under such a name is
 the one the write already has, the part uses that parameter instead of one of its
@@ -87,6 +87,9 @@ def _mentions(query: str, table: str) -> bool:
     return re.search(rf"\b{table}\b", query, re.I) is not None
 
 
+_ABSENT = object()
+
+
 def rename(
     query: str,
     params: Sequence[Any] | Mapping[str, Any] | None,
@@ -97,20 +100,20 @@ def rename(
     parameters by those names (a positional parameter by its index), so that
     statements can be joined."""
     if isinstance(params, Mapping):
-        renamed, names = _renamed(query, prefix, True, keep)
+        renamed, names = _renamed(query, prefix, True, tuple(sorted(keep)))
         return renamed, {new: params[old] for new, old in names}
     values = list(params or ())
-    renamed, names = _renamed(query, prefix, False, keep)
+    renamed, names = _renamed(query, prefix, False, tuple(sorted(keep)))
     return renamed, {new: values[int(old)] for new, old in names}
 
 
 @functools.lru_cache(maxsize=512)
 def _renamed(
-    query: str, prefix: str, named: bool, keep: frozenset[str]
+    query: str, prefix: str, named: bool, keep: tuple[str, ...]
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """``rename``'s query and its (new name, old name or index) pairs, in order: the
-    same few statements are joined again and again."""
-    names: list[tuple[str, str]] = []
+    """``rename``'s query and its (new name, old name or index) pairs, in order, each
+    name once: the same few statements are joined again and again."""
+    names: dict[str, str] = {}
 
     def placeholder(found: re.Match[str]) -> str:
         if found.group(0) == "%%":
@@ -121,14 +124,26 @@ def _renamed(
                 raise ValueError(f"a positional placeholder among named ones: {query[:60]!r}")
             old = str(len(names))
         new = old if old in keep else f"{prefix}_{old}"
-        names.append((new, old))
+        names.setdefault(new, old)
         return f"%({new}){fmt}"
 
-    return PLACEHOLDER.sub(placeholder, query), tuple(names)
+    return PLACEHOLDER.sub(placeholder, query), tuple(names.items())
+
+
+@functools.lru_cache(maxsize=512)
+def _part(query: str, name: str, keep: tuple[str, ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A named part's text (``name AS (…)``) and the pairs of its own parameters (those
+    not kept under their shared names), built once per query, name and sharing."""
+    renamed, names = _renamed(query, name, True, keep)
+    return f"{name} AS ({renamed})", tuple((new, old) for new, old in names if new != old)
 
 
 class JoinedWrite:
-    """The parts and checks of one statement, in the order they were added."""
+    """The parts and checks of one statement, in the order they were added.
+
+    A decision's write is built for every decision, from the same few statements: a
+    part's text and the names of its parameters are built once (``_part``), and what
+    remains per write is comparing the shared keys and copying the values."""
 
     def __init__(self) -> None:
         self._parts: list[str] = []
@@ -138,28 +153,43 @@ class JoinedWrite:
     def part(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None) -> str:
         """Add ``query`` as a part; returns its name, for a check to count its rows."""
         name = f"w{len(self._parts)}"
-        renamed, named = rename(query, params, name, self._shareable(params))
-        self._parts.append(f"{name} AS ({renamed})")
-        self._params |= named
+        if type(params) is not dict and not isinstance(params, Mapping):
+            renamed, named = rename(query, params, name)
+            self._parts.append(f"{name} AS ({renamed})")
+            self._params |= named
+            return name
+        have = self._params
+        keep = self._shareable(params)
+        text, own = _part(query, name, keep)
+        self._parts.append(text)
+        for key in keep:
+            have.setdefault(key, params[key])
+        for new, old in own:
+            have[new] = params[old]
         return name
 
-    def _shareable(self, params: Sequence[Any] | Mapping[str, Any] | None) -> frozenset[str]:
+    def _shareable(self, params: Mapping[str, Any]) -> tuple[str, ...]:
         """The ``SHARED`` names of ``params`` whose value this write has under that name
-        already (or has not yet): those the part uses as they are."""
-        if not isinstance(params, Mapping):
-            return frozenset()
+        already (or has not yet), in ``SHARED``'s order: those the part uses as they are."""
         have = self._params
-        return frozenset(
-            k
-            for k in SHARED.intersection(params)
-            if k not in have or (type(have[k]) is type(params[k]) and have[k] == params[k])
-        )
+        keep: list[str] = []
+        for key in SHARED:
+            value = params.get(key, _ABSENT)
+            if value is _ABSENT:
+                continue
+            held = have.get(key, _ABSENT)
+            if held is _ABSENT or held is value or (type(held) is type(value) and held == value):
+                keep.append(key)
+        return tuple(keep)
 
     def check(self, expression: str, params: Mapping[str, Any] | None = None) -> None:
         """Add ``expression`` (which may count a part's rows) to the final SELECT."""
-        renamed, named = rename(expression, params or {}, f"c{len(self._checks)}")
+        prefix = f"c{len(self._checks)}"
+        renamed, names = _renamed(expression, prefix, True, ())
         self._checks.append(renamed)
-        self._params |= named
+        have = self._params
+        for new, old in names:
+            have[new] = (params or {})[old]
 
     def expect(self, part: str, rows: int, what: str) -> None:
         """Check that ``part`` returned exactly ``rows`` rows (``write_expected``)."""
@@ -169,6 +199,6 @@ class JoinedWrite:
         )
 
     def statement(self) -> tuple[str, dict[str, Any]]:
-        """The joined statement and its parameters."""
+        """The joined statement and its parameters (the write's own: it is done)."""
         head = f"WITH {', '.join(self._parts)} " if self._parts else ""
-        return f"{head}SELECT {', '.join(self._checks) or 'true'}", dict(self._params)
+        return f"{head}SELECT {', '.join(self._checks) or 'true'}", self._params

@@ -22,17 +22,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 FEW_ROWS = 2
 """Up to this many rows go as ``VALUES``: the rows of a one-item decision (its item,
 its two effects, its two events)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
+class Column(NamedTuple):
     """One column: the parameter holding its values (a list, one per row), its name in
-    the ``FROM`` item, its SQL type, and whether psycopg sends it in binary."""
+    the ``FROM`` item, its SQL type, and whether psycopg sends it in binary. A tuple:
+    each write looks its form up by its columns, and a tuple hashes without Python
+    code."""
 
     param: str
     name: str

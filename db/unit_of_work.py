@@ -67,6 +67,15 @@ class Transaction:
         self._unlocked = unlocked
 
     @property
+    def conn(self) -> psycopg.Connection:
+        return self._conn
+
+    @property
+    def attempt(self) -> Unlocked | None:
+        """The unlocked attempt this transaction belongs to (None: under the lock)."""
+        return self._unlocked
+
+    @property
     def unlocked(self) -> bool:
         """Whether this unit reads without the stream's cursor lock, every write
         deferred to one statement at commit (``UnitOfWork.unlocked_first``): a read
@@ -206,6 +215,7 @@ class UnitOfWork:
         self._late_errors = late_errors
         self._unlocked_reads = unlocked_reads
         self._unlocked: Unlocked | None = None  # while an unlocked attempt runs
+        self._tx: Transaction | None = None
         self._groups: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] = {}
         self._committed = False
         self.envelopes: list[Envelope] = []
@@ -273,14 +283,14 @@ class UnitOfWork:
 
     @property
     def tx(self) -> Transaction:
-        return Transaction(
-            self._require(),
-            self._deferred,
-            self._own,
-            self._late_errors,
-            self._groups,
-            self._unlocked,
-        )
+        """The statements of this unit's transaction as it stands: one ``Transaction``
+        while the connection and the attempt (locked or not) stay the same."""
+        conn, unlocked, tx = self._require(), self._unlocked, self._tx
+        if tx is None or tx.conn is not conn or tx.attempt is not unlocked:
+            tx = self._tx = Transaction(
+                conn, self._deferred, self._own, self._late_errors, self._groups, unlocked
+            )
+        return tx
 
     def unlocked_first(self, work: Callable[[], T]) -> T:
         """Run ``work`` (the whole of one change, commit included) reading without the

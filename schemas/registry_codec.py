@@ -92,6 +92,7 @@ class RegistryCodec(EventCodec):
         self._client = client
         self._ids: dict[str, int] = {}
         self._writers: dict[int, AvroSchema] = {}
+        self._headers: dict[str, bytes] = {}  # framing of the current schemas, by name
         self._lock = threading.Lock()
 
     def schema_id(self, kind: SingleObjectFormat) -> int:
@@ -154,8 +155,11 @@ class RegistryCodec(EventCodec):
         return parsed
 
     def _encode(self, kind: SingleObjectFormat, record: Mapping[str, Any]) -> bytes:
+        header = self._headers.get(kind.fullname)
+        if header is None:
+            header = self._headers[kind.fullname] = CONFLUENT_MAGIC + _ID.pack(self.schema_id(kind))
         out = BytesIO()
-        out.write(CONFLUENT_MAGIC + _ID.pack(self.schema_id(kind)))
+        out.write(header)
         try:
             schemaless_writer(out, kind.schema, record)
         except Exception as exc:

@@ -288,6 +288,14 @@ class EpochSource:
             found.update(fresh)
         return found
 
+    def _state(self, key: tuple[str, str]) -> EpochState | None:
+        """``_states`` of one pair, without building sets for it when it is cached
+        (a writer asks twice a unit of work); the caller holds the lock."""
+        cached = self._cache.get(key)
+        if cached is not None and time.monotonic() - cached[1] < self._ttl:
+            return cached[0]
+        return self._states([key]).get(key)
+
     def epoch_for_write(self, tenant_id: str, catalog_id: str) -> tuple[int, bool]:
         """The epoch a writer uses, and whether the control database has issued it.
 
@@ -295,9 +303,8 @@ class EpochSource:
         the writer issues it (``issue_first``) only once its write is accepted, so a
         refused request leaves the control database as it was.
         """
-        key = (tenant_id, catalog_id)
         with self._lock:
-            state = self._states([key]).get(key)
+            state = self._state((tenant_id, catalog_id))
         return (FIRST_EPOCH, False) if state is None else (state.epoch, True)
 
     def issue_first(self, tenant_id: str, catalog_id: str) -> int:
@@ -324,9 +331,8 @@ class EpochSource:
         """The open rewound flag of the stream, if ``epoch`` is the catalog's current
         one and is flagged (cached like the epoch: a flag raised elsewhere shows within
         ``ttl_seconds``; an older epoch is fenced, so never answers here)."""
-        key = (tenant_id, catalog_id)
         with self._lock:
-            state = self._states([key]).get(key)
+            state = self._state((tenant_id, catalog_id))
         if state is None or state.epoch != epoch:
             return None
         return state.rewound

@@ -8,10 +8,13 @@ caps how many decisions a second the resolver commits.
 
 A process that writes many transactions (the resolver API, the capture worker) gives
 its Units of Work one ``CommitNotifier``: after a COMMIT the Unit of Work hands it the
-streams it wrote, and the notifier's own thread sends one ``pg_notify`` per stream
-from a connection of its own, coalescing what piles up while it sends (a
-notification only wakes the relay; which stream it names is for people reading the
-channel). The relay still polls every ``GAPLESS_RELAY_POLL_SECONDS``.
+streams it wrote, and the notifier's own thread sends one ``pg_notify`` from a
+connection of its own, coalescing what piles up while it sends. A notification only
+wakes the relay; its payload, the streams one per line (``payload``), is for people
+reading the channel. One notification a send rather than one a stream: eight writers'
+streams had cost an array parameter in the writing process and eight notifications
+for the relay to drain, at each send. The relay still polls every
+``GAPLESS_RELAY_POLL_SECONDS``.
 
 A send is a transaction of its own (a statement, a COMMIT that flushes WAL) and, in
 the writing process, a thread wake-up and a statement's client work: at one-item
@@ -48,6 +51,24 @@ RETRY_PAUSE_SECONDS = 0.5
 CONNECT_TIMEOUT_SECONDS = 5
 GATHER_SECONDS = 0.005
 """After a send, how long the commits that follow wait to share the next one."""
+PAYLOAD_BYTES = 7_900
+"""At most this much of a notification's payload names streams (PostgreSQL refuses
+one of 8,000 bytes or more); the streams beyond are counted, not named."""
+
+
+def payload(streams: list[str]) -> str:
+    """A send's payload: the streams one per line, in order, as many as fit in
+    ``PAYLOAD_BYTES``, then ``… and N more`` for those left out."""
+    text = "\n".join(streams)
+    if len(text.encode()) <= PAYLOAD_BYTES:
+        return text
+    named, size = [], 0
+    for stream in streams:
+        size += len(stream.encode()) + 1
+        if size > PAYLOAD_BYTES - 40:  # room for the count
+            break
+        named.append(stream)
+    return "\n".join([*named, f"… and {len(streams) - len(named)} more"])
 
 
 class CommitNotifier:
@@ -69,9 +90,10 @@ class CommitNotifier:
         self._closing = threading.Event()
         self._conn: psycopg.Connection | None = None
         self.sent = 0
-        """Notifications sent so far (for tests and metrics)."""
+        """Streams announced so far (for tests and metrics)."""
         self.sends = 0
-        """Statements that sent them: fewer than ``sent`` when commits were gathered."""
+        """Notifications that announced them: fewer than ``sent`` when commits were
+        gathered."""
         self._thread: threading.Thread | None = None
 
     def start(self) -> CommitNotifier:
@@ -140,18 +162,12 @@ class CommitNotifier:
         return conn
 
     def _send(self, streams: list[str]) -> bool:
-        """One statement for every queued stream; False (and nothing retried: the
-        relay's poll finds the rows) if the database could not be reached."""
+        """One notification naming every queued stream; False (and nothing retried:
+        the relay's poll finds the rows) if the database could not be reached."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = self.connect()
-            if len(streams) == 1:  # the usual send: scalars, one plan for the connection
-                self._conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, streams[0]))
-            else:
-                self._conn.execute(
-                    "SELECT pg_notify(%s, s) FROM unnest(%b::text[]) AS s",
-                    (NOTIFY_CHANNEL, streams),
-                )
+            self._conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, payload(streams)))
         except psycopg.Error as exc:
             log.warning("could not wake the relay for %d stream(s): %s", len(streams), exc)
             if self._conn is not None:
