@@ -187,9 +187,9 @@ class JoinedWrite:
         prefix = f"c{len(self._checks)}"
         renamed, names = _renamed(expression, prefix, True, ())
         self._checks.append(renamed)
-        have = self._params
+        given, have = params or {}, self._params
         for new, old in names:
-            have[new] = (params or {})[old]
+            have[new] = given[old]
 
     def expect(self, part: str, rows: int, what: str) -> None:
         """Check that ``part`` returned exactly ``rows`` rows (``write_expected``)."""
