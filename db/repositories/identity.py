@@ -75,6 +75,25 @@ def _generation(values: Any) -> GenerationRow:
 # --- generations ---------------------------------------------------------------------
 
 
+def pinned_for_share(
+    tx: Transaction, tenant_id: str, catalog_id: str, capture_id: uuid.UUID, class_ids: list[str]
+) -> dict[str, GenerationRow]:
+    """The generations ``capture_id``'s classes ``class_ids`` are pinned to
+    (``capture_identity_pin``), by class, each share-locked until the transaction ends
+    (as ``assign_identity`` locks the one it writes a key in). A class not pinned yet,
+    or pinned to no generation, is left out."""
+    rows = tx.execute(
+        f"SELECT {', '.join('g.' + c for c in _GEN_COLUMNS.split(', '))}"
+        " FROM capture_identity_pin p JOIN identity_generation g"
+        " ON g.tenant_id = p.tenant_id AND g.catalog_id = %s AND g.class_id = p.class_id"
+        " AND g.identity_generation = p.identity_generation"
+        " WHERE p.tenant_id = %s AND p.capture_id = %s AND p.class_id = ANY(%b::text[])"
+        " ORDER BY g.class_id FOR SHARE OF g",
+        (catalog_id, tenant_id, capture_id, class_ids),
+    ).fetchall()
+    return {r[2]: _generation(r) for r in rows}
+
+
 def insert_next_generation(
     tx: Transaction, tenant_id: str, catalog_id: str, class_id: str, rule_fields: Sequence[str]
 ) -> GenerationRow:

@@ -43,6 +43,7 @@ from producers.resolver.identity import (
     pinned_generation,
     strong_ids_of,
 )
+from producers.resolver.identity.facts import remember_share_locked
 from producers.resolver.listing_mappings import MapListing
 from schemas.events import EvidenceRef
 
@@ -187,16 +188,67 @@ def _pinned(tx: Transaction, work: ItemWork) -> Generation | None:
     return Generation.of(row)
 
 
+def _pin_memo(work: ItemWork, class_id: str) -> tuple[object, ...]:
+    return ("identity_pin", work.tenant_id, work.capture_id, class_id)
+
+
 def pinned(uow: UnitOfWork, work: ItemWork) -> Generation | None:
     """``_pinned``, read once per transaction for each capture and class
-    (``UnitOfWork.memo``): after the stream's cursor lock, no other writer can
-    activate or retire a generation of the catalog until the transaction ends, and
-    a pin, once there, never changes."""
-    key = ("identity_pin", work.tenant_id, work.capture_id, work.product.class_id)
+    (``UnitOfWork.memo``; ``_load_pins`` for a batch): after the stream's cursor lock,
+    no other writer can activate or retire a generation of the catalog until the
+    transaction ends, and a pin, once there, never changes."""
+    key = _pin_memo(work, work.product.class_id)
     if key not in uow.memo:
         uow.memo[key] = _pinned(uow.tx, work)
     found: Generation | None = uow.memo[key]
     return found
+
+
+def _load_pins(uow: UnitOfWork, works: Sequence[ItemWork]) -> None:
+    """``pinned`` for every class of ``works`` (one capture) already pinned, in one
+    statement a batch instead of two a class; each generation is share-locked as
+    ``assign_identity`` locks the one it writes a key in, and recorded so (a batch
+    of known products holds that lock until it commits, which only delays the next
+    generation's activation). A class not pinned yet is left to ``pinned``."""
+    first = works[0]
+    classes = {w.product.class_id for w in works}
+    missing = sorted(k for k in classes if _pin_memo(first, k) not in uow.memo)
+    if not missing:
+        return
+    rows = identity_rows.pinned_for_share(
+        uow.tx, first.tenant_id, first.catalog_id, first.capture_id, missing
+    )
+    for klass, row in rows.items():
+        uow.memo[_pin_memo(first, klass)] = Generation.of(row)
+        remember_share_locked(uow, row)
+
+
+@dataclass(frozen=True, slots=True)
+class _Claims:
+    """What a product claims, as one generation's rule reads it: its identity hash
+    (None: the product lacks a field of the rule), its strong identifiers, and the
+    id of the item a new key would create."""
+
+    values: dict[str, str]
+    digest: str | None
+    strong: dict[str, str]
+    new_item: str | None
+
+
+def _claims(uow: UnitOfWork, work: ItemWork, generation: Generation) -> _Claims:
+    """``_Claims`` of ``work`` under ``generation``, worked out once per transaction
+    (``prefetch`` needs them, and then ``identify``)."""
+    memo = ("claims", work.key, generation.class_id, generation.generation)
+    found = uow.memo.get(memo)
+    if isinstance(found, _Claims):
+        return found
+    values = claimed_values(work)
+    digest = identity_hash(generation.rule, values)
+    item = None
+    if digest is not None:
+        item = new_item_id(work.catalog_id, generation.class_id, generation.generation, digest)
+    made = uow.memo[memo] = _Claims(values, digest, strong_ids_of(values), item)
+    return made
 
 
 def identify(uow: UnitOfWork, work: ItemWork) -> Identified | Unresolved:
@@ -219,14 +271,14 @@ def identify(uow: UnitOfWork, work: ItemWork) -> Identified | Unresolved:
             "NO_ACTIVE_GENERATION",
             f"class {p.class_id!r} had no active identity generation when the capture arrived",
         )
-    claims = claimed_values(work)
-    digest = identity_hash(generation.rule, claims)
+    claims = _claims(uow, work, generation)
+    digest = claims.digest
     if digest is None:
         return Unresolved(
             "NO_IDENTITY",
             f"the product does not state every field of the identity rule {generation.rule.fields}",
         )
-    strong = strong_ids_of(claims)
+    strong = claims.strong
     found = lookup_with(
         reads, work.tenant_id, work.catalog_id, p.class_id, generation.generation, digest, strong
     )
@@ -253,7 +305,8 @@ def identify(uow: UnitOfWork, work: ItemWork) -> Identified | Unresolved:
             f"the product is new to generation {generation.generation} of {p.class_id!r}, which"
             " has been retired since the capture arrived",
         )
-    item_id = new_item_id(work.catalog_id, p.class_id, generation.generation, digest)
+    item_id = claims.new_item
+    assert item_id is not None  # with a digest
     assign = AssignIdentity(item_id, p.class_id, generation.generation, digest, strong)
     return Identified(item_id, new=True, facts=(assign,))
 
@@ -371,16 +424,17 @@ def prefetch(uow: UnitOfWork, works: Sequence[ItemWork]) -> None:
     keys: list[tuple[str, int, str]] = []
     claimed: list[tuple[str, str]] = []
     new_items: list[str] = []
+    _load_pins(uow, works)
     for work in works:
         generation = pinned(uow, work)
-        claims = claimed_values(work)
-        digest = identity_hash(generation.rule, claims) if generation else None
-        if generation is None or digest is None:
+        if generation is None:
             continue
-        klass = work.product.class_id
-        keys.append((klass, generation.generation, digest))
-        claimed.extend(strong_ids_of(claims).items())
-        new_items.append(new_item_id(work.catalog_id, klass, generation.generation, digest))
+        claims = _claims(uow, work, generation)
+        if claims.digest is None or claims.new_item is None:
+            continue
+        keys.append((work.product.class_id, generation.generation, claims.digest))
+        claimed.extend(claims.strong.items())
+        new_items.append(claims.new_item)
     first = works[0]
     CatalogReads.of(uow).load_batch(
         first.tenant_id,

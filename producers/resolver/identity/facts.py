@@ -25,7 +25,7 @@ import psycopg.errors
 from db.repositories import catalog_items as items
 from db.repositories import identity as repo
 from db.repositories import strong_ids as strong
-from db.repositories.identity import GenerationKey
+from db.repositories.identity import GenerationKey, GenerationRow
 from db.unit_of_work import Transaction, UnitOfWork
 from producers.resolver.exceptions import (
     BackfillIncomplete,
@@ -199,6 +199,16 @@ class AssignIdentity:
         assign_identity(uow, scope, self)
 
 
+def _share_locked(key: GenerationKey) -> tuple[object, ...]:
+    return ("generation_for_share", *key.params())
+
+
+def remember_share_locked(uow: UnitOfWork, row: GenerationRow) -> None:
+    """Record a generation ``uow``'s transaction read FOR SHARE, so ``assign_identity``
+    takes it from there instead of reading and locking it again."""
+    uow.memo[_share_locked(row.key)] = row
+
+
 def assign_identity(uow: UnitOfWork, scope: DecisionScope, fact: AssignIdentity) -> None:
     """Insert the item's active key, inside ``record_decision``.
 
@@ -217,7 +227,7 @@ def assign_identity(uow: UnitOfWork, scope: DecisionScope, fact: AssignIdentity)
     # Share-locked once per transaction: held until it ends, the row cannot change, so
     # a later fact of the same transaction (a batch of the capture worker's) reads it
     # from the memo.
-    memo = ("generation_for_share", *key.params())
+    memo = _share_locked(key)
     if memo not in uow.memo:
         uow.memo[memo] = repo.get_generation(tx, key, lock="share")
     row = uow.memo[memo]

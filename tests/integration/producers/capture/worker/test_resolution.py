@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg.errors
+import pytest
+
+from db.repositories import identity as identity_rows
 from producers.resolver.identity import IdentityRule
 
 from .conftest import Harness, Parser, product
@@ -124,3 +128,26 @@ def test_a_retired_item_is_for_a_reviewer(harness: Harness) -> None:
     second = harness.capture([product("a", "back again")])
     assert harness.worker().run(second.job_id).result == "done"
     assert harness.results(second)["a"][:3] == ("review", 0, "ITEM_NOT_ACTIVE")
+
+
+def test_a_batch_reads_its_pinned_generations_at_once_share_locked(harness: Harness) -> None:
+    """``pinned_for_share``, what a batch's read-ahead asks: the generation each class
+    of the capture is pinned to, share-locked until the transaction ends (as a key's
+    assignment locks it); a class pinned to no generation, or not pinned, is left out."""
+    harness.bind()
+    early = harness.capture([product("a")])
+    assert harness.worker().run(early.job_id).result == "done"  # pinned to none
+    generation = harness.activate()
+    late = harness.capture([product("a"), product("b")])
+    assert harness.worker().run(late.job_id).outcomes == {"applied": 2}
+    with harness.uow() as u:
+        assert identity_rows.pinned_for_share(u.tx, "t1", "c1", early.capture_id, ["shoe"]) == {}
+        found = identity_rows.pinned_for_share(u.tx, "t1", "c1", late.capture_id, ["boot", "shoe"])
+        assert list(found) == ["shoe"]
+        assert (found["shoe"].key.generation, found["shoe"].status) == (generation, "active")
+        with harness.conn() as other, pytest.raises(psycopg.errors.LockNotAvailable):
+            other.execute(
+                "SELECT 1 FROM identity_generation WHERE tenant_id = 't1' AND class_id = 'shoe'"
+                " AND identity_generation = %s FOR UPDATE NOWAIT",
+                (generation,),
+            )
