@@ -63,6 +63,8 @@ _GEN_COLUMNS = (
     "tenant_id, catalog_id, class_id, identity_generation, rule_fields, status, revision,"
     " item_count, created_at, backfilled_at, activated_at, retired_at, activation_decision_id"
 )
+_G_COLUMNS = ", ".join(f"g.{c}" for c in _GEN_COLUMNS.split(", "))
+"""``_GEN_COLUMNS`` of a generation read as ``g`` in a join."""
 _GEN_WHERE = "tenant_id = %s AND catalog_id = %s AND class_id = %s AND identity_generation = %s"
 _CLASS_WHERE = "tenant_id = %s AND catalog_id = %s AND class_id = %s"
 
@@ -83,7 +85,7 @@ def pinned_for_share(
     (as ``assign_identity`` locks the one it writes a key in). A class not pinned yet,
     or pinned to no generation, is left out."""
     rows = tx.execute(
-        f"SELECT {', '.join('g.' + c for c in _GEN_COLUMNS.split(', '))}"
+        f"SELECT {_G_COLUMNS}"
         " FROM capture_identity_pin p JOIN identity_generation g"
         " ON g.tenant_id = p.tenant_id AND g.catalog_id = %s AND g.class_id = p.class_id"
         " AND g.identity_generation = p.identity_generation"

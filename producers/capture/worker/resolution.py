@@ -209,7 +209,8 @@ def _load_pins(uow: UnitOfWork, works: Sequence[ItemWork]) -> None:
     statement a batch instead of two a class; each generation is share-locked as
     ``assign_identity`` locks the one it writes a key in, and recorded so (a batch
     of known products holds that lock until it commits, which only delays the next
-    generation's activation). A class not pinned yet is left to ``pinned``."""
+    generation's activation). A class not pinned yet is left to ``pinned``. Only a
+    read: a crash or rollback leaves nothing, the locks going with the transaction."""
     first = works[0]
     classes = {w.product.class_id for w in works}
     missing = sorted(k for k in classes if _pin_memo(first, k) not in uow.memo)
